@@ -1,0 +1,88 @@
+"""What every model provider speaks: messages in, one completion out.
+
+A provider streams one model step. Text deltas go to a callback as they
+arrive; the completed step (text plus tool calls) is returned. The turn loop
+in mmd.agent owns everything else: tools, consent, storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    name: str
+    # The arguments exactly as the model sent them: a JSON text that may be
+    # malformed. The tool contract parses and answers it, never the provider.
+    arguments: str
+
+
+class Message(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str  # system | user | assistant | tool
+    content: str = ""
+    tool_calls: list[ToolCall] = []
+    tool_call_id: str | None = None  # role == "tool": which call this answers
+    name: str | None = None  # role == "tool": the tool's name
+
+
+class ToolSpec(msgspec.Struct, kw_only=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema of the arguments object
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Completion(msgspec.Struct, kw_only=True):
+    text: str = ""
+    tool_calls: list[ToolCall] = []
+    finish_reason: str = ""
+    usage: Usage = Usage()
+
+
+class ModelError(Exception):
+    """A model request failed for good (after retries, or not retryable).
+
+    ``message`` says what happened and what to do next; it never contains
+    an API key.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+# Called with each text delta as it streams in.
+OnText = Callable[[str], None]
+# Called before a retry: (attempt number, seconds to wait, reason).
+OnRetry = Callable[[int, float, str], None]
+
+
+class Provider(Protocol):
+    """One configured model endpoint.
+
+    Cancellation: cancelling ``complete`` closes the HTTP stream at once.
+    Errors: ModelError after the retry budget is spent or for a request
+    that cannot succeed (4xx other than 429, malformed responses).
+    """
+
+    name: str  # "provider/model", as shown to the user
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        *,
+        on_text: OnText | None = None,
+        on_retry: OnRetry | None = None,
+    ) -> Completion: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,136 @@
+"""Split a msgpack byte stream into whole messages, with no I/O.
+
+msgpack-RPC as Neovim speaks it has no length prefix: messages are msgpack
+objects written back to back. msgspec decodes whole objects only, so this
+module finds where each object ends by walking the msgpack headers. It never
+decodes values, it only skips over them, and it refuses a frame larger than
+the configured limit as soon as a header announces it (before buffering it).
+"""
+
+from __future__ import annotations
+
+# Largest frame accepted by default: a prompt with a big buffer attached fits.
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+
+class FrameError(Exception):
+    """The byte stream cannot be split any further: garbage or an oversized frame.
+
+    The connection that produced it must be closed; the bytes after the error
+    cannot be trusted to start a message.
+    """
+
+
+# Fixed sizes of headers that are followed by nothing variable:
+# byte -> total length of the object, header included.
+_FIXED = {
+    0xC0: 1, 0xC2: 1, 0xC3: 1,  # nil, false, true
+    0xCA: 5, 0xCB: 9,  # float32, float64
+    0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9,  # uint8..64
+    0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9,  # int8..64
+    0xD4: 3, 0xD5: 4, 0xD6: 6, 0xD7: 10, 0xD8: 18,  # fixext 1..16
+}
+# Headers followed by a big-endian length, then that many bytes:
+# byte -> (width of the length field, extra bytes before the payload).
+_SIZED = {
+    0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0),  # bin8..32
+    0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1),  # ext8..32 (one type byte)
+    0xD9: (1, 0), 0xDA: (2, 0), 0xDB: (4, 0),  # str8..32
+}
+# Container headers followed by a big-endian count:
+# byte -> (width of the count, items per counted element).
+_CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+
+
+class _Incomplete(Exception):
+    def __init__(self, need: int) -> None:
+        self.need = need
+
+
+def _scan(buf: bytearray, start: int, max_frame: int) -> int:
+    """Return the end offset of the object that starts at *start*.
+
+    Raises _Incomplete with the least total buffer length worth waiting for,
+    or FrameError.
+    """
+    pos = start
+    pending = 1  # objects still to skip
+    end = len(buf)
+    limit = start + max_frame
+    while pending:
+        if pos >= end:
+            raise _Incomplete(pos + pending)
+        b = buf[pos]
+        pending -= 1
+        if b <= 0x7F or b >= 0xE0:  # positive or negative fixint
+            pos += 1
+        elif b <= 0x8F:  # fixmap
+            pos += 1
+            pending += 2 * (b & 0x0F)
+        elif b <= 0x9F:  # fixarray
+            pos += 1
+            pending += b & 0x0F
+        elif b <= 0xBF:  # fixstr
+            pos += 1 + (b & 0x1F)
+        elif b in _FIXED:
+            pos += _FIXED[b]
+        elif b in _SIZED:
+            width, extra = _SIZED[b]
+            if pos + 1 + width > end:
+                raise _Incomplete(pos + 1 + width)
+            size = int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+            pos += 1 + width + extra + size
+        elif b in _CONTAINERS:
+            width, per = _CONTAINERS[b]
+            if pos + 1 + width > end:
+                raise _Incomplete(pos + 1 + width)
+            pending += per * int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+            pos += 1 + width
+        else:  # 0xC1 is never used by msgpack
+            raise FrameError(f"byte 0x{b:02x} at offset {pos - start} is not msgpack")
+        # Every pending object needs at least one more byte.
+        if pos + pending > limit:
+            raise FrameError(f"frame larger than the limit of {max_frame} bytes")
+    return pos
+
+
+class Splitter:
+    """Accumulates bytes and yields whole msgpack frames.
+
+    Feed it whatever the socket returned; it returns the frames completed so
+    far, each as ``bytes`` ready for ``msgspec.msgpack.decode``.
+
+    Errors:
+        FrameError: on a byte that cannot start a msgpack object or on a frame
+        whose headers announce more than ``max_frame`` bytes. The splitter is
+        unusable afterwards.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._need = 0  # skip rescanning until the buffer holds this much
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held that do not yet form a whole frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        if len(self._buf) < self._need:
+            return []
+        frames: list[bytes] = []
+        start = 0
+        while start < len(self._buf):
+            try:
+                stop = _scan(self._buf, start, self.max_frame)
+            except _Incomplete as inc:
+                self._need = inc.need - start
+                break
+            frames.append(bytes(self._buf[start:stop]))
+            start = stop
+        else:
+            self._need = 0
+        del self._buf[:start]
+        return frames

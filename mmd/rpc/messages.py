@@ -1,0 +1,148 @@
+"""The wire types of mm's msgpack-RPC, as msgspec Structs.
+
+msgpack-RPC messages are arrays whose first element says what they are:
+``[0, msgid, method, params]``, ``[1, msgid, error, result]`` and
+``[2, method, params]``. Tagged ``array_like`` Structs map onto them one to
+one. ``params`` stay ``msgspec.Raw`` until the method is known, then decode
+into that method's own Struct (see :func:`decode_params`).
+
+By convention every mm method takes one map argument (``params`` is
+``[{...}]``) or none (``[]``); from Neovim that is
+``vim.rpcrequest(chan, "session.prompt", {prompt = "hi"})``.
+
+This module imports nothing else of mmd: the client uses it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+# Bumped on any incompatible change to methods, params or events.
+PROTOCOL_VERSION = 1
+
+T = TypeVar("T")
+
+
+class Request(msgspec.Struct, array_like=True, tag=0):
+    msgid: int
+    method: str
+    params: msgspec.Raw
+
+
+class Response(msgspec.Struct, array_like=True, tag=1):
+    msgid: int
+    error: Any
+    result: Any
+
+
+class Notification(msgspec.Struct, array_like=True, tag=2):
+    method: str
+    params: msgspec.Raw
+
+
+Message = Request | Response | Notification
+
+
+class ProtocolError(Exception):
+    """A frame that is msgpack but not a valid msgpack-RPC message."""
+
+    def __init__(self, message: str, msgid: int | None = None) -> None:
+        super().__init__(message)
+        self.msgid = msgid
+
+
+class RPCError(Exception):
+    """An error answered by the peer: ``code`` is stable, ``message`` says what to do."""
+
+    def __init__(self, code: str, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+    @classmethod
+    def from_wire(cls, error: Any) -> RPCError:
+        if isinstance(error, dict):
+            return cls(str(error.get("code", "error")), str(error.get("message", error)), error.get("data"))
+        if isinstance(error, list | tuple) and len(error) == 2:  # Neovim's [type, message]
+            return cls("error", str(error[1]))
+        return cls("error", str(error))
+
+
+_decoder = msgspec.msgpack.Decoder(Message)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def decode_message(frame: bytes) -> Message:
+    """Decode one whole frame.
+
+    Errors:
+        ProtocolError: the frame is not a msgpack-RPC message. ``msgid`` is set
+        when the frame looked like a request, so the error can be answered.
+    """
+    try:
+        return _decoder.decode(frame)
+    except msgspec.DecodeError as exc:
+        msgid = None
+        try:
+            raw = msgspec.msgpack.decode(frame)
+            if isinstance(raw, list) and len(raw) >= 2 and raw[0] == 0 and isinstance(raw[1], int):
+                msgid = raw[1]
+        except msgspec.DecodeError:
+            pass
+        raise ProtocolError(f"not a msgpack-RPC message: {exc}", msgid) from None
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)
+
+
+def request(msgid: int, method: str, params: Any = None) -> bytes:
+    args = [] if params is None else [params]
+    return encode(Request(msgid, method, msgspec.Raw(encode(args))))
+
+
+def response(msgid: int, error: Any, result: Any) -> bytes:
+    return encode(Response(msgid, error, result))
+
+
+def notification(method: str, params: Any = None) -> bytes:
+    args = [] if params is None else [params]
+    return encode(Notification(method, msgspec.Raw(encode(args))))
+
+
+def decode_params(raw: msgspec.Raw, type_: type[T]) -> T:
+    """Decode ``[]`` or ``[{...}]`` into the method's params Struct.
+
+    Errors:
+        RPCError("invalid_params"): wrong shape, unknown or mistyped fields;
+        the message names the field and what was expected.
+    """
+    try:
+        args = msgspec.msgpack.decode(raw, type=list[msgspec.Raw])
+    except msgspec.DecodeError as exc:
+        raise RPCError("invalid_params", f"params must be an array: {exc}") from None
+    if len(args) > 1:
+        raise RPCError("invalid_params", f"expected one map argument, got {len(args)} arguments")
+    try:
+        if not args:
+            return msgspec.convert({}, type_)
+        return msgspec.msgpack.decode(args[0], type=type_)
+    except msgspec.ValidationError as exc:
+        raise RPCError("invalid_params", f"invalid params: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise RPCError("invalid_params", f"params are not valid msgpack: {exc}") from None
+
+
+def decode_notification_arg(raw: msgspec.Raw) -> Any:
+    """The single argument of a notification (events carry one map)."""
+    args = msgspec.msgpack.decode(raw)
+    return args[0] if isinstance(args, list) and len(args) == 1 else args

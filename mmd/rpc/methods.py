@@ -1,0 +1,87 @@
+"""Params of every RPC method and the event record, shared by daemon and clients.
+
+Each Struct here is the single map argument of one method; docs/protocol.md
+lists them with their results. Unknown fields are refused so that a typo in a
+client is an error, not a silently ignored option.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+
+class _Params(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class Handshake(_Params):
+    protocol: int
+    client: str = "unknown"
+    version: str = ""
+
+
+class Prompt(_Params):
+    prompt: str
+    cwd: str
+    session_id: str | None = None  # resume this session
+    continue_last: bool = False  # resume the newest session of cwd
+    agent: str | None = None  # agent file path, absolute
+    model: str | None = None
+    yolo: bool = False
+    # The caller can answer consent asks (a TTY or an editor). When no
+    # attached client can, a call that needs consent is denied.
+    interactive: bool = False
+
+
+class SessionRef(_Params):
+    session_id: str
+
+
+class Subscribe(_Params):
+    session_id: str
+    after_seq: int = 0
+
+
+class ListSessions(_Params):
+    limit: int = 20
+    cwd: str | None = None
+
+
+class ShowSession(_Params):
+    session_id: str
+    events: bool = False
+
+
+class ConsentAnswer(_Params):
+    session_id: str
+    request_id: str
+    decision: Literal["allow_once", "allow_always", "deny"]
+    reason: str = ""
+    # For bash: a command prefix the user allows ("git status"); None
+    # allows the exact command that was asked about.
+    rule: str | None = None
+    scope: Literal["session", "project", "global"] = "project"
+
+
+class ConsentList(_Params):
+    cwd: str | None = None
+
+
+class ConsentRevoke(_Params):
+    id: int
+
+
+class Empty(_Params):
+    pass
+
+
+class Event(msgspec.Struct, kw_only=True):
+    """One step of a session, stored and streamed as the ``event`` notification."""
+
+    session_id: str
+    seq: int
+    ts: float
+    kind: str
+    data: dict[str, Any] = {}

@@ -1,0 +1,45 @@
+"""Where mm keeps its socket, state, configuration and data (XDG directories).
+
+Shared by the daemon and the clients, so it imports only the standard library.
+Every location can be overridden by its environment variable, which is how
+tests give each daemon its own private tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _xdg(var: str, default: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value and os.path.isabs(value) else Path.home() / default
+
+
+def runtime_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/mm``, or ``/tmp/mm-<uid>`` where no runtime dir is set."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isabs(base):
+        return Path(base) / "mm"
+    return Path(f"/tmp/mm-{os.getuid()}")
+
+
+def socket_path() -> Path:
+    """The daemon's socket: ``$MM_SOCKET`` if set, else ``runtime_dir()/mmd.sock``."""
+    override = os.environ.get("MM_SOCKET")
+    return Path(override) if override else runtime_dir() / "mmd.sock"
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/mm``: the SQLite store, session folders and the daemon log."""
+    return _xdg("XDG_STATE_HOME", ".local/state") / "mm"
+
+
+def config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/mm``: config.yaml and user skills."""
+    return _xdg("XDG_CONFIG_HOME", ".config") / "mm"
+
+
+def data_dir() -> Path:
+    """``$XDG_DATA_HOME/mm``: downloaded models and built binaries."""
+    return _xdg("XDG_DATA_HOME", ".local/share") / "mm"
