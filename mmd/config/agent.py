@@ -1,0 +1,81 @@
+"""The agent file: which model, what it is told, which tools and skills it gets.
+
+Found in the project (``./mm.yaml`` or ``./.mm/agent.yaml``) or named with
+``--agent``; without one, every key takes its default. Relative paths in the
+file are relative to the file's own directory, so an agent folder can be
+moved or shared as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal, get_args
+
+import msgspec
+
+from .loader import ConfigError, parse
+
+BuiltinName = Literal["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "read_skill"]
+# Every built-in tool, in the order the model is shown them.
+BUILTIN_TOOLS: tuple[str, ...] = get_args(BuiltinName)
+# Where the agent file is looked for in the working directory, first found wins.
+_DISCOVERED = ("mm.yaml", ".mm/agent.yaml")
+
+
+class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    model: Annotated[str | None, msgspec.Meta(description='a string like "provider/model"')] = None
+    system: Annotated[str | None, msgspec.Meta(description="a string: what the model is told first")] = None
+    yolo: bool = False  # run write tools without asking (destructive ones still ask)
+    # None: every built-in. A list: only these (may be empty).
+    builtins: Annotated[
+        list[BuiltinName] | None,
+        msgspec.Meta(description="a list of built-in tool names, like [bash, read_file]"),
+    ] = None
+    # Skill folders; absolute after loading.
+    skills: list[Annotated[str, msgspec.Meta(description="a path to a skills folder")]] = []
+    max_steps: Annotated[int, msgspec.Meta(ge=1)] | None = None  # model steps per turn; None: the daemon's
+    # The file this was loaded from, absolute; None for the defaults. Not a key of the file.
+    path: str | None = None
+
+    set_by_loader: ClassVar[frozenset[str]] = frozenset({"path"})
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The directory relative paths in the file start from; None for the defaults."""
+        return Path(self.path).parent if self.path else None
+
+
+def find_agent_file(cwd: Path, explicit: str | None) -> Path | None:
+    """The agent file for a prompt run in ``cwd``, or None to use the defaults.
+
+    ``explicit`` (``--agent``; relative to ``cwd``, ``~`` allowed) wins and must
+    exist; else ``cwd/mm.yaml``, else ``cwd/.mm/agent.yaml``.
+
+    Errors: ConfigError if ``explicit`` names no file.
+    """
+    if explicit:
+        path = cwd / Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                file=path,
+                line=None,
+                field="",
+                problem="agent file not found",
+                hint="check the path (a relative one starts at the working directory), "
+                "or leave out --agent to use ./mm.yaml or ./.mm/agent.yaml",
+            )
+        return path
+    return next((cwd / name for name in _DISCOVERED if (cwd / name).is_file()), None)
+
+
+def load_agent_file(path: Path) -> AgentFile:
+    """Read the agent file at ``path``; skill paths come back absolute.
+
+    Errors: ConfigError naming the file, line and key of the first problem:
+    unreadable file, bad YAML, unknown key, wrong type, unknown built-in.
+    """
+    path = Path(path).absolute()
+    agent = parse(path).convert(AgentFile)
+    skills = [os.path.normpath(path.parent / Path(skill).expanduser()) for skill in agent.skills]
+    return msgspec.structs.replace(agent, skills=skills, path=str(path))

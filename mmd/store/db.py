@@ -1,0 +1,570 @@
+"""The daemon's SQLite store: sessions, their events and messages, and the consent ledger.
+
+One file, opened by the daemon only, through plain synchronous ``sqlite3``:
+each call is short, so the daemon makes it from its trio thread. Every write
+method commits before it returns, so a crash, even ``kill -9``, loses at most
+the write in progress. The journal is WAL with ``synchronous=NORMAL``: a
+committed transaction survives the process dying; only a power cut can undo
+the last few commits, and never corrupts the file.
+
+The schema is versioned with ``PRAGMA user_version``: ``_MIGRATIONS[i]``
+takes the file from version ``i`` to ``i + 1``. Add tables by appending a
+migration, never by editing one that has shipped.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from mmd.models.base import Message
+from mmd.rpc import paths
+from mmd.rpc.methods import Event
+
+ConsentKind = Literal["tool", "exact", "prefix"]
+ConsentScope = Literal["session", "project", "global"]
+Decision = Literal["allow", "deny"]
+
+# Characters that let one bash command line run, feed or substitute another.
+# A command holding any of them never matches a prefix rule.
+SHELL_CONTROL = frozenset(";&|<>`$()\n\r")
+# Milliseconds a statement waits for a lock held by another connection
+# (a `sqlite3` shell or a backup reading the file), before failing.
+_BUSY_TIMEOUT_MS = 5000
+# Longest session title kept; the listing shows one line per session.
+_TITLE_MAX = 200
+# Sessions named when a prefix is ambiguous; more are summarised as "…".
+_AMBIGUOUS_SHOWN = 5
+
+_MIGRATIONS = [
+    """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        cwd TEXT NOT NULL,
+        agent TEXT,
+        model TEXT NOT NULL,
+        title TEXT NOT NULL DEFAULT '',
+        turns INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX sessions_by_updated ON sessions (updated);
+    CREATE INDEX sessions_by_cwd ON sessions (cwd, updated);
+    CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        ts REAL NOT NULL,
+        kind TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE messages (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (session_id, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE consents (
+        id INTEGER PRIMARY KEY,
+        tool TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('tool', 'exact', 'prefix')),
+        rule TEXT,
+        scope TEXT NOT NULL CHECK (scope IN ('session', 'project', 'global')),
+        scope_key TEXT NOT NULL DEFAULT '',
+        decision TEXT NOT NULL DEFAULT 'allow' CHECK (decision IN ('allow', 'deny')),
+        created REAL NOT NULL,
+        origin TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX consents_by_tool ON consents (tool);
+    """,
+]
+
+_SESSION_COLUMNS = "id, created, updated, cwd, agent, model, title, turns"
+_CONSENT_COLUMNS = "id, tool, kind, rule, scope, scope_key, decision, created, origin"
+_message_decoder = msgspec.msgpack.Decoder(Message)
+
+
+class StoreError(Exception):
+    """The store cannot be used: unreadable file, or a schema newer than this mm."""
+
+
+class NotFound(StoreError, LookupError):
+    """No session has the id or prefix asked for. The message says what to run next."""
+
+
+class Ambiguous(StoreError, LookupError):
+    """A session prefix matches several sessions. The message names them."""
+
+
+class SessionRow(msgspec.Struct, kw_only=True):
+    id: str  # 12 lowercase hex characters
+    created: float  # time.time() at creation
+    updated: float  # time.time() of the last touch_session
+    cwd: str
+    agent: str | None  # agent file path, or None for the defaults
+    model: str
+    title: str  # first line of the first prompt; "" until set_title
+    turns: int  # user messages appended so far
+
+
+class ConsentRow(msgspec.Struct, kw_only=True):
+    id: int
+    tool: str
+    kind: ConsentKind
+    rule: str | None  # the command or prefix; None for kind "tool"
+    scope: ConsentScope
+    scope_key: str  # session id, absolute project dir, or "" for global
+    decision: Decision
+    created: float
+    origin: str  # which client answered, e.g. "mm chat pid 123"
+
+
+def command_matches(kind: str, rule: str | None, command: str | None) -> bool:
+    """Whether a consent rule of ``kind`` with ``rule`` covers ``command``.
+
+    ``tool`` covers every call of the tool. ``exact`` covers the command equal
+    to ``rule``. ``prefix`` covers ``rule`` itself and ``rule`` followed by a
+    space and arguments, but only when the command holds none of
+    :data:`SHELL_CONTROL`: ``git status`` must never approve
+    ``git status; rm -rf ~``. An empty prefix covers nothing.
+
+    Errors: none; an unknown kind covers nothing.
+    """
+    if kind == "tool":
+        return True
+    if command is None or rule is None:
+        return False
+    if kind == "exact":
+        return command == rule
+    if kind != "prefix":
+        return False
+    prefix = rule.strip()
+    if not prefix or not SHELL_CONTROL.isdisjoint(command):
+        return False
+    return command == prefix or command.startswith(prefix + " ")
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _first_line(text: str) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line[:_TITLE_MAX]
+
+
+class Store:
+    """The open store. Use :meth:`open`; close it, or use it as a context manager.
+
+    Not thread-safe: make every call from the thread that opened it. Besides
+    the errors each method names, any call may raise sqlite3.Error when the
+    disk fails (full, I/O error); a write is then rolled back whole.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> Store:
+        """Open (creating if needed) the store at ``path``, default ``state_dir()/mm.db``.
+
+        A missing parent directory is created with mode 0700 and a new file
+        with mode 0600; pending migrations run before this returns.
+
+        Errors: StoreError if the file cannot be opened, is not a database, or
+        was written by a newer mm.
+        """
+        path = path if path is not None else paths.state_dir() / "mm.db"
+        try:
+            _create_private(path)
+            conn = sqlite3.connect(path, isolation_level=None)
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot open the store {path}: {e}") from e
+        store = cls(conn, path)
+        try:
+            store._configure()
+            store._migrate()
+        except BaseException:
+            conn.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Close the file. Calling it again does nothing; any other call afterwards fails."""
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _configure(self) -> None:
+        try:
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"cannot use the store {self.path}: {e} (if it is not an SQLite file, move it away and restart mmd)"
+            ) from e
+        if mode != "wal":
+            raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(_MIGRATIONS):
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this mm knows "
+                f"({len(_MIGRATIONS)}); upgrade mm"
+            )
+        for number in range(version, len(_MIGRATIONS)):
+            script = f"BEGIN IMMEDIATE;\n{_MIGRATIONS[number]}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
+            try:
+                self._conn.executescript(script)
+            except BaseException as e:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"{self.path}: migrating to schema {number + 1} failed: {e}") from e
+                raise
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock up front, so reads that decide a
+        # write (the next seq, say) cannot race another writer.
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:  # a failed COMMIT leaves it open
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def _require_session(self, session_id: str) -> None:
+        if self._conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            raise NotFound(f"no session {session_id}; run `mm sessions list`")
+
+    # -- sessions -----------------------------------------------------------
+
+    def create_session(self, *, cwd: str, agent: str | None, model: str) -> SessionRow:
+        """Create a session with a new random id, no title and no turns.
+
+        Errors: none of its own.
+        """
+        now = time.time()
+        while True:
+            session_id = secrets.token_hex(6)
+            try:
+                with self._write() as db:
+                    db.execute(
+                        "INSERT INTO sessions (id, created, updated, cwd, agent, model) VALUES (?, ?, ?, ?, ?, ?)",
+                        (session_id, now, now, cwd, agent, model),
+                    )
+            except sqlite3.IntegrityError as e:
+                if "sessions.id" in str(e):
+                    continue  # the id is taken: one chance in 2**48 per session
+                raise
+            return SessionRow(
+                id=session_id, created=now, updated=now, cwd=cwd, agent=agent, model=model, title="", turns=0
+            )
+
+    def get_session(self, session_id: str) -> SessionRow:
+        """The session with exactly this id.
+
+        Errors: NotFound.
+        """
+        row = self._conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no session {session_id}; run `mm sessions list`")
+        return _session_row(row)
+
+    def resolve_session(self, prefix: str) -> SessionRow:
+        """The one session whose id starts with ``prefix`` (case-insensitive).
+
+        Errors: NotFound if none matches (or the prefix is empty), Ambiguous if
+        several do; both messages say what to type instead.
+        """
+        prefix = prefix.strip().lower()
+        ids = [
+            row[0]
+            for row in self._conn.execute(
+                "SELECT id FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY updated DESC, id",
+                (len(prefix), prefix),
+            )
+        ]
+        if not prefix:
+            raise NotFound("no session id given; run `mm sessions list`")
+        if not ids:
+            raise NotFound(f"no session matches {prefix}; run `mm sessions list`")
+        if len(ids) > 1:
+            shown = ", ".join(ids[:_AMBIGUOUS_SHOWN]) + (", …" if len(ids) > _AMBIGUOUS_SHOWN else "")
+            raise Ambiguous(f"ambiguous: {prefix} matches {shown}; give more characters of the id")
+        return self.get_session(ids[0])
+
+    def list_sessions(self, limit: int = 20, cwd: str | None = None) -> list[SessionRow]:
+        """Up to ``limit`` sessions, most recently updated first; only those of ``cwd`` if given.
+
+        Errors: none.
+        """
+        where, args = ("WHERE cwd = ?", [cwd]) if cwd is not None else ("", [])
+        rows = self._conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions {where} ORDER BY updated DESC, rowid DESC LIMIT ?",
+            (*args, limit),
+        )
+        return [_session_row(row) for row in rows]
+
+    def latest_session(self, cwd: str) -> SessionRow | None:
+        """The most recently updated session of ``cwd``, or None.
+
+        Errors: none.
+        """
+        rows = self.list_sessions(limit=1, cwd=cwd)
+        return rows[0] if rows else None
+
+    def touch_session(self, session_id: str) -> None:
+        """Set the session's ``updated`` time to now.
+
+        Errors: NotFound.
+        """
+        with self._write() as db:
+            cur = db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (time.time(), session_id))
+            if cur.rowcount == 0:
+                raise NotFound(f"no session {session_id}; run `mm sessions list`")
+
+    def set_title(self, session_id: str, text: str) -> None:
+        """Title the session with the first non-blank line of ``text`` (usually the first prompt).
+
+        Errors: NotFound.
+        """
+        with self._write() as db:
+            cur = db.execute("UPDATE sessions SET title = ? WHERE id = ?", (_first_line(text), session_id))
+            if cur.rowcount == 0:
+                raise NotFound(f"no session {session_id}; run `mm sessions list`")
+
+    # -- events -------------------------------------------------------------
+
+    def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> Event:
+        """Store the session's next event and return it; its seq is the last seq plus one.
+
+        Errors: NotFound; TypeError if ``data`` holds a value msgpack cannot encode.
+        """
+        blob = msgspec.msgpack.encode(data)
+        ts = time.time()
+        with self._write() as db:
+            self._require_session(session_id)
+            seq = db.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM events WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            db.execute(
+                "INSERT INTO events (session_id, seq, ts, kind, data) VALUES (?, ?, ?, ?, ?)",
+                (session_id, seq, ts, kind, blob),
+            )
+        return Event(session_id=session_id, seq=seq, ts=ts, kind=kind, data=data)
+
+    def events_after(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """The session's events with seq greater than ``after_seq``, oldest first, at most ``limit``.
+
+        Errors: none; an unknown session has no events.
+        """
+        rows = self._conn.execute(
+            "SELECT seq, ts, kind, data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, after_seq, -1 if limit is None else limit),
+        )
+        return [
+            Event(session_id=session_id, seq=seq, ts=ts, kind=kind, data=msgspec.msgpack.decode(data))
+            for seq, ts, kind, data in rows
+        ]
+
+    def last_seq(self, session_id: str) -> int:
+        """The seq of the session's newest event; 0 when it has none.
+
+        Errors: none.
+        """
+        row = self._conn.execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone()
+        return row[0] or 0
+
+    # -- messages -----------------------------------------------------------
+
+    def append_message(self, session_id: str, msg: Message) -> int:
+        """Append ``msg`` to the session's model context; return its index (0 for the first).
+
+        A ``user`` message also counts one turn of the session.
+
+        Errors: NotFound.
+        """
+        blob = msgspec.msgpack.encode(msg)
+        with self._write() as db:
+            self._require_session(session_id)
+            idx = db.execute(
+                "SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            db.execute(
+                "INSERT INTO messages (session_id, idx, role, data) VALUES (?, ?, ?, ?)",
+                (session_id, idx, msg.role, blob),
+            )
+            if msg.role == "user":
+                db.execute("UPDATE sessions SET turns = turns + 1 WHERE id = ?", (session_id,))
+        return idx
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The session's model context, in order.
+
+        Errors: none; an unknown session has no messages.
+        """
+        rows = self._conn.execute(
+            "SELECT data FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)
+        )
+        return [_message_decoder.decode(data) for (data,) in rows]
+
+    # -- consent ledger -----------------------------------------------------
+
+    def add_consent(
+        self,
+        *,
+        tool: str,
+        kind: ConsentKind,
+        rule: str | None,
+        scope: ConsentScope,
+        scope_key: str,
+        origin: str,
+        decision: Decision = "allow",
+    ) -> ConsentRow:
+        """Record a standing answer for ``tool``; :meth:`find_consent` finds it from now on.
+
+        Errors: ValueError for a rule that could never match or would match
+        too much: a ``tool`` kind with a rule, an ``exact``/``prefix`` kind
+        without one, a prefix holding shell control characters, a project
+        scope whose key is not an absolute path, a session scope without an id.
+        """
+        _check_consent(kind, rule, scope, scope_key)
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO consents (tool, kind, rule, scope, scope_key, decision, created, origin)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (tool, kind, rule, scope, scope_key, decision, time.time(), origin),
+            )
+            consent_id = cur.lastrowid
+        return self._consent(consent_id)
+
+    def find_consent(
+        self, *, tool: str, command: str | None, session_id: str, project: str
+    ) -> ConsentRow | None:
+        """The standing answer that covers this call, or None (ask the user).
+
+        ``command`` is the bash command line, None for other tools; ``project``
+        is the call's absolute project directory. A rule applies when its
+        scope does (its session, a project dir equal to or above ``project``,
+        or global) and :func:`command_matches` says so. A deny wins over an
+        allow; among equals the newest wins.
+
+        Errors: none.
+        """
+        rows = self._conn.execute(
+            f"SELECT {_CONSENT_COLUMNS} FROM consents WHERE tool = ?"
+            " ORDER BY decision = 'deny' DESC, id DESC",
+            (tool,),
+        )
+        for row in map(_consent_row, rows):
+            if _scope_applies(row, session_id, project) and command_matches(row.kind, row.rule, command):
+                return row
+        return None
+
+    def list_consents(self, project: str | None = None) -> list[ConsentRow]:
+        """All rules, oldest first; with ``project``, only those that concern it.
+
+        Those are the global rules, the project rules of ``project``, of a
+        directory above it or of one inside it, and the session rules of
+        sessions started in it.
+
+        Errors: none.
+        """
+        rows = list(
+            map(_consent_row, self._conn.execute(f"SELECT {_CONSENT_COLUMNS} FROM consents ORDER BY id"))
+        )
+        if project is None:
+            return rows
+        sessions = {
+            session_id
+            for session_id, cwd in self._conn.execute("SELECT id, cwd FROM sessions")
+            if _inside(cwd, project)
+        }
+        return [row for row in rows if _listed_for(row, project, sessions)]
+
+    def revoke_consent(self, consent_id: int) -> bool:
+        """Delete the rule ``consent_id``; False if there was none.
+
+        Errors: none.
+        """
+        with self._write() as db:
+            return db.execute("DELETE FROM consents WHERE id = ?", (consent_id,)).rowcount > 0
+
+    def _consent(self, consent_id: int | None) -> ConsentRow:
+        row = self._conn.execute(f"SELECT {_CONSENT_COLUMNS} FROM consents WHERE id = ?", (consent_id,))
+        return _consent_row(row.fetchone())
+
+
+def _create_private(path: Path) -> None:
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+        os.chmod(path.parent, 0o700)  # mkdir's mode is filtered by the umask
+    if not path.exists():
+        # SQLite gives the -wal and -shm files the main file's permissions.
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+
+
+def _session_row(row: tuple[Any, ...]) -> SessionRow:
+    return SessionRow(**dict(zip(SessionRow.__struct_fields__, row, strict=True)))
+
+
+def _consent_row(row: tuple[Any, ...]) -> ConsentRow:
+    return ConsentRow(**dict(zip(ConsentRow.__struct_fields__, row, strict=True)))
+
+
+def _check_consent(kind: str, rule: str | None, scope: str, scope_key: str) -> None:
+    # Each refusal here is a rule that would never match or would match too much.
+    if kind not in ("tool", "exact", "prefix"):
+        raise ValueError(f"unknown consent kind {kind!r}; expected tool, exact or prefix")
+    if kind == "tool" and rule is not None:
+        raise ValueError("a consent of kind 'tool' covers the whole tool; give rule=None")
+    if kind != "tool" and not (rule and rule.strip()):
+        raise ValueError(f"a consent of kind {kind!r} needs the command as rule")
+    if kind == "prefix" and not SHELL_CONTROL.isdisjoint(rule or ""):
+        raise ValueError(f"prefix rule {rule!r} holds shell control characters; it would never match")
+    if scope not in ("session", "project", "global"):
+        raise ValueError(f"unknown consent scope {scope!r}; expected session, project or global")
+    if scope == "project" and not os.path.isabs(scope_key):
+        raise ValueError(f"a project consent needs the absolute project dir as scope_key, not {scope_key!r}")
+    if scope == "session" and not scope_key:
+        raise ValueError("a session consent needs the session id as scope_key")
+    if scope == "global" and scope_key:
+        raise ValueError("a global consent takes scope_key ''")
+
+
+def _scope_applies(row: ConsentRow, session_id: str, project: str) -> bool:
+    if row.scope == "global":
+        return True
+    if row.scope == "session":
+        return row.scope_key == session_id
+    return row.scope == "project" and _inside(project, row.scope_key)
+
+
+def _listed_for(row: ConsentRow, project: str, sessions: set[str]) -> bool:
+    if row.scope == "session":
+        return row.scope_key in sessions
+    return row.scope == "global" or _inside(project, row.scope_key) or _inside(row.scope_key, project)

@@ -1,0 +1,397 @@
+"""The SQLite store, on real files in tmp_path."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import mmd.store
+from mmd.models.base import Message, ToolCall
+from mmd.store import Ambiguous, NotFound, SessionRow, Store, StoreError, command_matches
+from mmd.store.db import _MIGRATIONS
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(tmp_path / "state" / "mm.db") as s:
+        yield s
+
+
+def new_session(store: Store, cwd: str = "/proj") -> SessionRow:
+    return store.create_session(cwd=cwd, agent=None, model="local/m")
+
+
+def test_public_surface():
+    for name in mmd.store.__all__:
+        assert hasattr(mmd.store, name)
+
+
+def test_open_creates_private_dir_and_file_in_wal_mode(tmp_path):
+    path = tmp_path / "state" / "mm.db"
+    with Store.open(path):
+        pass
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS)
+    finally:
+        conn.close()
+
+
+def test_open_defaults_to_state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    with Store.open() as s:
+        assert s.path == tmp_path / "mm" / "mm.db"
+    assert s.path.exists()
+
+
+def test_reopen_keeps_data_and_skips_migrations(tmp_path):
+    path = tmp_path / "mm.db"
+    with Store.open(path) as s:
+        row = new_session(s)
+    with Store.open(path) as s:
+        assert s.get_session(row.id) == row
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "mm.db"
+    Store.open(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {len(_MIGRATIONS) + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="upgrade mm"):
+        Store.open(path)
+
+
+def test_not_a_database_is_refused(tmp_path):
+    path = tmp_path / "mm.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot use the store"):
+        Store.open(path)
+
+
+# -- sessions ---------------------------------------------------------------
+
+
+def test_create_and_get_session(store):
+    row = new_session(store)
+    assert len(row.id) == 12 and all(c in "0123456789abcdef" for c in row.id)
+    assert (row.cwd, row.agent, row.model, row.title, row.turns) == ("/proj", None, "local/m", "", 0)
+    assert row.created == row.updated
+    assert store.get_session(row.id) == row
+    with pytest.raises(NotFound):
+        store.get_session("000000000000")
+
+
+def test_create_session_retries_a_taken_id(store, monkeypatch):
+    ids = iter(["aaaaaaaaaaaa", "aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    monkeypatch.setattr("mmd.store.db.secrets.token_hex", lambda n: next(ids))
+    assert [new_session(store).id, new_session(store).id] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+
+
+def test_set_title_keeps_first_nonblank_line(store):
+    row = new_session(store)
+    store.set_title(row.id, "\n  fix the build  \nthen test")
+    assert store.get_session(row.id).title == "fix the build"
+
+
+def test_list_and_latest_newest_first(store):
+    a, b, c = new_session(store, "/a"), new_session(store, "/b"), new_session(store, "/a")
+    store.touch_session(a.id)
+    assert [r.id for r in store.list_sessions()] == [a.id, c.id, b.id]
+    assert [r.id for r in store.list_sessions(limit=1)] == [a.id]
+    assert [r.id for r in store.list_sessions(cwd="/b")] == [b.id]
+    assert store.latest_session("/a").id == a.id
+    assert store.latest_session("/nowhere") is None
+
+
+def test_touch_unknown_session(store):
+    with pytest.raises(NotFound, match="mm sessions list"):
+        store.touch_session("nope")
+
+
+def _insert_session(store: Store, session_id: str) -> None:
+    # Ids are random; prefix tests need chosen ones.
+    store._conn.execute(
+        "INSERT INTO sessions (id, created, updated, cwd, model) VALUES (?, 0, 0, '/p', 'm')", (session_id,)
+    )
+
+
+def test_resolve_session_prefix(store):
+    _insert_session(store, "abc123000000")
+    _insert_session(store, "abd456000000")
+    assert store.resolve_session("abc").id == "abc123000000"
+    assert store.resolve_session("ABD4").id == "abd456000000"
+    assert store.resolve_session("abc123000000").id == "abc123000000"
+    with pytest.raises(Ambiguous, match="ambiguous: ab matches abc123000000, abd456000000"):
+        store.resolve_session("ab")
+    with pytest.raises(NotFound, match=r"no session matches ff; run `mm sessions list`"):
+        store.resolve_session("ff")
+    with pytest.raises(NotFound):
+        store.resolve_session("")
+    with pytest.raises(NotFound):
+        store.resolve_session("%")  # no LIKE wildcards
+
+
+# -- events -----------------------------------------------------------------
+
+
+def test_seq_is_allocated_per_session(store):
+    a, b = new_session(store), new_session(store)
+    assert [store.append_event(a.id, "text", {"i": i}).seq for i in range(3)] == [1, 2, 3]
+    assert store.append_event(b.id, "text", {}).seq == 1
+    assert (store.last_seq(a.id), store.last_seq(b.id), store.last_seq("none")) == (3, 1, 0)
+
+
+def test_events_after(store):
+    row = new_session(store)
+    data = {"text": "hé", "n": [1, 2.5, None], "nested": {"ok": True}, "raw": b"\x00"}
+    first = store.append_event(row.id, "tool_output", data)
+    for i in range(4):
+        store.append_event(row.id, "text", {"i": i})
+    events = store.events_after(row.id)
+    assert events[0] == first and events[0].data == data
+    assert [e.seq for e in store.events_after(row.id, after_seq=3)] == [4, 5]
+    assert [e.seq for e in store.events_after(row.id, after_seq=1, limit=2)] == [2, 3]
+    assert store.events_after(row.id, after_seq=5) == []
+    assert all(e.session_id == row.id and e.ts > 0 for e in events)
+
+
+def test_append_event_unknown_session(store):
+    with pytest.raises(NotFound):
+        store.append_event("nope", "text", {})
+
+
+# -- messages ---------------------------------------------------------------
+
+
+def test_messages_round_trip_with_tool_calls(store):
+    row = new_session(store)
+    msgs = [
+        Message(role="system", content="be brief"),
+        Message(role="user", content="list files"),
+        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="bash", arguments='{"command": "ls"}')]),
+        Message(role="tool", content="a\nb", tool_call_id="c1", name="bash"),
+        Message(role="user", content="thanks"),
+    ]
+    assert [store.append_message(row.id, m) for m in msgs] == [0, 1, 2, 3, 4]
+    assert store.messages(row.id) == msgs
+    assert store.get_session(row.id).turns == 2
+    assert store.messages("none") == []
+    with pytest.raises(NotFound):
+        store.append_message("none", msgs[0])
+
+
+# -- consents ---------------------------------------------------------------
+
+MATCHES = [
+    # kind, rule, command, matches
+    ("tool", None, None, True),
+    ("tool", None, "anything; at all", True),
+    ("exact", "git status", "git status", True),
+    ("exact", "git status", "git status -s", False),
+    ("exact", "git status", None, False),
+    ("prefix", "git status", "git status", True),
+    ("prefix", "git status", "git status -s --short", True),
+    ("prefix", "git", "gitk", False),
+    ("prefix", "git status", "git statuses", False),
+    ("prefix", "git status", " git status", False),
+    ("prefix", "git status", None, False),
+    ("prefix", "", "ls", False),
+    ("prefix", "   ", "ls", False),
+    # A prefix never approves a second command, a redirect or a substitution.
+    ("prefix", "git status", "git status; rm -rf ~", False),
+    ("prefix", "git status", "git status && rm -rf ~", False),
+    ("prefix", "git status", "git status || rm -rf ~", False),
+    ("prefix", "git status", "git status & rm -rf ~", False),
+    ("prefix", "git status", "git status | sh", False),
+    ("prefix", "git status", "git status > ~/.bashrc", False),
+    ("prefix", "git status", "git status < /etc/passwd", False),
+    ("prefix", "git status", "git status `rm -rf ~`", False),
+    ("prefix", "git status", "git status $(rm -rf ~)", False),
+    ("prefix", "git status", "git status $HOME", False),
+    ("prefix", "git status", "git status (x)", False),
+    ("prefix", "git status", "git status\nrm -rf ~", False),
+    ("prefix", "git status", "git status\rrm -rf ~", False),
+    ("prefix", "echo", "echo ok;", False),
+    ("unknown", "ls", "ls", False),
+]
+
+
+@pytest.mark.parametrize(("kind", "rule", "command", "ok"), MATCHES)
+def test_command_matches(kind, rule, command, ok):
+    assert command_matches(kind, rule, command) is ok
+
+
+def add(store: Store, **kw):
+    base = {
+        "tool": "bash",
+        "kind": "tool",
+        "rule": None,
+        "scope": "global",
+        "scope_key": "",
+        "origin": "test",
+    }
+    return store.add_consent(**{**base, **kw})
+
+
+def find(
+    store: Store, command: str | None = "ls", session_id: str = "s1", project: str = "/p", tool: str = "bash"
+):
+    return store.find_consent(tool=tool, command=command, session_id=session_id, project=project)
+
+
+def test_add_consent_returns_row(store):
+    row = add(
+        store, kind="prefix", rule="git status", scope="project", scope_key="/p", origin="mm chat pid 1"
+    )
+    assert (row.tool, row.kind, row.rule, row.scope, row.scope_key) == (
+        "bash",
+        "prefix",
+        "git status",
+        "project",
+        "/p",
+    )
+    assert (row.decision, row.origin) == ("allow", "mm chat pid 1")
+    assert row.created > 0 and row.id > 0
+
+
+@pytest.mark.parametrize(
+    ("scope", "scope_key", "session_id", "project", "ok"),
+    [
+        ("global", "", "s1", "/anywhere", True),
+        ("session", "s1", "s1", "/p", True),
+        ("session", "s1", "s2", "/p", False),
+        ("project", "/p", "s1", "/p", True),
+        ("project", "/p", "s1", "/p/sub/dir", True),
+        ("project", "/p/", "s1", "/p/sub", True),
+        ("project", "/p", "s1", "/pq", False),
+        ("project", "/p", "s1", "/", False),
+        ("project", "/p/sub", "s1", "/p", False),
+        ("project", "/", "s1", "/any/where", True),
+    ],
+)
+def test_find_consent_scopes(store, scope, scope_key, session_id, project, ok):
+    row = add(store, scope=scope, scope_key=scope_key)
+    assert find(store, session_id=session_id, project=project) == (row if ok else None)
+
+
+def test_find_consent_kinds(store):
+    prefix = add(store, kind="prefix", rule="git status")
+    exact = add(store, kind="exact", rule="make test; make lint")
+    add(store, tool="write_file")
+    assert find(store, "git status -s") == prefix
+    assert find(store, "git status; rm -rf ~") is None
+    assert find(store, "make test; make lint") == exact
+    assert find(store, "make test") is None
+    assert find(store, None, tool="write_file").tool == "write_file"
+    assert find(store, None, tool="edit_file") is None
+
+
+def test_deny_wins_then_newest(store):
+    add(store)
+    newer = add(store)
+    assert find(store) == newer
+    deny = add(store, kind="exact", rule="ls", decision="deny")
+    add(store)
+    assert find(store) == deny
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "tool", "rule": "ls"},
+        {"kind": "exact", "rule": None},
+        {"kind": "prefix", "rule": " "},
+        {"kind": "prefix", "rule": "git status;"},
+        {"kind": "glob", "rule": "*"},
+        {"scope": "project", "scope_key": "relative/dir"},
+        {"scope": "session", "scope_key": ""},
+        {"scope": "global", "scope_key": "/p"},
+        {"scope": "everywhere"},
+    ],
+)
+def test_add_consent_refuses_bad_rules(store, bad):
+    with pytest.raises(ValueError):
+        add(store, **bad)
+    assert store.list_consents() == []
+
+
+def test_list_and_revoke(store):
+    here = new_session(store, "/p/sub")
+    elsewhere = new_session(store, "/q")
+    rules = [
+        add(store),
+        add(store, scope="project", scope_key="/p"),
+        add(store, scope="project", scope_key="/p/sub/deeper"),
+        add(store, scope="project", scope_key="/q"),
+        add(store, scope="session", scope_key=here.id),
+        add(store, scope="session", scope_key=elsewhere.id),
+    ]
+    assert store.list_consents() == rules
+    assert store.list_consents(project="/p/sub") == rules[:3] + rules[4:5]
+    assert store.revoke_consent(rules[0].id) is True
+    assert store.revoke_consent(rules[0].id) is False
+    assert store.list_consents() == rules[1:]
+
+
+# -- durability -------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from mmd.store import Store
+
+    store = Store.open(Path(sys.argv[1]))
+    while True:
+        event = store.append_event(sys.argv[2], "text", {"text": "x" * 200})
+        print(event.seq, flush=True)
+    """
+)
+
+
+def test_kill_9_loses_nothing_committed(tmp_path):
+    path = tmp_path / "mm.db"
+    with Store.open(path) as s:
+        session_id = new_session(s).id
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), session_id], stdout=subprocess.PIPE, text=True
+    )
+    printed = []
+    try:
+        for line in child.stdout:
+            printed.append(int(line))
+            if len(printed) >= 200:
+                break
+    finally:
+        child.kill()  # SIGKILL, mid-loop
+        rest = child.communicate()[0]
+    # Whole lines printed after we stopped reading were committed too.
+    printed += [int(line) for line in rest.splitlines(keepends=True) if line.endswith("\n")]
+    assert child.returncode == -9
+    assert len(printed) >= 200
+    with Store.open(path) as s:
+        stored = [e.seq for e in s.events_after(session_id)]
+    assert set(printed) <= set(stored)
+    assert stored == list(range(1, len(stored) + 1))
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+
+
+def test_rows_are_msgspec_structs(store):
+    row = new_session(store)
+    assert msgspec.to_builtins(row)["id"] == row.id
+    assert msgspec.structs.asdict(add(store))["kind"] == "tool"
