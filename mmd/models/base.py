@@ -44,7 +44,7 @@ class Completion(msgspec.Struct, kw_only=True):
     text: str = ""
     tool_calls: list[ToolCall] = []
     finish_reason: str = ""
-    usage: Usage = Usage()
+    usage: Usage = msgspec.field(default_factory=Usage)
 
 
 class ModelError(Exception):

@@ -1,0 +1,478 @@
+"""What the HTTP providers share: one streamed POST, retries, error wording.
+
+A provider builds its request body and a parser for its dialect (a subclass
+of ``Accumulator``); ``HttpModel.post`` sends it, reads Server-Sent Events
+into the parser and retries what another attempt may fix. Nothing here knows
+a provider's JSON shapes.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import random
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+import trio
+
+from mmd.models.base import Completion, ModelError, OnRetry, OnText, ToolCall, Usage
+
+T = TypeVar("T")
+
+# Longest wait honoured from a Retry-After header or reached by backoff.
+MAX_WAIT = 60.0
+# How many characters of a bad body an error message quotes.
+EXCERPT_CHARS = 80
+# Seconds allowed to open a connection; a dead host should fail fast.
+CONNECT_TIMEOUT = 10.0
+# Statuses another attempt may fix besides 5xx: request timeout, rate limit.
+RETRY_STATUSES = frozenset({408, 429})
+# What to do about a request the server refused, by status.
+HINTS = {
+    400: "Check the model name and options in config.yaml; if the conversation is too long, start a new one.",
+    401: "Check the API key for this provider (config.yaml or its environment variable).",
+    403: "Check that the API key may use this model.",
+    404: "Check base_url and the model name in config.yaml.",
+    413: "The conversation is too large for this endpoint; start a new one.",
+    422: "Check the model name and options in config.yaml.",
+}
+# The hint for a refusal with a status not in HINTS.
+DEFAULT_HINT = "Check the provider settings in config.yaml."
+
+
+class Retry(Exception):
+    """One attempt failed in a way a later attempt may fix."""
+
+    def __init__(self, reason: str, *, hint: str, status: int | None = None, wait: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.status = status
+        self.wait = wait
+
+
+def excerpt(text: str | bytes) -> str:
+    """Quote the start of a body for an error message."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    text = text.strip()
+    return repr(text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…")
+
+
+def decode_json(data: str | bytes, label: str) -> Any:
+    """Parse a JSON document from the provider.
+
+    Errors: ModelError saying the provider returned invalid JSON, with an excerpt.
+    """
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        raise ModelError(
+            f"{label}: the provider returned invalid JSON: {excerpt(data)}. "
+            "Check that base_url in config.yaml points at the right kind of API."
+        ) from None
+
+
+def new_call_id() -> str:
+    """An id for a tool call the provider sent without one."""
+    return "call_" + secrets.token_hex(8)
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """The wait a response asks for, from retry-after-ms or Retry-After.
+
+    Retry-After may be seconds or an HTTP date. The result is capped at
+    MAX_WAIT; an unreadable header counts as absent.
+    """
+    wait = _float(headers.get("retry-after-ms"), scale=0.001)
+    if wait is None and (value := headers.get("retry-after")):
+        wait = _float(value)
+        if wait is None:
+            wait = _http_date_wait(value, now)
+    if wait is None or math.isnan(wait):
+        return None
+    return min(max(wait, 0.0), MAX_WAIT)
+
+
+def _float(text: str | None, scale: float = 1.0) -> float | None:
+    try:
+        return float(text) * scale if text else None
+    except ValueError:
+        return None
+
+
+def _http_date_wait(value: str, now: float | None) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - (time.time() if now is None else now)
+
+
+def backoff_delay(attempt: int, base: float) -> float:
+    """Seconds before retry number ``attempt``: doubling, with jitter.
+
+    Jitter keeps many clients that failed together from retrying together.
+    """
+    ceiling = min(base * 2 ** (attempt - 1), MAX_WAIT)
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def server_message(body: str) -> str:
+    """The error message inside a provider's error body, or an excerpt."""
+    try:
+        obj = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return excerpt(body) if body.strip() else "(empty body)"
+    return error_message(obj) or excerpt(body)
+
+
+def error_message(obj: Any) -> str | None:
+    """The message of a decoded error document, in any common shape."""
+    error = obj.get("error", obj) if isinstance(obj, dict) else None
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):
+        for key in ("message", "detail"):
+            if isinstance(error.get(key), str):
+                return error[key]
+    return None
+
+
+def status_failure(status: int, body: str, headers: Mapping[str, str], label: str) -> Exception:
+    """The exception for a non-2xx answer: Retry if worth another try."""
+    message = server_message(body)
+    if status in RETRY_STATUSES or status >= 500:
+        hint = "The provider is rate-limiting; wait a while or lower concurrency."
+        if status != 429:
+            hint = "The provider is failing; try again later."
+        return Retry(f"HTTP {status}: {message}", hint=hint, status=status, wait=retry_after_seconds(headers))
+    return ModelError(f"{label}: HTTP {status}: {message}. {HINTS.get(status, DEFAULT_HINT)}", status=status)
+
+
+@dataclass
+class _PartialCall:
+    id: str | None = None
+    name: str | None = None
+    parts: list[str] = field(default_factory=list)
+    # The arguments if no fragment arrives (Anthropic's start block input).
+    fallback: str = ""
+
+
+class Accumulator:
+    """Collects one streamed answer: text (handed on event by event) and tool calls.
+
+    Subclasses parse their provider's events and call ``add_text``,
+    ``start_call`` and ``add_arguments``.
+    """
+
+    def __init__(self, on_text: OnText | None, label: str) -> None:
+        self.label = label
+        self.finish_reason = ""
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self._on_text = on_text
+        self._text: list[str] = []
+        self._unsent: list[str] = []
+        self._chars = 0
+        self._calls: dict[int, _PartialCall] = {}  # by stream index
+
+    def feed(self, event: str, data: str) -> bool:
+        """Take one Server-Sent Event; True once the answer is complete.
+
+        Errors: ModelError for an event that is not valid JSON or reports an error.
+        """
+        raise NotImplementedError
+
+    def feed_body(self, obj: Any) -> None:
+        """Take a whole answer that arrived as one JSON document.
+
+        Errors: ModelError for a body that is not an answer.
+        """
+        raise NotImplementedError
+
+    def ended(self) -> bool:
+        """Whether a stream that stops here is a complete answer."""
+        return bool(self.finish_reason)
+
+    @property
+    def started(self) -> bool:
+        """Whether any part of the answer was handed on or seen."""
+        return bool(self._text or self._calls)
+
+    @property
+    def chars(self) -> int:
+        """Characters received so far: text plus tool-call arguments."""
+        return self._chars
+
+    def add_text(self, delta: str) -> None:
+        if not isinstance(delta, str):
+            raise TypeError("a text delta is not a string")  # reported as an unexpected shape
+        if not delta:
+            return
+        self._text.append(delta)
+        self._unsent.append(delta)
+        self._chars += len(delta)
+
+    def flush(self) -> None:
+        """Hand the text deltas parsed since the last flush to on_text."""
+        unsent, self._unsent = self._unsent, []
+        if self._on_text is not None:
+            for delta in unsent:
+                self._on_text(delta)
+
+    def start_call(self, key: int, call_id: str | None, name: str | None, fallback: str = "") -> None:
+        call = self._calls.setdefault(key, _PartialCall(fallback=fallback))
+        # Some servers repeat id and name on every fragment: the first wins.
+        call.id = call.id or call_id
+        call.name = call.name or name
+
+    def add_arguments(self, key: int, fragment: str) -> None:
+        if not isinstance(fragment, str):
+            raise TypeError("an arguments fragment is not a string")  # reported as an unexpected shape
+        self.start_call(key, None, None)
+        self._calls[key].parts.append(fragment)
+        self._chars += len(fragment)
+
+    def completion(self) -> Completion:
+        """The answer collected so far."""
+        calls = [
+            ToolCall(id=c.id or new_call_id(), name=c.name or "", arguments="".join(c.parts) or c.fallback)
+            for c in (self._calls[key] for key in sorted(self._calls))
+        ]
+        usage = Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+        return Completion(
+            text="".join(self._text), tool_calls=calls, finish_reason=self.finish_reason, usage=usage
+        )
+
+
+class SSEDecoder:
+    """Splits a Server-Sent Events byte stream into (event name, data) pairs.
+
+    Lines are split on LF only: str.splitlines would also split inside JSON
+    text on characters such as U+2028. No I/O: bytes in, events out.
+    """
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._event = ""
+        self._data: list[str] = []
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """The events completed by ``chunk``.
+
+        Errors: ModelError for a line that is not an SSE field.
+        """
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        events = []
+        for raw in lines:
+            if event := self._line(raw.removesuffix(b"\r").decode("utf-8", errors="replace")):
+                events.append(event)
+        return events
+
+    def close(self) -> list[tuple[str, str]]:
+        """The last event, for servers that end without the final blank line.
+
+        Errors: ModelError for a line that is not an SSE field.
+        """
+        pending, self._pending = self._pending, b""
+        last = self._line(pending.decode("utf-8", errors="replace")) if pending.strip() else None
+        return [e for e in (last, self._line("")) if e]
+
+    def _line(self, line: str) -> tuple[str, str] | None:
+        if not line:
+            event, data = self._event or "message", self._data
+            self._event, self._data = "", []
+            return (event, "\n".join(data)) if data else None
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "data":
+            self._data.append(value)
+        elif field == "event":
+            self._event = value
+        elif field not in ("id", "retry"):
+            raise ModelError(
+                f"{self._label}: the provider returned a stream that is not Server-Sent Events: {excerpt(line)}"
+            )
+        return None
+
+
+async def _abandon(chunks: AsyncIterator[bytes]) -> None:
+    # httpx's byte iterators are nested async generators. Leaving them
+    # suspended makes trio warn when they are collected; reading on under a
+    # cancelled scope ends every level at once, because the socket read at
+    # the bottom raises Cancelled (and closes the connection).
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        async for _ in chunks:
+            pass
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    label: str,
+    max_retries: int,
+    base_delay: float,
+    on_retry: OnRetry | None,
+) -> T:
+    """Run ``attempt`` until it succeeds, retrying on Retry up to max_retries times.
+
+    Errors: ModelError (retryable=True) once the retries are spent.
+    Cancellation: a cancelled wait or attempt stops at once.
+    """
+    n = 0
+    while True:
+        n += 1
+        try:
+            return await attempt()
+        except Retry as exc:
+            if n > max_retries:
+                raise ModelError(
+                    f"{label}: {exc.reason}; gave up after {n} attempts. {exc.hint}",
+                    status=exc.status,
+                    retryable=True,
+                ) from None
+            wait = exc.wait if exc.wait is not None else backoff_delay(n, base_delay)
+            if on_retry is not None:
+                on_retry(n, wait, exc.reason)
+            await trio.sleep(wait)
+
+
+class HttpModel:
+    """One HTTP endpoint that answers a POST with a stream of events.
+
+    The API key lives only in ``headers``; error messages are scrubbed of it
+    in case a server echoes it back.
+    """
+
+    def __init__(
+        self,
+        *,
+        label: str,
+        url: str,
+        headers: dict[str, str],
+        secret: str | None,
+        timeout: float,
+        max_retries: int,
+        retry_base_delay: float,
+        client: httpx.AsyncClient | None,
+    ) -> None:
+        self.label = label
+        self.url = url
+        self._headers = headers
+        self._secret = secret
+        self._timeout = httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
+        self._max_retries = max_retries
+        self._base_delay = retry_base_delay
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient(timeout=self._timeout)
+
+    async def post(
+        self, body: dict[str, Any], parser: Callable[[], Accumulator], on_retry: OnRetry | None
+    ) -> Completion:
+        """Send ``body``, parse the answer with a fresh ``parser()`` per attempt.
+
+        Errors: ModelError when retries are spent or the answer cannot succeed.
+        Cancellation: closes the HTTP stream at once.
+        """
+
+        def report(attempt: int, wait: float, reason: str) -> None:
+            if on_retry is not None:
+                on_retry(attempt, wait, self._scrub(reason))
+
+        try:
+            return await with_retries(
+                lambda: self._attempt(body, parser()),
+                label=self.label,
+                max_retries=self._max_retries,
+                base_delay=self._base_delay,
+                on_retry=report,
+            )
+        except ModelError as exc:
+            if self._secret and self._secret in str(exc):
+                raise ModelError(self._scrub(str(exc)), status=exc.status, retryable=exc.retryable) from None
+            raise
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._secret, "<redacted>") if self._secret else text
+
+    async def _attempt(self, body: dict[str, Any], parser: Accumulator) -> Completion:
+        try:
+            async with self._client.stream(
+                "POST", self.url, json=body, headers=self._headers, timeout=self._timeout
+            ) as response:
+                return await self._read(response, parser)
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+            raise ModelError(
+                f"{self.label}: cannot send a request to {self.url} ({type(exc).__name__}: {exc}). "
+                "Check base_url in config.yaml."
+            ) from None
+        except httpx.TimeoutException as exc:
+            reason = f"no answer within {self._timeout.read:g} s ({type(exc).__name__})"
+            raise self._broken(parser, reason, "Raise timeout in config.yaml if the model is slow.") from None
+        except httpx.TransportError as exc:
+            reason = f"connection failed ({type(exc).__name__}: {exc or 'no detail'})"
+            raise self._broken(parser, reason, f"Is the server at {self.url} running?") from None
+
+    async def _read(self, response: httpx.Response, parser: Accumulator) -> Completion:
+        if not 200 <= response.status_code < 300:
+            text = (await response.aread()).decode("utf-8", errors="replace")
+            raise status_failure(response.status_code, text, response.headers, self.label)
+        if "text/event-stream" not in response.headers.get("content-type", ""):
+            # A server that ignores stream=true answers with one JSON document.
+            data = await response.aread()
+            self._parse(parser, data, parser.feed_body, decode_json(data, self.label))
+            return parser.completion()
+        if await self._read_events(response, parser) or parser.ended():
+            return parser.completion()
+        raise self._broken(parser, "the stream ended before the answer was complete", "Try again later.")
+
+    async def _read_events(self, response: httpx.Response, parser: Accumulator) -> bool:
+        decoder = SSEDecoder(self.label)
+        chunks = response.aiter_bytes()
+        try:
+            async for chunk in chunks:
+                for event, data in decoder.feed(chunk):
+                    if self._parse(parser, data, parser.feed, event, data):
+                        return True
+            return any(self._parse(parser, data, parser.feed, event, data) for event, data in decoder.close())
+        finally:
+            await _abandon(chunks)
+
+    def _parse(self, parser: Accumulator, data: str | bytes, feed: Callable[..., T], *args: Any) -> T:
+        # Parsers index into the provider's JSON freely; a document of the
+        # wrong shape surfaces here as one clear error.
+        try:
+            result = feed(*args)
+        except (AttributeError, KeyError, IndexError, TypeError):
+            raise ModelError(
+                f"{self.label}: the provider sent an answer of an unexpected shape: {excerpt(data)}"
+            ) from None
+        # on_text runs outside the guard so its own errors propagate unchanged.
+        parser.flush()
+        return result
+
+    def _broken(self, parser: Accumulator, reason: str, hint: str) -> Exception:
+        # Deltas already handed on cannot be taken back, so only a stream that
+        # delivered nothing may be tried again.
+        if not parser.started:
+            return Retry(reason, hint=hint)
+        return ModelError(
+            f"{self.label}: {reason}: the stream broke off after {parser.chars} characters; "
+            "run the prompt again with --continue"
+        )

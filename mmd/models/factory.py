@@ -1,0 +1,110 @@
+"""From a model reference ("provider/model", an alias, or "scripted:PATH") to a Provider.
+
+API keys are read from the daemon's environment when a provider is built,
+never from files, and never stored or logged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, resolve_model
+from .base import Provider
+
+# Prefix of a model reference that replays a script through the scripted server.
+SCRIPTED = "scripted:"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRef:
+    label: str  # shown to the user: "provider/model"
+    kind: str  # openai | anthropic
+    model: str
+    base_url: str = ""
+    api_key_env: str | None = None
+    timeout: float = 300.0
+    max_retries: int = 4
+    max_tokens: int = 4096
+    headers: tuple[tuple[str, str], ...] = ()
+    script: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.kind,
+            self.base_url,
+            self.model,
+            self.api_key_env,
+            self.timeout,
+            self.max_retries,
+            self.headers,
+        )
+
+    @classmethod
+    def parse(cls, config: Any, ref: str, base_dir: Path) -> ModelRef:
+        """Resolve *ref* against the user config.
+
+        Errors:
+            ConfigError: unknown provider or alias, or a missing script file.
+        """
+        if ref.startswith(SCRIPTED):
+            script = (base_dir / ref[len(SCRIPTED) :]).resolve()
+            if not script.is_file():
+                raise ConfigError(
+                    file=str(script),
+                    line=None,
+                    field="model",
+                    found=ref,
+                    expected="a scripted model naming an existing script file",
+                    hint="the path is relative to the agent file's folder",
+                )
+            return cls(label=f"scripted/{script.name}", kind="openai", model="scripted", script=script)
+        prov, prov_name, model_id = resolve_model(config, ref)
+        return cls(
+            label=f"{prov_name}/{model_id}",
+            kind=prov.kind,
+            model=model_id,
+            base_url=prov.base_url,
+            api_key_env=prov.api_key_env,
+            timeout=prov.timeout,
+            max_retries=prov.max_retries,
+            max_tokens=prov.max_tokens,
+            headers=tuple(sorted(prov.headers.items())),
+        )
+
+    def api_key(self) -> str | None:
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(
+                file="environment",
+                line=None,
+                field=self.api_key_env,
+                found="not set",
+                expected=f"the API key of {self.label} in ${self.api_key_env}",
+                hint="the daemon reads it from its own environment: set it, then `mm daemon stop` so the next mm "
+                "starts a daemon that has it",
+            )
+        return key
+
+    def build(self, *, base_url: str | None = None) -> Provider:
+        from .anthropic import AnthropicProvider
+        from .openai import OpenAIProvider
+
+        common: dict[str, Any] = {
+            "name": self.label,
+            "base_url": base_url or self.base_url,
+            "model": self.model,
+            "api_key": self.api_key(),
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "headers": dict(self.headers),
+        }
+        if self.kind == "anthropic":
+            return AnthropicProvider(**common, max_tokens=self.max_tokens)
+        return OpenAIProvider(**common)

@@ -1,0 +1,170 @@
+"""The OpenAI-compatible chat completions provider.
+
+Speaks ``POST {base_url}/chat/completions`` with ``stream: true``: OpenAI
+itself, llama-server, vLLM, Ollama and most hosted gateways. Tool-call
+arguments are kept as the raw text the model sent; the tool contract layer
+answers malformed JSON, never this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import msgspec
+
+from mmd.models._http import Accumulator, HttpModel, decode_json, error_message, excerpt
+from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolSpec
+
+
+class OpenAIProvider:
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``base_url`` ends before ``/chat/completions``, e.g.
+    ``http://127.0.0.1:8080/v1``. ``api_key`` is sent as a bearer token and
+    never shown. ``client`` lets callers share a connection pool; it is then
+    theirs to close.
+
+    Errors: ValueError for a base_url that is not http(s).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        max_retries: int = 4,
+        headers: dict[str, str] | None = None,
+        client: httpx.AsyncClient | None = None,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"{name}: base_url must start with http:// or https://, not {base_url!r}")
+        self.name = name
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        sent = {**(headers or {})}
+        if api_key:
+            sent["Authorization"] = f"Bearer {api_key}"
+        self._http = HttpModel(
+            label=name,
+            url=self.base_url + "/chat/completions",
+            headers=sent,
+            secret=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_base_delay=retry_base_delay,
+            client=client,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        *,
+        on_text: OnText | None = None,
+        on_retry: OnRetry | None = None,
+    ) -> Completion:
+        """Stream one model step: text deltas to ``on_text``, the whole step returned.
+
+        Errors: ModelError after the retry budget is spent (429, 5xx,
+        connection failures, timeouts, a stream that broke off before any
+        delta), at once for other 4xx answers and invalid JSON, and for a
+        stream that broke off after deltas were handed on.
+        Cancellation: closes the HTTP stream at once.
+        """
+        body = request_body(self.model, messages, tools)
+        return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this provider created it."""
+        await self._http.aclose()
+
+
+def request_body(model: str, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+    """The JSON body of a streamed chat completion request."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_message(m) for m in messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in tools
+        ]
+    return body
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
+    if message.role == "assistant" and message.tool_calls:
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        return {"role": "assistant", "content": message.content or None, "tool_calls": calls}
+    return {"role": message.role, "content": message.content}
+
+
+class OpenAIStream(Accumulator):
+    """Parses chat.completion.chunk events (or one chat.completion body)."""
+
+    def feed(self, event: str, data: str) -> bool:
+        if data.strip() == "[DONE]":
+            return True
+        chunk = self._object(decode_json(data, self.label))
+        self._usage(chunk.get("usage"))
+        for choice in chunk.get("choices") or []:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._choice(choice.get("delta") or {}, choice.get("finish_reason"))
+        return False
+
+    def feed_body(self, obj: Any) -> None:
+        body = self._object(obj)
+        self._usage(body.get("usage"))
+        choices = body.get("choices") or [{}]
+        self._choice(choices[0].get("message") or {}, choices[0].get("finish_reason"))
+
+    def _object(self, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise ModelError(
+                f"{self.label}: the provider sent something other than a completion: {excerpt(str(obj))}"
+            )
+        if obj.get("error") is not None:
+            message = error_message(obj) or excerpt(str(obj["error"]))
+            raise ModelError(f"{self.label}: the provider reported an error: {message}")
+        return obj
+
+    def _choice(self, delta: dict[str, Any], finish_reason: str | None) -> None:
+        self.add_text(delta.get("content") or "")
+        for position, call in enumerate(delta.get("tool_calls") or []):
+            # Some servers send whole calls without an index: their place
+            # in the list is the index then.
+            key = call.get("index", position)
+            function = call.get("function") or {}
+            self.start_call(key, call.get("id"), function.get("name"))
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict):
+                # A few servers send an object where OpenAI sends its JSON text.
+                arguments = msgspec.json.encode(arguments).decode()
+            if arguments:
+                self.add_arguments(key, arguments)
+        if finish_reason:
+            self.finish_reason = finish_reason
+
+    def _usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self.input_tokens = usage.get("prompt_tokens") or self.input_tokens
+            self.output_tokens = usage.get("completion_tokens") or self.output_tokens

@@ -1,0 +1,345 @@
+"""OpenAIProvider against the scripted model server over real sockets."""
+
+from __future__ import annotations
+
+import socket
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmd.models._http import MAX_WAIT, retry_after_seconds
+from mmd.models.base import Message, ModelError, ToolCall, ToolSpec
+from mmd.models.openai import OpenAIProvider
+from mmd.models.scripted import serve
+
+# A fake key: the tests check it never shows up anywhere.
+KEY = "sk-test-0123456789abcdef"
+HELLO = [Message(role="user", content="hello")]
+
+
+@pytest.fixture
+async def start(nursery: trio.Nursery) -> Any:
+    """``await start(*steps, **provider_options)`` → (server, provider)."""
+    providers: list[OpenAIProvider] = []
+
+    async def start(*steps: dict[str, Any], **options: Any) -> tuple[Any, OpenAIProvider]:
+        server = await nursery.start(serve, list(steps))
+        options = {"api_key": KEY, "retry_base_delay": 0.01, **options}
+        provider = OpenAIProvider(
+            name="scripted/test", base_url=server.url + "/v1", model="scripted", **options
+        )
+        providers.append(provider)
+        return server, provider
+
+    yield start
+    for provider in providers:
+        await provider.aclose()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.deltas: list[str] = []
+        self.retries: list[tuple[int, float, str]] = []
+
+    def text(self, delta: str) -> None:
+        self.deltas.append(delta)
+
+    def retry(self, attempt: int, wait: float, reason: str) -> None:
+        self.retries.append((attempt, wait, reason))
+
+
+async def complete(provider: OpenAIProvider, rec: Recorder, messages: list[Message] = HELLO) -> Any:
+    return await provider.complete(messages, [], on_text=rec.text, on_retry=rec.retry)
+
+
+async def test_text_streams_as_deltas(start: Any) -> None:
+    text = "The quick brown fox jumps over the lazy dog."
+    _, provider = await start({"text": text, "usage": {"input_tokens": 7, "output_tokens": 9}})
+    rec = Recorder()
+    result = await complete(provider, rec)
+    assert "".join(rec.deltas) == text
+    assert len(rec.deltas) > 1
+    assert result.text == text
+    assert result.finish_reason == "stop"
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (7, 9)
+    assert result.tool_calls == []
+
+
+async def test_one_tool_call(start: Any) -> None:
+    call = {"name": "bash", "arguments": {"command": "ls -la"}, "id": "call_abc"}
+    _, provider = await start({"tool_calls": [call]})
+    result = await complete(provider, Recorder())
+    assert result.tool_calls == [ToolCall(id="call_abc", name="bash", arguments='{"command":"ls -la"}')]
+    assert result.finish_reason == "tool_calls"
+
+
+async def test_several_tool_calls_in_one_response(start: Any) -> None:
+    calls = [
+        {"name": "bash", "arguments": {"command": "ls"}},
+        {"name": "read_file", "arguments": {"path": "a.txt"}},
+    ]
+    _, provider = await start({"text": "Two things.", "tool_calls": calls})
+    result = await complete(provider, Recorder())
+    assert result.text == "Two things."
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [
+        ("bash", '{"command":"ls"}'),
+        ("read_file", '{"path":"a.txt"}'),
+    ]
+    assert len({c.id for c in result.tool_calls}) == 2
+
+
+async def test_malformed_arguments_pass_through_verbatim(start: Any) -> None:
+    broken = '{"command": "ls, "path": }'
+    _, provider = await start({"tool_calls": [{"name": "bash", "arguments": broken}]})
+    result = await complete(provider, Recorder())
+    assert result.tool_calls[0].arguments == broken
+
+
+async def test_429_honours_retry_after(start: Any) -> None:
+    server, provider = await start({"status": 429, "retry_after": 1}, {"text": "ok"})
+    rec = Recorder()
+    result = await complete(provider, rec)
+    assert result.text == "ok"
+    assert len(server.requests) == 2
+    [(attempt, wait, reason)] = rec.retries
+    assert (attempt, wait) == (1, 1.0)
+    assert "429" in reason
+
+
+async def test_500_then_success(start: Any) -> None:
+    server, provider = await start({"status": 500}, {"text": "recovered"})
+    rec = Recorder()
+    result = await complete(provider, rec)
+    assert result.text == "recovered"
+    assert rec.deltas == ["recovered"]
+    assert len(server.requests) == 2
+    [(attempt, wait, reason)] = rec.retries
+    assert attempt == 1
+    assert 0 < wait <= 0.01
+    assert "HTTP 500" in reason
+
+
+async def test_retries_exhausted(start: Any) -> None:
+    server, provider = await start(*[{"status": 503}] * 3, max_retries=2)
+    rec = Recorder()
+    with pytest.raises(ModelError) as info:
+        await complete(provider, rec)
+    assert len(server.requests) == 3
+    assert [r[0] for r in rec.retries] == [1, 2]
+    assert info.value.retryable
+    assert info.value.status == 503
+    assert "gave up after 3 attempts" in str(info.value)
+
+
+async def test_400_is_not_retried(start: Any) -> None:
+    body = {"error": {"message": "The model `gpt-9` does not exist", "type": "invalid_request_error"}}
+    server, provider = await start({"status": 400, "body": body}, {"text": "never"})
+    rec = Recorder()
+    with pytest.raises(ModelError) as info:
+        await complete(provider, rec)
+    assert len(server.requests) == 1
+    assert rec.retries == []
+    assert info.value.status == 400
+    assert not info.value.retryable
+    assert "The model `gpt-9` does not exist" in str(info.value)
+    assert "config.yaml" in str(info.value)
+
+
+async def test_invalid_json_body(start: Any) -> None:
+    server, provider = await start({"raw": "<html>Bad gateway</html>"})
+    with pytest.raises(ModelError, match="invalid JSON") as info:
+        await complete(provider, Recorder())
+    assert "<html>Bad gateway" in str(info.value)
+    assert len(server.requests) == 1
+
+
+async def test_invalid_json_chunk(start: Any) -> None:
+    raw = 'data: {"choices": [{"delta": {"content": "hi"}}]}\n\ndata: {oops\n\n'
+    _, provider = await start({"raw": raw, "content_type": "text/event-stream"})
+    rec = Recorder()
+    with pytest.raises(ModelError, match="invalid JSON") as info:
+        await complete(provider, rec)
+    assert "{oops" in str(info.value)
+    assert rec.deltas == ["hi"]
+
+
+async def test_chunk_of_unexpected_shape(start: Any) -> None:
+    raw = 'data: {"choices": [{"index": 0, "delta": {"content": ["not", "a", "string"]}}]}\n\n'
+    _, provider = await start({"raw": raw, "content_type": "text/event-stream"})
+    with pytest.raises(ModelError, match="unexpected shape"):
+        await complete(provider, Recorder())
+
+
+async def test_whole_json_answer_is_accepted(start: Any) -> None:
+    # A server that ignores stream=true answers with one chat.completion.
+    raw = '{"choices": [{"message": {"content": "whole"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}'
+    _, provider = await start({"raw": raw})
+    rec = Recorder()
+    result = await complete(provider, rec)
+    assert (result.text, rec.deltas, result.usage.input_tokens) == ("whole", ["whole"], 3)
+
+
+async def test_break_before_any_delta_is_retried(start: Any) -> None:
+    # The first event is the role chunk: no text has been handed on yet.
+    server, provider = await start({"text": "lost answer", "break_after": 1}, {"text": "second try"})
+    rec = Recorder()
+    result = await complete(provider, rec)
+    assert result.text == "second try"
+    assert "".join(rec.deltas) == "second try"
+    assert len(server.requests) == 2
+    assert len(rec.retries) == 1
+
+
+async def test_break_after_text_raises(start: Any) -> None:
+    server, provider = await start({"text": "one two three four", "break_after": 3}, {"text": "never"})
+    rec = Recorder()
+    with pytest.raises(ModelError, match="broke off after 8 characters") as info:
+        await complete(provider, rec)
+    assert "--continue" in str(info.value)
+    assert rec.deltas == ["one ", "two "]
+    assert len(server.requests) == 1
+
+
+async def test_timeout_is_a_model_error(start: Any) -> None:
+    server, provider = await start({"delay": 5, "text": "late"}, timeout=0.2, max_retries=0)
+    with pytest.raises(ModelError, match=r"no answer within 0\.2 s"):
+        await complete(provider, Recorder())
+    with trio.fail_after(5):
+        while not server.requests[0]["client_closed"]:
+            await trio.sleep(0.01)
+
+
+async def test_cancellation_closes_the_stream(start: Any) -> None:
+    words = " ".join(f"word{i}" for i in range(50))
+    server, provider = await start({"text": words, "chunk_delay": 0.2})
+    with trio.CancelScope() as scope:
+        await provider.complete(HELLO, [], on_text=lambda _: scope.cancel())
+    assert scope.cancelled_caught
+    with trio.fail_after(5):
+        while not server.requests[0]["client_closed"]:
+            await trio.sleep(0.01)
+    assert server.requests[0]["t_responded"] is None
+
+
+async def test_connection_refused_is_retried_then_fails() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    provider = OpenAIProvider(
+        name="dead/model",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model="m",
+        max_retries=1,
+        retry_base_delay=0.01,
+    )
+    rec = Recorder()
+    try:
+        with pytest.raises(ModelError, match="connection failed") as info:
+            await complete(provider, rec)
+    finally:
+        await provider.aclose()
+    assert info.value.retryable
+    assert len(rec.retries) == 1
+
+
+async def test_request_shape(start: Any) -> None:
+    server, provider = await start({"text": "done"})
+    call = ToolCall(id="call_1", name="bash", arguments='{"command": "ls"}')
+    messages = [
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="list files"),
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", content="a.txt", tool_call_id="call_1", name="bash"),
+    ]
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+    tools = [ToolSpec(name="bash", description="Run a command.", parameters=schema)]
+    await provider.complete(messages, tools)
+    [request] = server.requests
+    assert request["path"] == "/v1/chat/completions"
+    body = request["body"]
+    assert body["model"] == "scripted"
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "bash", "description": "Run a command.", "parameters": schema},
+        }
+    ]
+    assert request["headers"]["authorization"] == "<redacted>"
+
+
+async def test_no_tools_key_without_tools(start: Any) -> None:
+    server, provider = await start({"text": "hi"})
+    await provider.complete(HELLO, [])
+    assert "tools" not in server.requests[0]["body"]
+
+
+async def test_api_key_never_shown(start: Any) -> None:
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}"}}
+    server, provider = await start({"status": 401, "body": echo})
+    assert KEY not in repr(provider)
+    with pytest.raises(ModelError) as info:
+        await complete(provider, Recorder())
+    assert KEY not in str(info.value)
+    assert "<redacted>" in str(info.value)
+    assert "API key" in str(info.value)
+    async with httpx.AsyncClient() as client:
+        listing = await client.get(server.url + "/_mm/requests")
+    assert KEY not in listing.text
+    assert listing.json()[0]["headers"]["authorization"] == "<redacted>"
+
+
+def test_base_url_must_be_http() -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIProvider(name="x/y", base_url="127.0.0.1:8080/v1", model="y")
+
+
+def test_retry_after_forms() -> None:
+    now = 1_000_000.0
+    date = format_datetime(datetime.fromtimestamp(now, UTC) + timedelta(seconds=30), usegmt=True)
+    assert retry_after_seconds({"retry-after": "2"}) == 2.0
+    assert retry_after_seconds({"retry-after": date}, now=now) == 30.0
+    assert retry_after_seconds({"retry-after": "86400"}) == MAX_WAIT
+    assert retry_after_seconds({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({}) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(text=st.text(min_size=1, max_size=200))
+async def test_any_text_arrives_unchanged(text: str) -> None:
+    # Covers line separators such as U+2028 inside JSON strings and \r.
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve, [{"text": text}])
+        provider = OpenAIProvider(name="scripted/test", base_url=server.url + "/v1", model="scripted")
+        rec = Recorder()
+        try:
+            result = await complete(provider, rec)
+        finally:
+            await provider.aclose()
+        nursery.cancel_scope.cancel()
+    assert result.text == text
+    assert "".join(rec.deltas) == text
