@@ -49,7 +49,12 @@ class ToolError(Exception):
         self.example = example
 
     def fields(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"code": self.code, "field": self.field, "reason": self.reason, "class": self.cls}
+        err: dict[str, Any] = {
+            "code": self.code,
+            "field": self.field,
+            "reason": self.reason,
+            "class": self.cls,
+        }
         if self.fix:
             err["fix"] = self.fix
         if self.example is not None:

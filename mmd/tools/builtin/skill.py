@@ -1,0 +1,65 @@
+"""The read_skill tool: the body of one skill from the catalogue in the system prompt.
+
+The catalogue is the session's, found in ``ctx.extra["skills"]``
+(a :class:`mmd.tools.skills.Catalogue`).
+"""
+
+# The schema and example dicts are class attributes read as the Tool
+# protocol's attributes; the tool is stateless and never changes them.
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from mmd.tools.base import ToolContext, ToolError, ToolResult
+from mmd.tools.contract import closest
+from mmd.tools.skills import Catalogue, Skill
+
+
+class ReadSkill:
+    name = "read_skill"
+    description = (
+        "Read one skill from the skills list: its instructions, and the other files it comes with. "
+        "Read a skill before doing a task it covers."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "The skill's name, as in the skills list."}},
+        "required": ["name"],
+    }
+    tier = "read"
+    example: dict[str, Any] = {"name": "release-notes"}
+    source = "builtin"
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return f"read_skill {args.get('name', '')}"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        catalogue: Catalogue | None = ctx.extra.get("skills")
+        if not catalogue:
+            raise ToolError("no_skills", "This agent has no skills.", cls="terminal")
+        skill = catalogue.get(args["name"])
+        if skill is None:
+            raise _unknown(args["name"], catalogue.names())
+        others = await trio.to_thread.run_sync(skill.other_files)
+        return ToolResult(ok=True, content=_render(skill, others), data={"folder": str(skill.folder)})
+
+
+def _unknown(name: str, names: list[str]) -> ToolError:
+    maybe = closest(name, names)
+    return ToolError(
+        "unknown_skill",
+        f"There is no skill named {name}." + (f" Did you mean {maybe[0]}?" if maybe else ""),
+        field="name",
+        fix=f"Use one of: {', '.join(names)}.",
+    )
+
+
+def _render(skill: Skill, others: list[str]) -> str:
+    parts = [f"Skill {skill.name} (folder {skill.folder})", "", skill.body.rstrip()]
+    if others:
+        parts += ["", f"Other files of this skill, relative to {skill.folder} (read them with read_file):"]
+        parts += [f"- {rel}" for rel in others]
+    return "\n".join(parts)
