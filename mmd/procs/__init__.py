@@ -1,0 +1,31 @@
+"""Supervised child processes: every process mmd starts goes through here.
+
+Layers, bottom up:
+- ``output``: no processes, no files opened; turns a child's reads into echo
+  text, spill-file bytes, and the bounded head/tail view the model reads.
+- ``supervisor``: spawns a child in its own session, records its descendants,
+  and stops the whole tree (SIGTERM, grace, SIGKILL, reap, sweep) on exit,
+  timeout or cancel. ``run_tool_process`` for one tool call,
+  ``supervised_process`` for a long-lived child.
+
+The public surface is what this module re-exports.
+"""
+
+from mmd.procs.output import NUL_SHOWN, OutputCapture
+from mmd.procs.supervisor import (
+    TAG_VAR,
+    ProcResult,
+    run_tool_process,
+    spawn_error_message,
+    supervised_process,
+)
+
+__all__ = [
+    "NUL_SHOWN",
+    "TAG_VAR",
+    "OutputCapture",
+    "ProcResult",
+    "run_tool_process",
+    "spawn_error_message",
+    "supervised_process",
+]

@@ -1,0 +1,324 @@
+"""The supervisor, with real processes: results, spawn errors, and no survivor ever."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+import mmd.procs
+from mmd.procs import ProcResult, run_tool_process, supervised_process
+
+# Short grace: the trees below ignore SIGTERM on purpose, so each stop waits all of it.
+GRACE = 0.3
+
+# A tree that resists: a TERM-ignoring child, a child in its own session, and a
+# TERM-ignoring grandchild that double-forked out of the tree (setsid -f). Each
+# process appends its own pid to the file named by $1, once it is set up.
+TREE = r"""
+echo $$ >> "$1"
+(trap '' TERM; echo $BASHPID >> "$1"; exec sleep 1000) &
+setsid bash -c 'echo $$ >> "$0"; exec sleep 1000' "$1" &
+setsid -f bash -c 'trap "" TERM; echo $$ >> "$0"; exec sleep 1000' "$1"
+wait
+"""
+TREE_SIZE = 4
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_children() -> Iterator[None]:
+    yield
+    assert psutil.Process().children(recursive=True) == []
+
+
+async def run(argv: list[str], tmp_path: Path, **kw: object) -> ProcResult:
+    kw.setdefault("cwd", tmp_path)
+    kw.setdefault("env", {})
+    kw.setdefault("spill_path", tmp_path / "spill.log")
+    kw.setdefault("grace", GRACE)
+    return await run_tool_process(argv, **kw)  # type: ignore[arg-type]
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def gone(p: psutil.Process) -> bool:
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def tree_pids(pid_file: Path) -> list[psutil.Process]:
+    """Wait until every process of TREE has written its pid, then hold them by (pid, create time)."""
+    while True:
+        pids = pid_file.read_text().split() if pid_file.exists() else []
+        if len(pids) == TREE_SIZE:
+            return [psutil.Process(int(pid)) for pid in pids]
+        await trio.sleep(0.01)
+
+
+def tree_command(tmp_path: Path) -> tuple[list[str], Path]:
+    script = tmp_path / "tree.sh"
+    script.write_text(TREE)
+    pid_file = tmp_path / "pids"
+    pid_file.unlink(missing_ok=True)
+    return ["bash", str(script), str(pid_file)], pid_file
+
+
+def test_public_surface() -> None:
+    assert set(mmd.procs.__all__) == {
+        "NUL_SHOWN",
+        "TAG_VAR",
+        "OutputCapture",
+        "ProcResult",
+        "run_tool_process",
+        "spawn_error_message",
+        "supervised_process",
+    }
+
+
+async def test_exit_code_and_output(tmp_path: Path) -> None:
+    events: list[tuple[str, str]] = []
+    result = await run(
+        ["bash", "-c", "echo out; sleep 0.1; echo err >&2; exit 3"],
+        tmp_path,
+        on_output=lambda s, t: events.append((s, t)),
+    )
+    assert (result.exit_code, result.signal, result.timed_out) == (3, None, False)
+    assert result.output == "out\nerr\n"
+    assert (result.total_bytes, result.total_lines, result.truncated) == (8, 2, False)
+    assert events == [("stdout", "out\n"), ("stderr", "err\n")]
+    assert result.spill_path is None and not (tmp_path / "spill.log").exists()
+    assert result.spawn_error is None and result.duration > 0
+
+
+async def test_signal_is_reported(tmp_path: Path) -> None:
+    result = await run(py("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"), tmp_path)
+    assert (result.exit_code, result.signal) == (None, 15)
+    result = await run(["bash", "-c", "kill -9 $$"], tmp_path)
+    assert (result.exit_code, result.signal) == (None, 9)
+
+
+async def test_env_cwd_and_stdin(tmp_path: Path) -> None:
+    code = (
+        "import os; e = os.environ;"
+        "print(e['MM_SESSION_ID'], e['MM_TOOL_CALL_ID'], 'PATH' in e, 'MM_PROC_TAG' in e);"
+        "print(os.getcwd()); print(os.path.realpath('/proc/self/fd/0'))"
+    )
+    env = {"MM_SESSION_ID": "s-1", "MM_TOOL_CALL_ID": "c-7"}
+    result = await run(py(code), tmp_path, env=env)
+    assert result.output.splitlines() == ["s-1 c-7 True True", str(tmp_path.resolve()), "/dev/null"]
+
+
+async def test_invalid_utf8_and_nul(tmp_path: Path) -> None:
+    code = (
+        "import sys, time; out = sys.stdout.buffer;"
+        "out.write(b'bad \\xff nul \\0 euro \\xe2'); out.flush(); time.sleep(0.1);"
+        "out.write(b'\\x82\\xac end\\n')"
+    )
+    events: list[str] = []
+    result = await run(py(code), tmp_path, on_output=lambda s, t: events.append(t))
+    assert result.output == "bad \ufffd nul \\0 euro € end\n"
+    assert "".join(events) == result.output
+    assert result.total_bytes == len(b"bad \xff nul \0 euro \xe2\x82\xac end\n")
+
+
+async def test_truncation_keeps_spill_file_with_every_byte(tmp_path: Path) -> None:
+    result = await run(["seq", "1", "5000"], tmp_path, max_bytes=200, max_lines=20)
+    data = b"".join(b"%d\n" % i for i in range(1, 5001))
+    assert result.truncated and result.spill_path == str(tmp_path / "spill.log")
+    assert Path(result.spill_path).read_bytes() == data
+    assert (result.total_bytes, result.total_lines) == (len(data), 5000)
+    lines = result.output.splitlines()
+    assert lines[:10] == [str(i) for i in range(1, 11)]
+    assert lines[11:] == [str(i) for i in range(4991, 5001)]
+    m = re.fullmatch(r"\[\.\.\. ([\d,]+) bytes / ([\d,]+) lines cut \(lines 11–4,990\); .*\]", lines[10])
+    assert m, lines[10]
+    shown = b"".join(b"%d\n" % i for i in [*range(1, 11), *range(4991, 5001)])
+    assert int(m.group(1).replace(",", "")) + len(shown) == len(data)
+    assert int(m.group(2).replace(",", "")) == 4980
+    assert result.spill_path in lines[10]
+
+
+async def test_timeout_stops_the_group(tmp_path: Path) -> None:
+    result = await run(["bash", "-c", "echo started; sleep 1000"], tmp_path, timeout=0.5)
+    assert result.timed_out and result.exit_code is None and result.signal == 15
+    assert result.output == "started\n"
+
+
+async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
+    result = await run(["bash", "-c", "(trap '' TERM; exec sleep 1000) & echo $!"], tmp_path)
+    assert result.exit_code == 0
+    assert not psutil.pid_exists(int(result.output)) or gone(psutil.Process(int(result.output)))
+
+
+async def test_double_forked_daemon_does_not_outlive_the_call(tmp_path: Path) -> None:
+    # setsid -f leaves the group and the tree at once: only the environment tag finds it.
+    script = (
+        """setsid -f bash -c 'echo $$ > "$0"; exec sleep 1000' daemon.pid;"""
+        " while [ ! -s daemon.pid ]; do sleep 0.01; done; cat daemon.pid"
+    )
+    result = await run(["bash", "-c", script], tmp_path)
+    assert result.exit_code == 0
+    assert not psutil.pid_exists(int(result.output)) or gone(psutil.Process(int(result.output)))
+
+
+async def test_timeout_leaves_no_process_of_the_tree(tmp_path: Path) -> None:
+    argv, pid_file = tree_command(tmp_path)
+    procs: list[psutil.Process] = []
+    results: list[ProcResult] = []
+
+    async def call() -> None:
+        results.append(await run(argv, tmp_path, timeout=3.0))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        procs = await tree_pids(pid_file)
+        assert not any(gone(p) for p in procs)
+    assert results[0].timed_out
+    assert [p.pid for p in procs if not gone(p)] == []
+
+
+async def cancel_tree_once(tmp_path: Path) -> list[int]:
+    """Start TREE, cancel the call once it is all up; the pids that survived."""
+    argv, pid_file = tree_command(tmp_path)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, argv, tmp_path)
+        procs = await tree_pids(pid_file)
+        nursery.cancel_scope.cancel()
+    return [p.pid for p in procs if not gone(p)]
+
+
+async def test_cancel_leaves_no_process_of_the_tree(tmp_path: Path) -> None:
+    assert await cancel_tree_once(tmp_path) == []
+    assert not (tmp_path / "spill.log").exists()
+
+
+@pytest.mark.slow
+async def test_cancel_stress_no_survivor(tmp_path: Path) -> None:
+    survivors = [pid for _ in range(100) for pid in await cancel_tree_once(tmp_path)]
+    assert survivors == []
+
+
+async def test_command_not_found(tmp_path: Path) -> None:
+    result = await run(["mm-no-such-command-xyz", "arg"], tmp_path)
+    assert result.spawn_error == "command not found: mm-no-such-command-xyz"
+    assert result.exit_code is None and result.signal is None and result.output == ""
+    assert not (tmp_path / "spill.log").exists()
+
+
+async def test_cwd_vanished(tmp_path: Path) -> None:
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    cwd.rmdir()
+    result = await run(["true"], tmp_path, cwd=cwd)
+    assert result.spawn_error == f"working directory {cwd} no longer exists"
+    assert result.exit_code is None
+
+
+async def test_permission_denied(tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    result = await run([str(script)], tmp_path)
+    assert result.spawn_error is not None and result.spawn_error.startswith("permission denied")
+    assert result.exit_code is None
+
+
+async def test_empty_command(tmp_path: Path) -> None:
+    result = await run([], tmp_path)
+    assert result.spawn_error == "cannot start the command: empty command"
+
+
+async def test_supervised_process_stops_tree_on_exit(tmp_path: Path) -> None:
+    argv, pid_file = tree_command(tmp_path)
+    async with supervised_process(argv, cwd=tmp_path, env={}, stdout=None, grace=GRACE) as proc:
+        procs = await tree_pids(pid_file)
+        assert proc.pid == procs[0].pid
+    assert [p.pid for p in procs if not gone(p)] == []
+    assert proc.returncode is not None
+
+
+async def test_supervised_process_stops_tree_on_cancel(tmp_path: Path) -> None:
+    argv, pid_file = tree_command(tmp_path)
+    with trio.CancelScope() as scope:
+        async with supervised_process(argv, cwd=tmp_path, env={}, stdout=None, grace=GRACE):
+            procs = await tree_pids(pid_file)
+            scope.cancel()
+            await trio.sleep_forever()
+    assert [p.pid for p in procs if not gone(p)] == []
+
+
+async def test_supervised_process_pipes_and_early_reap(tmp_path: Path) -> None:
+    # The child reads a line, starts a TERM-ignoring job, reports it and exits.
+    script = "read line; echo got $line; (trap '' TERM; exec sleep 1000) & echo $!"
+    async with supervised_process(["bash", "-c", script], cwd=tmp_path, env={}, grace=GRACE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        await proc.stdin.send_all(b"hello\n")
+        assert await proc.wait() == 0  # reaped by the caller before the block ends
+        lines = b""
+        while lines.count(b"\n") < 2:
+            lines += await proc.stdout.receive_some(100)
+    got, pid = lines.decode().split("\n")[:2]
+    assert got == "got hello"
+    assert not psutil.pid_exists(int(pid)) or gone(psutil.Process(int(pid)))
+
+
+async def test_supervised_process_spawn_error_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        async with supervised_process(["mm-no-such-command-xyz"], cwd=tmp_path, env={}):
+            pass  # pragma: no cover
+
+
+@pytest.mark.slow
+async def test_one_gigabyte_of_output_in_bounded_memory(tmp_path: Path) -> None:
+    total = 1_000_000_000
+    line = b"abcdefghijklmnopqrstuvwxyz0123456789" * 2 + b"\n"  # 73 bytes
+    argv = ["bash", "-c", f"yes {line[:-1].decode()} | head -c {total}"]
+    me = psutil.Process()
+    baseline = me.memory_info().rss
+    peak = baseline
+    chars = 0
+
+    def count(stream: str, text: str) -> None:
+        nonlocal chars
+        chars += len(text)
+
+    async def sample(done: trio.Event) -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, me.memory_info().rss)
+            await trio.sleep(0.02)
+
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample, done)
+        result = await run(argv, tmp_path, on_output=count)
+        done.set()
+    spill = Path(result.spill_path or "")
+    try:
+        assert result.exit_code == 0 and result.truncated
+        assert result.total_bytes == total == chars == spill.stat().st_size
+        assert result.total_lines == total // len(line) + 1  # the last line is unterminated
+        head, _, marker_and_tail = result.output.partition("\n[... ")
+        assert head.startswith(line[:-1].decode()) and "read_file" in marker_and_tail
+        assert len(result.output.encode()) < 30_000 + 300
+        # Measured on the dev machine (2 vCPU VM): RSS grows by 0.1 to 3.1 MiB while
+        # the gigabyte streams (reads of up to 1 MiB, decoded once each). 32 MiB leaves
+        # ten times that for allocator noise and is 1/30 of the output.
+        print(f"RSS growth {(peak - baseline) / 2**20:.1f} MiB")
+        assert peak - baseline < 32 * 1024 * 1024
+    finally:
+        spill.unlink(missing_ok=True)
+
+
+def test_no_tag_leaks_into_the_test_process() -> None:
+    assert "MM_PROC_TAG" not in os.environ
