@@ -24,18 +24,37 @@ class FrameError(Exception):
 # Fixed sizes of headers that are followed by nothing variable:
 # byte -> total length of the object, header included.
 _FIXED = {
-    0xC0: 1, 0xC2: 1, 0xC3: 1,  # nil, false, true
-    0xCA: 5, 0xCB: 9,  # float32, float64
-    0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9,  # uint8..64
-    0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9,  # int8..64
-    0xD4: 3, 0xD5: 4, 0xD6: 6, 0xD7: 10, 0xD8: 18,  # fixext 1..16
+    0xC0: 1,
+    0xC2: 1,
+    0xC3: 1,  # nil, false, true
+    0xCA: 5,
+    0xCB: 9,  # float32, float64
+    0xCC: 2,
+    0xCD: 3,
+    0xCE: 5,
+    0xCF: 9,  # uint8..64
+    0xD0: 2,
+    0xD1: 3,
+    0xD2: 5,
+    0xD3: 9,  # int8..64
+    0xD4: 3,
+    0xD5: 4,
+    0xD6: 6,
+    0xD7: 10,
+    0xD8: 18,  # fixext 1..16
 }
 # Headers followed by a big-endian length, then that many bytes:
 # byte -> (width of the length field, extra bytes before the payload).
 _SIZED = {
-    0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0),  # bin8..32
-    0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1),  # ext8..32 (one type byte)
-    0xD9: (1, 0), 0xDA: (2, 0), 0xDB: (4, 0),  # str8..32
+    0xC4: (1, 0),
+    0xC5: (2, 0),
+    0xC6: (4, 0),  # bin8..32
+    0xC7: (1, 1),
+    0xC8: (2, 1),
+    0xC9: (4, 1),  # ext8..32 (one type byte)
+    0xD9: (1, 0),
+    0xDA: (2, 0),
+    0xDB: (4, 0),  # str8..32
 }
 # Container headers followed by a big-endian count:
 # byte -> (width of the count, items per counted element).
@@ -91,6 +110,8 @@ def _scan(buf: bytearray, start: int, max_frame: int) -> int:
         # Every pending object needs at least one more byte.
         if pos + pending > limit:
             raise FrameError(f"frame larger than the limit of {max_frame} bytes")
+    if pos > end:  # the last string or binary runs past what has arrived
+        raise _Incomplete(pos)
     return pos
 
 

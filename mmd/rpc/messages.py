@@ -15,6 +15,7 @@ This module imports nothing else of mmd: the client uses it too.
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import msgspec
@@ -56,25 +57,30 @@ class ProtocolError(Exception):
 class RPCError(Exception):
     """An error answered by the peer: ``code`` is stable, ``message`` says what to do."""
 
-    def __init__(self, code: str, message: str, data: Any = None) -> None:
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.data = data
 
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            out["data"] = self.data
-        return out
+    def to_wire(self) -> list[Any]:
+        """``[kind, "code: message"]``, the only error shape Neovim reads a message from.
+
+        Neovim accepts ``kind`` 0 (exception: the daemon failed) or 1
+        (validation: the request was wrong) and shows any other shape as
+        "unknown error", so the stable code travels at the head of the message.
+        """
+        kind = 0 if self.code == "internal_error" else 1
+        return [kind, f"{self.code}: {self.message}"]
 
     @classmethod
     def from_wire(cls, error: Any) -> RPCError:
-        if isinstance(error, dict):
-            return cls(str(error.get("code", "error")), str(error.get("message", error)), error.get("data"))
-        if isinstance(error, list | tuple) and len(error) == 2:  # Neovim's [type, message]
-            return cls("error", str(error[1]))
-        return cls("error", str(error))
+        text = str(error[1]) if isinstance(error, list | tuple) and len(error) == 2 else str(error)
+        match = _CODED.match(text)
+        return cls(match[1], match[2]) if match else cls("error", text)
+
+
+# "code: message" as to_wire writes it.
+_CODED = re.compile(r"([a-z_]+): (.*)\Z", re.DOTALL)
 
 
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -42,6 +42,7 @@ class SessionRef(_Params):
 class Subscribe(_Params):
     session_id: str
     after_seq: int = 0
+    interactive: bool = False  # this client answers consent asks
 
 
 class ListSessions(_Params):

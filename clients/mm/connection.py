@@ -1,0 +1,188 @@
+"""A blocking msgpack-RPC connection to mmd, started on demand.
+
+The client must start fast, so this uses plain sockets and imports only the
+protocol layer (mmd.rpc, which imports nothing else of the daemon).
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mmd import __version__
+from mmd.rpc import (
+    PROTOCOL_VERSION,
+    FrameError,
+    Notification,
+    ProtocolError,
+    Response,
+    RPCError,
+    Splitter,
+    decode_message,
+    decode_notification_arg,
+    paths,
+    request,
+)
+
+# Seconds a client waits for a daemon it started to answer the handshake.
+START_TIMEOUT = 20.0
+
+
+class DaemonError(Exception):
+    """The daemon cannot be reached or broke the connection; the message says what to do."""
+
+
+class Client:
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        self.sock = sock
+        self.path = path
+        self._splitter = Splitter()
+        self._msgid = 0
+        self.notifications: collections.deque[tuple[str, Any]] = collections.deque()
+        self._responses: dict[int, Response] = {}
+        self.daemon: dict[str, Any] = {}
+
+    # -- connecting ----------------------------------------------------------
+
+    @classmethod
+    def connect(cls, *, autostart: bool = True, check_version: bool = True, client: str = "mm") -> Client:
+        """Connect and handshake, starting a daemon first when none answers.
+
+        Errors:
+            DaemonError: no daemon and none could be started, or a daemon of
+            another version (restart it with ``mm daemon stop``).
+        """
+        path = paths.socket_path()
+        sock = _try_connect(path)
+        if sock is None:
+            if not autostart:
+                raise DaemonError(
+                    f"mmd is not running (no daemon answers on {path}); start it with `mm daemon start`"
+                )
+            sock = start_daemon(path)
+        conn = cls(sock, path)
+        conn.handshake(client, check_version)
+        return conn
+
+    def handshake(self, client: str, check_version: bool) -> None:
+        try:
+            self.daemon = self.call(
+                "handshake", {"protocol": PROTOCOL_VERSION, "client": client, "version": __version__}
+            )
+        except RPCError as exc:
+            raise DaemonError(exc.message) from None
+        theirs = self.daemon.get("daemon_version")
+        if check_version and theirs != __version__:
+            raise DaemonError(
+                f"the running daemon is mm {theirs} (pid {self.daemon.get('pid')}) but this client is mm {__version__}: "
+                "restart the daemon with `mm daemon stop`, then run your command again"
+            )
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # -- messages ------------------------------------------------------------
+
+    def send(self, method: str, params: Any = None) -> int:
+        self._msgid += 1
+        try:
+            self.sock.sendall(request(self._msgid, method, params))
+        except OSError as exc:
+            raise DaemonError(
+                f"lost the connection to mmd ({exc}); see its log with `mm daemon status`"
+            ) from None
+        return self._msgid
+
+    def call(self, method: str, params: Any = None) -> Any:
+        """Send a request and wait for its response; notifications read meanwhile are queued.
+
+        Errors:
+            RPCError: the daemon answered with an error.
+            DaemonError: the connection broke.
+        """
+        msgid = self.send(method, params)
+        while msgid not in self._responses:
+            self._read()
+        resp = self._responses.pop(msgid)
+        if resp.error is not None:
+            raise RPCError.from_wire(resp.error)
+        return resp.result
+
+    def next_notification(self) -> tuple[str, Any]:
+        """Block until a notification arrives: (method, its argument)."""
+        while not self.notifications:
+            self._read()
+        return self.notifications.popleft()
+
+    def _read(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise DaemonError(
+                "mmd closed the connection (it stopped or crashed); its log is in "
+                f"{paths.state_dir() / 'mmd.log'}; run the command again to start a new daemon"
+            )
+        try:
+            frames = self._splitter.feed(data)
+        except FrameError as exc:
+            raise DaemonError(f"mmd sent bytes that are not msgpack-RPC: {exc}") from None
+        for frame in frames:
+            try:
+                msg = decode_message(frame)
+            except ProtocolError as exc:
+                raise DaemonError(f"mmd sent a malformed message: {exc}") from None
+            if isinstance(msg, Response):
+                self._responses[msg.msgid] = msg
+            elif isinstance(msg, Notification):
+                arg = decode_notification_arg(msg.params)
+                if msg.method == "error":
+                    raise DaemonError(str(arg.get("message", arg)) if isinstance(arg, dict) else str(arg))
+                self.notifications.append((msg.method, arg))
+
+
+def _try_connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    except OSError as exc:
+        sock.close()
+        raise DaemonError(f"cannot connect to {path}: {exc}") from None
+    return sock
+
+
+def start_daemon(path: Path) -> socket.socket:
+    """Start mmd detached (own session, no terminal) and wait until it answers.
+
+    Two clients may do this at once: the daemon's socket lock lets one win,
+    the other daemon exits, and both clients connect to the winner.
+    """
+    log_dir = paths.state_dir()
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_path = log_dir / "mmd.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mmd", "--socket", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        sock = _try_connect(path)
+        if sock is not None:
+            return sock
+        code = proc.poll()
+        if code not in (None, 0):
+            raise DaemonError(f"mmd failed to start (exit code {code}); see {log_path}")
+        time.sleep(0.02)
+    raise DaemonError(f"mmd did not answer on {path} within {START_TIMEOUT:.0f} s; see {log_path}")

@@ -1,0 +1,134 @@
+"""Showing a turn's events: answer text on stdout, tool echo on stderr.
+
+The echo is dim on a terminal and plain otherwise, so piping ``mm -p`` into
+another program gets only the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+# Exit codes of ``mm``; docs/cli.md lists them.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_DENIED = 3  # a tool call needed consent and it was refused (or no one could answer)
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+STATUS_EXIT = {"ok": EXIT_OK, "denied": EXIT_DENIED, "cancelled": EXIT_INTERRUPTED}
+
+DIM, RED, RESET = "\033[2m", "\033[31m", "\033[0m"
+
+
+class View:
+    """Renders events in one of the output formats: text, json, stream-json."""
+
+    def __init__(self, fmt: str = "text", out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.fmt = fmt
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.color = self.err.isatty()
+        self._open_line = False  # the answer text has no final newline yet
+        self._echo_open = False  # tool output left without a final newline
+        self.result: dict[str, Any] = {"tool_calls": [], "text": ""}
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _echo(self, text: str, style: str = DIM) -> None:
+        if self.color:
+            text = f"{style}{text}{RESET}"
+        self.err.write(text)
+        self.err.flush()
+
+    def note(self, text: str) -> None:
+        """A line for the person, on stderr."""
+        self._end_answer_line()
+        self._echo(text + "\n")
+
+    def error(self, text: str) -> None:
+        self._end_answer_line()
+        self._echo(f"mm: {text}\n", RED)
+
+    def _end_answer_line(self) -> None:
+        if self._open_line:
+            self.out.write("\n")
+            self.out.flush()
+            self._open_line = False
+
+    # -- events ------------------------------------------------------------------
+
+    def event(self, ev: dict[str, Any]) -> None:
+        if self.fmt == "stream-json":
+            self.out.write(json.dumps(ev, default=str) + "\n")
+            self.out.flush()
+        handler = getattr(self, "_on_" + ev["kind"], None)
+        if handler is not None:
+            handler(ev["data"])
+
+    def _on_text(self, data: dict[str, Any]) -> None:
+        self.result["text"] += data["text"]
+        if self.fmt == "text":
+            self.out.write(data["text"])
+            self.out.flush()
+            self._open_line = not data["text"].endswith("\n")
+
+    def _on_assistant(self, data: dict[str, Any]) -> None:
+        # A step that called tools may have said something first; keep only the final answer.
+        if data["tool_calls"]:
+            self.result["text"] = ""
+
+    def _on_tool_call(self, data: dict[str, Any]) -> None:
+        self.result["tool_calls"].append({"name": data["name"], "arguments": data["arguments"]})
+        if self.fmt == "text":
+            self._end_answer_line()
+            self._echo(f"● {data['echo']}\n")
+
+    def _on_tool_output(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text":
+            self._echo(data["text"])
+            self._echo_open = not data["text"].endswith("\n")
+
+    def _on_tool_result(self, data: dict[str, Any]) -> None:
+        if self.fmt != "text":
+            return
+        if self._echo_open:
+            self._echo("\n")
+            self._echo_open = False
+        last = data["content"].rstrip().splitlines()[-1:] or [""]
+        mark = "✓" if data["ok"] else "✗"
+        self._echo(f"  {mark} {last[0][:200]}\n", DIM if data["ok"] else RED)
+
+    def _on_model_retry(self, data: dict[str, Any]) -> None:
+        self.note(f"model: {data['reason']}; retrying in {data['wait']:.1f} s (attempt {data['attempt']})")
+
+    def _on_warning(self, data: dict[str, Any]) -> None:
+        self.note(f"warning: {data['message']}")
+
+    def _on_consent_answered(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text" and data.get("decision") == "deny":
+            self.note(f"  denied by {data.get('by') or 'the user'}")
+
+    def finish(self, session_id: str, ended: dict[str, Any]) -> int:
+        """Print the end of a turn and return the exit code."""
+        status = ended["status"]
+        if self.fmt == "json":
+            self.out.write(
+                json.dumps(
+                    {
+                        "session_id": session_id,
+                        "status": status,
+                        "result": self.result["text"],
+                        "error": ended.get("error"),
+                        "tool_calls": self.result["tool_calls"],
+                    }
+                )
+                + "\n"
+            )
+        self._end_answer_line()
+        if ended.get("error"):
+            self.error(ended["error"])
+        elif status not in ("ok",) and ended.get("text"):
+            self.note(ended["text"])
+        return STATUS_EXIT.get(status, EXIT_ERROR)

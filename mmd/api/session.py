@@ -1,0 +1,83 @@
+"""The ``session.*`` methods: prompt, cancel, subscribe (replay), list, show."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..rpc.methods import ListSessions, Prompt, SessionRef, ShowSession, Subscribe
+
+if TYPE_CHECKING:
+    from ..connection import Connection
+    from ..daemon import Daemon
+
+
+async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> dict[str, Any]:
+    before = daemon.store.last_seq(p.session_id) if p.session_id else 0
+    session = await daemon.prompt(conn, p)
+    return {"session_id": session.id, "after_seq": before}
+
+
+async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> dict[str, Any]:
+    session = daemon.session(p.session_id)
+    return {"cancelled": session.cancel()}
+
+
+async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> dict[str, Any]:
+    """Attach to a session: the stored events after ``after_seq`` come back, new ones follow as notifications."""
+    session = daemon.session(p.session_id)
+    session.subscribe(conn, interactive=p.interactive)
+    events = daemon.store.events_after(session.id, p.after_seq)
+    pending = [
+        e.data
+        for e in events
+        if e.kind == "consent_needed" and e.data["request_id"] in session.consent.pending
+    ]
+    return {
+        "session_id": session.id,
+        "events": events,
+        "running": session.running,
+        "pending_consent": pending,
+    }
+
+
+async def unsubscribe(daemon: Daemon, conn: Connection, p: SessionRef) -> dict[str, Any]:
+    session = daemon.session(p.session_id)
+    session.unsubscribe(conn)
+    return {}
+
+
+async def list_(daemon: Daemon, conn: Connection, p: ListSessions) -> dict[str, Any]:
+    rows = daemon.store.list_sessions(limit=p.limit, cwd=p.cwd)
+    return {"sessions": [{**_row(r), "running": _running(daemon, r.id)} for r in rows]}
+
+
+async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> dict[str, Any]:
+    session = daemon.session(p.session_id)
+    out: dict[str, Any] = {
+        "session": {**_row(session.row), "running": session.running},
+        "messages": daemon.store.messages(session.id),
+    }
+    if p.events:
+        out["events"] = daemon.store.events_after(session.id, 0)
+    return out
+
+
+def _row(row: Any) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.structs.asdict(row)
+
+
+def _running(daemon: Daemon, session_id: str) -> bool:
+    session = daemon.sessions.get(session_id)
+    return bool(session and session.running)
+
+
+METHODS = {
+    "session.prompt": (Prompt, prompt),
+    "session.cancel": (SessionRef, cancel),
+    "session.subscribe": (Subscribe, subscribe),
+    "session.unsubscribe": (SessionRef, unsubscribe),
+    "session.list": (ListSessions, list_),
+    "session.show": (ShowSession, show),
+}

@@ -1,0 +1,308 @@
+"""mmd: the long-running daemon that owns every piece of state.
+
+It listens on one Unix socket, accepts clients of its own uid, keeps sessions
+(their conversation, subscribers and running turn), the store, and the model
+connections. Shutdown (SIGTERM, SIGINT, ``daemon.stop``) is graceful: running
+turns are cancelled, which stops their process groups and commits their
+``turn_ended`` events; clients get those events; then the store is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from . import transport
+from .agent.session import Session
+from .agent.setup import TurnSetup, system_prompt
+from .config import AgentFile, ConfigError, find_agent_file, load_agent_file, load_user_config
+from .connection import Connection
+from .models import scripted
+from .models.base import Provider
+from .models.factory import ModelRef
+from .rpc import DEFAULT_MAX_FRAME, RPCError, paths
+from .rpc.methods import Prompt
+from .store import Store, StoreError
+from .tools.base import Limits
+from .tools.builtins import make_builtins
+from .tools.registry import Registry
+from .tools.skills import load_skills
+
+log = logging.getLogger("mmd")
+
+# Seconds the daemon waits for clients to read the last events at shutdown.
+FLUSH_GRACE = 1.0
+
+
+class Daemon:
+    def __init__(
+        self,
+        *,
+        socket_path: Path | None = None,
+        state_dir: Path | None = None,
+        config_path: Path | None = None,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.socket_path = socket_path or paths.socket_path()
+        self.state_dir = state_dir or paths.state_dir()
+        self.store_path = self.state_dir / "mm.db"
+        self.log_path = self.state_dir / "mmd.log"
+        self.config_path = config_path or paths.config_dir() / "config.yaml"
+        self.max_frame = max_frame
+        self.connections: set[Connection] = set()
+        self.sessions: dict[str, Session] = {}
+        self.providers: dict[tuple[Any, ...], Provider] = {}
+        self.started = time.monotonic()
+        self.stop_reason = ""
+        self._stop = trio.Event()
+        self.stopped = trio.Event()  # set when serve() has shut everything down
+        self.store: Store
+        self._root: trio.Nursery
+        self._turns: trio.Nursery
+        # Replaced in tests to fake another uid's connection.
+        self.peer_credentials = transport.peer_credentials
+
+    # -- life cycle ---------------------------------------------------------
+
+    async def serve(
+        self,
+        *,
+        listen_sock: socket.socket | None = None,
+        handle_signals: bool = False,
+        task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Bind (unless given a listening socket), serve until stopped, shut down gracefully.
+
+        Errors:
+            transport.AlreadyRunning: another daemon owns the socket.
+        Cancellation: an outside cancel skips the graceful part but still
+        stops every child process group and closes the store.
+        """
+        lock_fd = None
+        if listen_sock is None:
+            lock_fd = transport.lock_socket(self.socket_path)
+        try:
+            if listen_sock is None:
+                listen_sock = transport.bind_unix(self.socket_path)
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.store = Store.open(self.store_path)
+            try:
+                await self._run(listen_sock, handle_signals, task_status)
+            finally:
+                self.store.close()
+                if lock_fd is not None:
+                    transport.remove_socket(self.socket_path)
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)
+        log.info("mmd stopped (%s)", self.stop_reason or "cancelled")
+
+    async def _run(self, listen_sock: socket.socket, handle_signals: bool, task_status: Any) -> None:
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(listen_sock))
+        try:
+            async with trio.open_nursery() as root:
+                self._root = root
+                if handle_signals:
+                    root.start_soon(self._signals)
+                root.start_soon(self._accept, listener)
+                async with trio.open_nursery() as turns:
+                    self._turns = turns
+                    log.info("mmd %s listening on %s (pid %d)", _version(), self.socket_path, os.getpid())
+                    task_status.started(self)
+                    await self._stop.wait()
+                    for session in self.sessions.values():
+                        session.cancel()
+                for conn in list(self.connections):
+                    conn.close_after_flush()
+                with trio.move_on_after(FLUSH_GRACE):
+                    while self.connections:
+                        await trio.sleep(0.01)
+                root.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                for provider in self.providers.values():
+                    await provider.aclose()
+            self.stopped.set()
+
+    def request_stop(self, reason: str) -> None:
+        log.info("stop requested: %s", reason)
+        self.stop_reason = reason
+        self._stop.set()
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                self.request_stop(signal.Signals(signum).name)
+
+    async def _accept(self, listener: trio.SocketListener) -> None:
+        async with listener:
+            while True:
+                stream = await listener.accept()
+                self._root.start_soon(self._admit, stream)
+
+    async def _admit(self, stream: trio.SocketStream) -> None:
+        pid, uid, _ = self.peer_credentials(stream.socket)
+        if uid != os.getuid():
+            log.warning("refused a connection from pid %d of uid %d", pid, uid)
+            conn = Connection(self, stream, pid)
+            conn.notify(
+                "error",
+                {
+                    "code": "peer_refused",
+                    "message": f"this mmd serves uid {os.getuid()} only; start your own daemon",
+                },
+            )
+            conn.close_after_flush()
+            with trio.move_on_after(1):
+                await conn._writer()
+            return
+        conn = Connection(self, stream, pid)
+        self.connections.add(conn)
+        await conn.serve()
+
+    def detach(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for session_id in list(conn.subscriptions):
+            session = self.sessions.get(session_id)
+            if session is not None:
+                session.unsubscribe(conn)
+
+    # -- sessions -----------------------------------------------------------
+
+    def session(self, session_id: str) -> Session:
+        """The loaded session for an id or unique prefix.
+
+        Errors:
+            RPCError("no_session"): no session matches.
+        """
+        if session_id in self.sessions:
+            return self.sessions[session_id]
+        try:
+            row = self.store.resolve_session(session_id)
+        except StoreError as exc:
+            raise RPCError("no_session", str(exc)) from None
+        if row.id not in self.sessions:
+            self.sessions[row.id] = Session(self, row)
+        return self.sessions[row.id]
+
+    async def prompt(self, conn: Connection, p: Prompt) -> Session:
+        """Start a turn for a ``session.prompt`` call and return its session.
+
+        Errors:
+            RPCError: bad agent file or config, no model, unknown session,
+            or a turn already running in that session.
+        """
+        if p.session_id:
+            session: Session | None = self.session(p.session_id)
+        elif p.continue_last:
+            row = self.store.latest_session(p.cwd)
+            if row is None:
+                raise RPCError(
+                    "no_session", f"no session to continue in {p.cwd}; start one with mm -p PROMPT"
+                )
+            session = self.session(row.id)
+        else:
+            session = None
+        cwd = Path(session.row.cwd if session else p.cwd)
+        plan = self._plan(p, cwd, session)
+        if session is None:
+            row = self.store.create_session(cwd=str(cwd), agent=plan.agent_path, model=plan.model.label)
+            session = self.sessions[row.id] = Session(self, row)
+        if session.running:
+            raise RPCError(
+                "busy",
+                f"session {session.id} is running a turn; wait for it or cancel it (Ctrl-C in its client)",
+            )
+        setup = await self._setup(plan, session)
+        session.subscribe(conn, interactive=p.interactive)
+        session.start()
+        self._turns.start_soon(session.run_turn, p.prompt, setup)
+        return session
+
+    def _plan(self, p: Prompt, cwd: Path, session: Session | None) -> _Plan:
+        try:
+            config = load_user_config(self.config_path)
+            agent_path = find_agent_file(cwd, p.agent or (session.row.agent if session else None))
+            agent = load_agent_file(agent_path) if agent_path else AgentFile()
+        except ConfigError as exc:
+            raise RPCError("config_error", str(exc)) from None
+        ref = p.model or agent.model or config.default_model
+        if not ref:
+            raise RPCError(
+                "no_model",
+                "no model configured: pass --model PROVIDER/MODEL, set `model:` in the agent file, "
+                f"or `default_model:` in {self.config_path} (the README's Models section shows how)",
+            )
+        base_dir = agent_path.parent if agent_path else cwd
+        try:
+            model = ModelRef.parse(config, ref, base_dir)
+        except ConfigError as exc:
+            raise RPCError("config_error", str(exc)) from None
+        return _Plan(
+            p=p,
+            cwd=cwd,
+            config=config,
+            agent=agent,
+            agent_path=str(agent_path) if agent_path else None,
+            model=model,
+        )
+
+    async def _setup(self, plan: _Plan, session: Session) -> TurnSetup:
+        provider = await self._provider(plan.model, session)
+        agent, cwd, d = plan.agent, plan.cwd, plan.config.daemon
+        skill_dirs = [*(Path(s) for s in agent.skills), cwd / ".mm" / "skills", paths.config_dir() / "skills"]
+        skills, warnings = load_skills(skill_dirs)
+        for warning in warnings:
+            log.warning("%s", warning)
+            session.emit("warning", {"message": warning})
+        return TurnSetup(
+            provider=provider,
+            model_name=provider.name,
+            system=system_prompt(agent.system, cwd, skills.render()),
+            registry=Registry(make_builtins(agent.builtins, has_skills=bool(skills.skills))),
+            yolo=plan.p.yolo or agent.yolo,
+            max_steps=agent.max_steps or d.max_steps,
+            limits=Limits(
+                timeout=d.tool_timeout,
+                grace=d.grace,
+                max_bytes=d.output_max_bytes,
+                max_lines=d.output_max_lines,
+            ),
+            skills=skills,
+        )
+
+    async def _provider(self, model: ModelRef, session: Session) -> Provider:
+        if model.script is None:
+            if model.key not in self.providers:
+                self.providers[model.key] = model.build()
+            return self.providers[model.key]
+        # A scripted model replays its script from the start for each session.
+        key = ("scripted", str(model.script), session.id)
+        if key not in self.providers:
+            server = await self._root.start(scripted.serve, scripted.load_script(model.script))
+            self.providers[key] = model.build(base_url=f"{server.url}/v1")
+        return self.providers[key]
+
+
+@dataclass(kw_only=True)
+class _Plan:
+    p: Prompt
+    cwd: Path
+    config: Any
+    agent: AgentFile
+    agent_path: str | None
+    model: ModelRef
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__

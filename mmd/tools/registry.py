@@ -1,0 +1,51 @@
+"""The tools one turn offers the model, by name, and the specs sent in each request.
+
+Every tool kind (built-in, declared, MCP) ends up here, so the request, the
+contract and the consent path are the same for all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+from ..models.base import ToolSpec
+from . import contract
+from .base import Tool
+
+
+class Registry:
+    def __init__(self, tools: Iterable[Tool] = (), *, strict: bool = False) -> None:
+        self.tools: dict[str, Tool] = {}
+        self.strict = strict  # keep required/enum keywords for providers that enforce them
+        for tool in tools:
+            self.tools[tool.name] = tool
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tools
+
+    def get(self, name: str) -> Tool | None:
+        return self.tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self.tools)
+
+    def suggest(self, name: str) -> str | None:
+        close = difflib.get_close_matches(name, self.tools, n=1)
+        return close[0] if close else None
+
+    def specs(self) -> list[ToolSpec]:
+        """What the model reads: a disabled tool is absent, not merely discouraged."""
+        return [
+            ToolSpec(
+                name=tool.name,
+                description=contract.render_description(
+                    tool.description,
+                    effects=None if tool.tier == "read" else tool.tier,
+                    prerequisite=None,
+                    example=tool.example,
+                ),
+                parameters=contract.render_schema(tool.parameters, strict=self.strict),
+            )
+            for tool in self.tools.values()
+        ]

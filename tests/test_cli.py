@@ -1,0 +1,348 @@
+"""The real ``mm`` CLI against a real daemon and a scripted model server (all separate processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .conftest import daemon_pids, run_mm, socket_of, wait_for_file, write_config
+
+
+def test_prompt_prints_the_answer_and_starts_the_daemon(mm_home, scripted):
+    server = scripted([{"text": "Hello from the script."}])
+    result = run_mm("-p", "say hello", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Hello from the script.\n"
+    assert len(daemon_pids(mm_home)) == 1
+    body = server.requests()[0]["body"]
+    assert body["messages"][-1] == {"role": "user", "content": "say hello"}
+    assert body["stream"] is True
+
+
+def test_prompt_from_stdin(mm_home, scripted):
+    server = scripted([{"text": "ok"}])
+    result = run_mm("-p", "summarise:", input="line one\nline two\n", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    assert server.requests()[0]["body"]["messages"][-1]["content"] == "summarise:\n\nline one\nline two\n"
+
+
+def test_tool_call_echo_goes_to_stderr_answer_to_stdout(mm_home, scripted):
+    server = scripted(
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo from-the-tool; exit 3"}}]},
+            {"text": "The command failed with 3."},
+        ]
+    )
+    result = run_mm("--yolo", "-p", "run it", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "The command failed with 3.\n"
+    assert "$ echo from-the-tool; exit 3" in result.stderr
+    assert "from-the-tool" in result.stderr
+    assert "\033[" not in result.stderr  # not a TTY: plain echo
+    tool_msg = server.requests()[1]["body"]["messages"][-1]
+    assert tool_msg["role"] == "tool"
+    assert tool_msg["content"] == "from-the-tool\n[exit code 3]"
+
+
+def test_several_tool_calls_in_one_response_run_in_order(mm_home, scripted):
+    work = mm_home / "work"
+    server = scripted(
+        [
+            {
+                "tool_calls": [
+                    {"name": "bash", "arguments": {"command": "echo one >> order.txt"}},
+                    {"name": "bash", "arguments": {"command": "echo two >> order.txt"}},
+                ]
+            },
+            {"text": "done"},
+        ]
+    )
+    result = run_mm("--yolo", "-p", "go", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert (work / "order.txt").read_text() == "one\ntwo\n"
+    roles = [m["role"] for m in server.requests()[1]["body"]["messages"]]
+    assert roles[-3:] == ["assistant", "tool", "tool"]
+
+
+def test_json_output(mm_home, scripted):
+    scripted([{"text": "forty-two"}])
+    result = run_mm("--output-format", "json", "-p", "answer", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["status"] == "ok" and out["result"] == "forty-two" and len(out["session_id"]) == 12
+
+
+def test_stream_json_output_is_one_event_per_line(mm_home, scripted):
+    scripted([{"text": "a b c"}])
+    result = run_mm("--output-format", "stream-json", "-p", "x", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "turn_started" and kinds[-1] == "turn_ended"
+    assert "".join(e["data"]["text"] for e in events if e["kind"] == "text") == "a b c"
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_continue_and_resume_keep_the_conversation(mm_home, scripted):
+    server = scripted([{"text": "first"}, {"text": "second"}, {"text": "third"}])
+    work = mm_home / "work"
+    first = json.loads(run_mm("--output-format", "json", "-p", "one", cwd=work).stdout)
+    assert run_mm("--continue", "-p", "two", cwd=work).returncode == 0
+    assert run_mm("--resume", first["session_id"][:6], "-p", "three", cwd=work).returncode == 0
+    contents = [m["content"] for m in server.requests()[2]["body"]["messages"] if m["role"] != "system"]
+    assert contents == ["one", "first", "two", "second", "three"]
+
+
+def test_sessions_list_and_show(mm_home, scripted):
+    scripted([{"text": "the answer"}])
+    work = mm_home / "work"
+    run_mm("-p", "a question\nwith two lines", cwd=work)
+    listed = run_mm("sessions", "list", "--json", cwd=work)
+    rows = json.loads(listed.stdout)
+    assert len(rows) == 1 and rows[0]["title"] == "a question" and rows[0]["cwd"] == str(work)
+    shown = run_mm("sessions", "show", rows[0]["id"], cwd=work)
+    assert "user: a question" in shown.stdout and "assistant: the answer" in shown.stdout
+    missing = run_mm("sessions", "show", "zzzz", cwd=work)
+    assert missing.returncode == 1 and "mm sessions list" in missing.stderr
+
+
+def test_no_model_configured_says_what_to_do(mm_home):
+    result = run_mm("-p", "hi", cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert "no model configured" in result.stderr and "--model" in result.stderr
+
+
+def test_agent_file_error_names_file_line_and_field(mm_home, scripted):
+    scripted([{"text": "never"}])
+    agent = mm_home / "work" / "agent.yaml"
+    agent.write_text("system: hello\nyolo: true\nmodle: x/y\n")
+    result = run_mm("--agent", str(agent), "-p", "hi", cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert (
+        f"{agent}:3" in result.stderr and "modle" in result.stderr and 'did you mean "model"' in result.stderr
+    )
+
+
+def test_config_value_of_wrong_type_is_reported_and_daemon_goes_on(mm_home, scripted):
+    server = scripted([{"text": "still here"}])
+    config = mm_home / "config" / "mm" / "config.yaml"
+    good = config.read_text()
+    config.write_text(good + "daemon:\n  max_steps: many\n")
+    bad = run_mm("-p", "hi", cwd=mm_home / "work")
+    line = len(good.splitlines()) + 2
+    assert bad.returncode == 1
+    assert f"config.yaml:{line}: daemon.max_steps: expected an integer" in bad.stderr
+    config.write_text(good)
+    assert run_mm("-p", "hi", cwd=mm_home / "work").stdout == "still here\n"
+    assert len(server.requests()) == 1
+
+
+def test_usage_error_exit_code(mm_home):
+    result = run_mm("--output-format", "yaml", "-p", "x")
+    assert result.returncode == 2
+
+
+def test_headless_consent_denial_exits_with_the_consent_code(mm_home, scripted):
+    work = mm_home / "work"
+    scripted([{"tool_calls": [{"name": "bash", "arguments": {"command": "touch should-not-exist"}}]}])
+    result = run_mm("-p", "make a file", cwd=work)
+    assert result.returncode == 3, result.stderr
+    assert "no one to ask" in result.stderr
+    assert not (work / "should-not-exist").exists()
+
+
+def test_read_tools_never_ask(mm_home, scripted):
+    work = mm_home / "work"
+    (work / "notes.txt").write_text("alpha\nbeta\n")
+    server = scripted(
+        [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]}, {"text": "read it"}]
+    )
+    result = run_mm("-p", "read notes", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert "beta" in server.requests()[1]["body"]["messages"][-1]["content"]
+
+
+def test_model_retry_shown_and_answer_arrives(mm_home, scripted):
+    scripted([{"status": 429, "retry_after": 0}, {"status": 500}, {"text": "after retries"}])
+    result = run_mm("-p", "x", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "after retries\n"
+    assert result.stderr.count("retrying") == 2
+
+
+def test_provider_breaking_off_mid_stream_is_an_error_and_daemon_goes_on(mm_home, scripted):
+    scripted([{"text": "one two three four five six", "break_after": 3}, {"text": "fine"}])
+    broken = run_mm("-p", "x", cwd=mm_home / "work")
+    assert broken.returncode == 1 and "broke off" in broken.stderr
+    ok = run_mm("-p", "y", cwd=mm_home / "work")
+    assert ok.returncode == 0 and ok.stdout == "fine\n"
+
+
+def test_provider_returning_invalid_json(mm_home, scripted):
+    scripted([{"raw": "this is not json"}])
+    result = run_mm("-p", "x", cwd=mm_home / "work")
+    assert result.returncode == 1 and "invalid JSON" in result.stderr
+
+
+def test_ctrl_c_cancels_the_turn_and_kills_the_process_group(mm_home, scripted):
+    work = mm_home / "work"
+    scripted(
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "bash",
+                        "arguments": {
+                            "command": "sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait"
+                        },
+                    }
+                ]
+            },
+            {"text": "never reached"},
+        ]
+    )
+    mm = subprocess.Popen(
+        [sys.executable, "-m", "mm.cli", "--yolo", "-p", "sleep"],
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_file(work / "child.pid")
+    wait_for_file(work / "shell.pid")
+    pids = [int((work / name).read_text()) for name in ("child.pid", "shell.pid")]
+    mm.send_signal(signal.SIGINT)
+    _, err = mm.communicate(timeout=30)
+    assert mm.returncode == 130, err
+    _, alive = psutil.wait_procs([_proc(p) for p in pids if _proc(p)], timeout=10)
+    assert not alive
+    # The turn was recorded as cancelled, and the next prompt works in the same session.
+    listed = json.loads(run_mm("sessions", "show", "--json", _only_session(work), cwd=work).stdout)
+    ended = [e for e in listed["events"] if e["kind"] == "turn_ended"]
+    assert ended[-1]["data"]["status"] == "cancelled"
+
+
+def _proc(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _only_session(work: Path) -> str:
+    rows = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    assert len(rows) == 1
+    return rows[0]["id"]
+
+
+def test_two_clients_starting_the_daemon_at_once_give_one_daemon(mm_home, scripted):
+    scripted([{"text": "a"}, {"text": "b"}])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mm.cli", "-p", "hi"],
+            cwd=mm_home / "work",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(o[0] for o in outs) == ["a\n", "b\n"]
+    assert len(daemon_pids(mm_home)) == 1
+
+
+def test_daemon_start_status_stop(mm_home):
+    started = run_mm("daemon", "start")
+    assert started.returncode == 0 and "running" in started.stdout
+    status = json.loads(run_mm("daemon", "status", "--json").stdout)
+    assert status["socket"] == str(socket_of(mm_home))
+    assert psutil.pid_exists(status["pid"])
+    stopped = run_mm("daemon", "stop")
+    assert stopped.returncode == 0
+    psutil.wait_procs([psutil.Process(status["pid"])], timeout=10)
+    assert not socket_of(mm_home).exists()
+    assert run_mm("daemon", "status").returncode == 1
+
+
+def test_sigterm_cancels_running_turn_and_keeps_its_events(mm_home, scripted, daemon):
+    work = mm_home / "work"
+    scripted(
+        [{"tool_calls": [{"name": "bash", "arguments": {"command": "echo $$ > shell.pid; sleep 1000"}}]}]
+    )
+    mm = subprocess.Popen(
+        [sys.executable, "-m", "mm.cli", "--yolo", "-p", "sleep"],
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_file(work / "shell.pid")
+    shell = psutil.Process(int((work / "shell.pid").read_text()))
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(20)
+    _, err = mm.communicate(timeout=20)
+    assert mm.returncode == 130, err  # the turn ended as cancelled
+    psutil.wait_procs([shell], timeout=5)
+    assert not shell.is_running()
+    write_config(mm_home, {})  # no model: the next command only reads the store
+    rows = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    shown = json.loads(run_mm("sessions", "show", "--json", rows[0]["id"], cwd=work).stdout)
+    assert shown["events"][-1]["kind"] == "turn_ended"
+    assert shown["events"][-1]["data"]["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("signame", ["SIGKILL"])
+def test_kill_9_mid_turn_then_restart_keeps_committed_events(mm_home, scripted, daemon, signame):
+    work = mm_home / "work"
+    scripted(
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "bash",
+                        "arguments": {"command": "echo started; echo $$ > shell.pid; sleep 1000"},
+                    }
+                ]
+            },
+            {"text": "resumed fine"},
+        ]
+    )
+    mm = subprocess.Popen(
+        [sys.executable, "-m", "mm.cli", "--yolo", "--output-format", "stream-json", "-p", "go"],
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_file(work / "shell.pid")
+    shell = psutil.Process(int((work / "shell.pid").read_text()))
+    time.sleep(0.2)  # let the echo event reach the client; the assertion below does not depend on it
+    daemon.send_signal(getattr(signal, signame))
+    daemon.wait(10)
+    out, _ = mm.communicate(timeout=20)
+    seen = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert seen and mm.returncode == 1
+    # The orphaned tool group is ours to clean up here: the daemon was killed without warning.
+    os.killpg(shell.pid, signal.SIGKILL)
+    rows = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    stored = json.loads(run_mm("sessions", "show", "--json", rows[0]["id"], cwd=work).stdout)["events"]
+    stored_by_seq = {e["seq"]: e for e in stored}
+    for event in seen:
+        assert stored_by_seq[event["seq"]]["kind"] == event["kind"]
+    again = run_mm("--continue", "-p", "and now?", cwd=work)
+    assert again.returncode == 0 and again.stdout == "resumed fine\n"
