@@ -80,9 +80,30 @@ def test_public_surface() -> None:
         "OutputCapture",
         "ProcResult",
         "run_tool_process",
+        "set_owner",
         "spawn_error_message",
         "supervised_process",
+        "sweep_orphans",
     }
+
+
+def test_sweep_orphans_stops_only_the_owners_processes() -> None:
+    import subprocess
+
+    def start(tag: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, mmd.procs.TAG_VAR: tag}
+        return subprocess.Popen(["sleep", "1000"], env=env, start_new_session=True)
+
+    mine, other = start("owner-a.1234"), start("owner-b.1234")
+    try:
+        swept = mmd.procs.sweep_orphans("owner-a")
+        assert swept == [mine.pid]
+        mine.wait(5)  # returns: the sweep stopped it (and reaped it, so no status is left)
+        assert other.poll() is None
+    finally:
+        for proc in (mine, other):
+            proc.kill()
+            proc.wait()
 
 
 async def test_exit_code_and_output(tmp_path: Path) -> None:

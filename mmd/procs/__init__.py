@@ -16,8 +16,10 @@ from mmd.procs.supervisor import (
     TAG_VAR,
     ProcResult,
     run_tool_process,
+    set_owner,
     spawn_error_message,
     supervised_process,
+    sweep_orphans,
 )
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "OutputCapture",
     "ProcResult",
     "run_tool_process",
+    "set_owner",
     "spawn_error_message",
     "supervised_process",
+    "sweep_orphans",
 ]

@@ -288,7 +288,7 @@ class _Tree:
 async def _spawn(argv: list[str], *, cwd: Path, env: dict[str, str], **stdio: Any) -> _Tree:
     if not argv:
         raise ValueError("empty command")
-    tag = secrets.token_hex(8)
+    tag = f"{_owner}.{secrets.token_hex(8)}"
     proc = await trio.lowlevel.open_process(
         argv,
         cwd=cwd,
@@ -458,6 +458,42 @@ def _pgid(p: psutil.Process) -> int | None:
         return os.getpgid(p.pid)
     except OSError:
         return None
+
+
+# The first part of every tag: a daemon sets it to a value of its own (from its
+# socket path), so that after a kill -9 the next daemon on that socket can find
+# the children its previous life left behind. One daemon per process.
+_owner = "mm"
+
+
+def set_owner(owner: str) -> None:
+    """Tag every child spawned from now on as *owner*'s (see :func:`sweep_orphans`)."""
+    global _owner
+    _owner = owner
+
+
+def sweep_orphans(owner: str, grace: float = 1.0) -> list[int]:
+    """Stop every process still tagged as *owner*'s: children of a daemon that died without stopping them.
+
+    Call it before spawning anything as *owner*. Returns the pids stopped.
+
+    Errors: none; processes that vanish meanwhile are skipped.
+    """
+    prefix = f"{TAG_VAR}={owner}.".encode()
+    victims = []
+    for pid in psutil.pids():
+        if pid != os.getpid() and any(e.startswith(prefix) for e in _read_proc(pid, "environ").split(b"\0")):
+            with contextlib.suppress(psutil.Error):
+                victims.append(psutil.Process(pid))
+    for p in victims:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(victims, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return [p.pid for p in victims]
 
 
 def _read_proc(pid: int, name: str) -> bytes:
