@@ -71,6 +71,15 @@ async def test_text_streams_as_deltas(start: Any) -> None:
     assert result.tool_calls == []
 
 
+async def test_consecutive_requests_reuse_one_connection(start: Any) -> None:
+    # The end of a stream is read to its terminator, so keep-alive holds.
+    server, provider = await start(*({"text": f"answer {i}"} for i in range(5)))
+    for _ in range(5):
+        await complete(provider, Recorder())
+    assert {r["connection"] for r in server.requests} == {server.requests[0]["connection"]}
+    assert all(r["t_responded"] is not None for r in server.requests)
+
+
 async def test_one_tool_call(start: Any) -> None:
     call = {"name": "bash", "arguments": {"command": "ls -la"}, "id": "call_abc"}
     _, provider = await start({"tool_calls": [call]})

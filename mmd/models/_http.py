@@ -306,6 +306,17 @@ class SSEDecoder:
         return None
 
 
+# Seconds to read what follows the end of a stream (the chunked terminator),
+# so the connection goes back to the pool instead of being closed.
+_DRAIN_SECONDS = 1.0
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    with trio.move_on_after(_DRAIN_SECONDS):
+        async for _ in chunks:
+            pass
+
+
 async def _abandon(chunks: AsyncIterator[bytes]) -> None:
     # httpx's byte iterators are nested async generators. Leaving them
     # suspended makes trio warn when they are collected; reading on under a
@@ -449,6 +460,7 @@ class HttpModel:
             async for chunk in chunks:
                 for event, data in decoder.feed(chunk):
                     if self._parse(parser, data, parser.feed, event, data):
+                        await _drain(chunks)
                         return True
             return any(self._parse(parser, data, parser.feed, event, data) for event, data in decoder.close())
         finally:
