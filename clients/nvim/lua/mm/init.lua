@@ -1,0 +1,644 @@
+-- mm.nvim: the Neovim client of mmd, the mm agent daemon.
+--
+-- It speaks mmd's msgpack-RPC (docs/protocol.md) itself over a libuv pipe rather than through
+-- sockconnect(..., {rpc = true}): on an RPC channel Neovim treats every incoming notification as
+-- a call of its own API, so mmd's `event` notifications would be refused as unknown methods.
+-- Messages are msgpack objects written back to back; vim.mpack.Unpacker splits the stream.
+--
+-- Everything is asynchronous: libuv callbacks only schedule work onto the main loop.
+
+local M = {}
+
+M.version = '0.1.0'
+
+local uv = vim.uv or vim.loop
+local PROTOCOL = 1 -- the protocol version this plugin speaks (docs/protocol.md)
+
+local defaults = {
+  socket = nil, -- nil: $MM_SOCKET, else $XDG_RUNTIME_DIR/mm/mmd.sock, else /tmp/mm-<uid>/mmd.sock
+  cmd = { 'mm' }, -- the mm command; `cmd daemon start` starts the daemon when none answers
+  autostart = true,
+  agent = nil, -- agent file; nil: ./mm.yaml, then ./.mm/agent.yaml in the working directory
+  model = nil, -- PROVIDER/MODEL or an alias from config.yaml
+  yolo = false, -- run write tools without asking (destructive tools still ask)
+  max_context_bytes = 256 * 1024, -- larger buffers or selections are cut, with a note to the model
+  split = 'botright vsplit', -- the command that opens a window for the answer buffer
+  on_event = nil, -- function(event): called with every event of the current turn
+}
+
+local config = vim.deepcopy(defaults)
+
+-- The connection to mmd: nil, or {pipe, unpacker, msgid, pending, ready, waiters}.
+local conn = nil
+
+-- The current session as this Neovim sees it.
+local state = {
+  session_id = nil, -- the session the answer buffer shows
+  after_seq = 0, -- events with seq <= after_seq belong to earlier turns
+  running = false, -- a turn started here has not ended
+  waiting = false, -- session.prompt was sent, its response has not come
+  early = {}, -- events that arrived before the response of session.prompt
+  last_status = nil, -- status of the last turn that ended: ok, error, cancelled, denied, max_steps
+  last_error = nil,
+}
+
+local answer = { buf = nil, mode = nil } -- mode: what the last line holds, for streaming
+
+local function present(v)
+  return v ~= nil and v ~= vim.NIL
+end
+
+local function notify(msg, level)
+  vim.notify('mm: ' .. msg, level or vim.log.levels.INFO)
+end
+
+local function error_message(err)
+  -- mmd's errors are [kind, "code: message"], the shape Neovim itself uses.
+  if type(err) == 'table' and type(err[2]) == 'string' then
+    return err[2]
+  end
+  return type(err) == 'string' and err or vim.inspect(err)
+end
+
+-- -- setup ------------------------------------------------------------------------
+
+function M.setup(opts)
+  config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
+end
+
+function M.socket_path()
+  if config.socket then
+    return config.socket
+  end
+  local env = os.getenv('MM_SOCKET')
+  if env and env ~= '' then
+    return env
+  end
+  local runtime = os.getenv('XDG_RUNTIME_DIR')
+  if runtime and runtime:sub(1, 1) == '/' then
+    return runtime .. '/mm/mmd.sock'
+  end
+  return '/tmp/mm-' .. uv.getuid() .. '/mmd.sock'
+end
+
+-- -- the connection -------------------------------------------------------------------
+
+local dispatch -- forward declaration: handles one decoded message
+
+local function disconnect(reason)
+  local old = conn
+  conn = nil
+  if not old then
+    return
+  end
+  if old.pipe and not old.pipe:is_closing() then
+    old.pipe:close()
+  end
+  for _, cb in pairs(old.pending) do
+    cb(reason, nil)
+  end
+  for _, cb in ipairs(old.waiters) do
+    cb(reason)
+  end
+  -- A prompt still waiting for its response was ended by its callback above; this is a turn that
+  -- was streaming when the connection broke.
+  if state.running or state.waiting then
+    state.running, state.waiting = false, false
+    state.last_status, state.last_error = 'error', reason
+    M._line('— ' .. reason)
+  end
+end
+
+local function on_bytes(data)
+  if not conn then
+    return
+  end
+  local pos = 1
+  while pos <= #data do
+    local ok, msg, next_pos = pcall(conn.unpacker, data, pos)
+    if not ok then
+      disconnect('mmd sent bytes that are not msgpack (' .. tostring(msg) .. ')')
+      return
+    end
+    pos = next_pos
+    if msg ~= nil then -- nil: the object continues in the next chunk (the unpacker keeps it)
+      dispatch(msg)
+      if not conn then
+        return
+      end
+    end
+  end
+end
+
+local function request(method, params, cb)
+  if not (conn and conn.pipe) then
+    cb('mmd is not connected', nil)
+    return
+  end
+  conn.msgid = conn.msgid + 1
+  conn.pending[conn.msgid] = cb
+  conn.pipe:write(vim.mpack.encode({ 0, conn.msgid, method, params == nil and {} or { params } }))
+end
+
+dispatch = function(msg)
+  if type(msg) ~= 'table' then
+    return
+  end
+  if msg[1] == 1 then -- response [1, msgid, error, result]
+    local cb = conn.pending[msg[2]]
+    conn.pending[msg[2]] = nil
+    if cb then
+      cb(present(msg[3]) and error_message(msg[3]) or nil, msg[4])
+    end
+  elseif msg[1] == 2 then -- notification [2, method, params]
+    local arg = type(msg[3]) == 'table' and msg[3][1] or nil
+    if msg[2] == 'event' and type(arg) == 'table' then
+      M._on_event(arg)
+    elseif msg[2] == 'error' then
+      local text = type(arg) == 'table' and present(arg.message) and arg.message or vim.inspect(arg)
+      disconnect('mmd closed the connection: ' .. text)
+      notify(text, vim.log.levels.ERROR)
+    end
+  end
+end
+
+local function open_pipe(path, cb)
+  local pipe = uv.new_pipe(false)
+  pipe:connect(
+    path,
+    vim.schedule_wrap(function(err)
+      if err then
+        pipe:close()
+        cb(err, nil)
+      else
+        cb(nil, pipe)
+      end
+    end)
+  )
+end
+
+local function start_daemon(path, cb)
+  local cmd = vim.list_extend(vim.deepcopy(config.cmd), { 'daemon', 'start' })
+  local stderr = {}
+  local ok, job = pcall(vim.fn.jobstart, cmd, {
+    env = { MM_SOCKET = path },
+    stderr_buffered = true,
+    on_stderr = function(_, data)
+      stderr = data or {}
+    end,
+    on_exit = function(_, code)
+      if code == 0 then
+        cb(nil)
+      else
+        cb(table.concat(cmd, ' ') .. ' failed: ' .. vim.trim(table.concat(stderr, '\n')))
+      end
+    end,
+  })
+  if not ok or job <= 0 then
+    cb('cannot run ' .. cmd[1] .. ": install mm or set `cmd` in require('mm').setup()")
+  end
+end
+
+-- Calls cb(err) once connected and handshaken, connecting (and starting mmd) when needed.
+local function with_connection(cb)
+  if conn and conn.ready then
+    cb(nil)
+    return
+  end
+  if conn then
+    table.insert(conn.waiters, cb)
+    return
+  end
+  conn = { msgid = 0, pending = {}, waiters = { cb }, ready = false, unpacker = vim.mpack.Unpacker() }
+  local this = conn
+  local path = M.socket_path()
+
+  local function ready(err)
+    if conn ~= this then
+      return
+    end
+    if err then
+      disconnect(err)
+      return
+    end
+    this.ready = true
+    local waiters = this.waiters
+    this.waiters = {}
+    for _, w in ipairs(waiters) do
+      w(nil)
+    end
+  end
+
+  local function attach(pipe)
+    this.pipe = pipe
+    pipe:read_start(function(err, data)
+      vim.schedule(function()
+        if conn ~= this then
+          return
+        end
+        if err or not data then
+          disconnect('mmd closed the connection' .. (err and (' (' .. err .. ')') or ''))
+        else
+          on_bytes(data)
+        end
+      end)
+    end)
+    request('handshake', { protocol = PROTOCOL, client = 'nvim', version = M.version }, function(err)
+      ready(err and ('handshake failed: ' .. err) or nil)
+    end)
+  end
+
+  open_pipe(path, function(err, pipe)
+    if pipe then
+      attach(pipe)
+      return
+    end
+    local absent = err:match('ENOENT') or err:match('ECONNREFUSED')
+    if not (absent and config.autostart) then
+      ready('no daemon answers on ' .. path .. ' (' .. err .. '); start it with `mm daemon start`')
+      return
+    end
+    start_daemon(path, function(start_err)
+      if start_err then
+        ready(start_err)
+        return
+      end
+      open_pipe(path, function(err2, pipe2)
+        if pipe2 then
+          attach(pipe2)
+        else
+          ready('mmd started but ' .. path .. ' does not answer (' .. err2 .. ')')
+        end
+      end)
+    end)
+  end)
+end
+
+-- Sends a request once connected; cb(err, result).
+function M.request(method, params, cb)
+  with_connection(function(err)
+    if err then
+      cb(err, nil)
+    else
+      request(method, params, cb)
+    end
+  end)
+end
+
+-- -- the answer buffer ----------------------------------------------------------------
+
+local function set_lines(buf, first, last, lines)
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, first, last, false, lines)
+  vim.bo[buf].modifiable = false
+end
+
+function M.answer_buffer()
+  if answer.buf and vim.api.nvim_buf_is_valid(answer.buf) then
+    return answer.buf
+  end
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_name(buf, 'mm://answer')
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'hide'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].filetype = 'markdown'
+  vim.bo[buf].modifiable = false
+  vim.api.nvim_buf_set_keymap(buf, 'n', '<C-c>', '<Cmd>MmCancel<CR>', { noremap = true, silent = true })
+  answer.buf, answer.mode = buf, nil
+  return buf
+end
+
+local function show_answer()
+  local buf = M.answer_buffer()
+  if vim.fn.bufwinid(buf) ~= -1 then
+    return
+  end
+  local from = vim.api.nvim_get_current_win()
+  vim.cmd(config.split)
+  vim.api.nvim_win_set_buf(0, buf)
+  vim.wo.wrap = true
+  vim.api.nvim_set_current_win(from)
+end
+
+local function follow(buf)
+  local last = vim.api.nvim_buf_line_count(buf)
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    if win ~= vim.api.nvim_get_current_win() then
+      vim.api.nvim_win_set_cursor(win, { last, 0 })
+    end
+  end
+end
+
+-- Appends whole lines.
+function M._line(...)
+  local buf = M.answer_buffer()
+  local lines = {}
+  for _, text in ipairs({ ... }) do
+    vim.list_extend(lines, vim.split(text, '\n', { plain = true }))
+  end
+  local count = vim.api.nvim_buf_line_count(buf)
+  local empty = count == 1 and vim.api.nvim_buf_get_lines(buf, 0, 1, false)[1] == ''
+  set_lines(buf, empty and 0 or count, -1, lines)
+  answer.mode = nil
+  follow(buf)
+end
+
+-- Streams text: continues the last line when it holds the same kind of text, each new line
+-- starting with prefix.
+local function stream(text, mode, prefix)
+  if text == '' then
+    return
+  end
+  local buf = M.answer_buffer()
+  local pieces = vim.split(text, '\n', { plain = true })
+  local count = vim.api.nvim_buf_line_count(buf)
+  if answer.mode == mode then
+    local last = vim.api.nvim_buf_get_lines(buf, count - 1, count, false)[1]
+    pieces[1] = last .. pieces[1]
+    for i = 2, #pieces do
+      pieces[i] = prefix .. pieces[i]
+    end
+    set_lines(buf, count - 1, count, pieces)
+  else
+    for i = 1, #pieces do
+      pieces[i] = prefix .. pieces[i]
+    end
+    set_lines(buf, count, -1, pieces)
+  end
+  answer.mode = mode
+  follow(buf)
+end
+
+-- -- consent ------------------------------------------------------------------------
+
+local LABELS = {
+  allow_once = 'Allow once',
+  allow_always = 'Always allow',
+  dry_run = 'Dry run',
+  deny = 'Deny',
+}
+local PREFIX = 'Always allow a command prefix…'
+
+local function answer_consent(session_id, ask, choice)
+  local params = { session_id = session_id, request_id = ask.request_id }
+  local function send()
+    M.request('consent.answer', params, function(err)
+      if err and not err:match('^unknown_request') then -- unknown_request: answered elsewhere
+        notify(err, vim.log.levels.ERROR)
+      end
+    end)
+  end
+  if choice == PREFIX then
+    local first = present(ask.command) and vim.split(ask.command, ' ', { plain = true })[1] or ''
+    vim.ui.input({ prompt = 'Command prefix to allow: ', default = first }, function(rule)
+      if rule and vim.trim(rule) ~= '' then
+        params.decision, params.rule = 'allow_always', vim.trim(rule)
+      else
+        params.decision, params.reason = 'deny', 'no prefix given'
+      end
+      send()
+    end)
+    return
+  end
+  local decision = nil
+  for key, label in pairs(LABELS) do
+    if label == choice then
+      decision = key
+    end
+  end
+  decision = decision or choice
+  if decision == nil or decision == 'deny' then
+    local asked = choice ~= nil
+    local function deny(reason)
+      params.decision = 'deny'
+      if reason and reason ~= '' then
+        params.reason = reason
+      end
+      send()
+    end
+    if asked then
+      vim.ui.input({ prompt = 'Reason for the model (optional): ' }, deny)
+    else
+      deny('the user dismissed the question')
+    end
+    return
+  end
+  params.decision = decision
+  send()
+end
+
+local function ask_consent(session_id, ask)
+  local options = type(ask.options) == 'table' and ask.options or { 'allow_once', 'allow_always', 'deny' }
+  local items = {}
+  for _, option in ipairs(options) do
+    table.insert(items, LABELS[option] or option)
+    if option == 'allow_always' and present(ask.command) then
+      table.insert(items, PREFIX)
+    end
+  end
+  local what = present(ask.echo) and ask.echo or ask.tool
+  vim.ui.select(items, { prompt = 'mm: ' .. ask.tool .. ' wants to run: ' .. what, kind = 'mm_consent' }, function(choice)
+    answer_consent(session_id, ask, choice)
+  end)
+end
+
+-- -- events -------------------------------------------------------------------------
+
+local function render(ev)
+  local d = ev.data or {}
+  local kind = ev.kind
+  if kind == 'text' then
+    stream(d.text or '', 'text', '')
+  elseif kind == 'tool_call' then
+    M._line('● ' .. (present(d.echo) and d.echo or d.name))
+  elseif kind == 'tool_output' then
+    stream(d.text or '', 'output', '  │ ')
+  elseif kind == 'tool_result' then
+    local lines = vim.split(vim.trim(present(d.content) and d.content or ''), '\n', { plain = true })
+    M._line('  ' .. (d.ok and '✓ ' or '✗ ') .. (lines[#lines] or ''):sub(1, 200))
+  elseif kind == 'consent_needed' then
+    M._line('  ? ' .. d.tool .. ' asks for consent')
+    ask_consent(ev.session_id, d)
+  elseif kind == 'consent_answered' then
+    local by = present(d.by) and (' by ' .. d.by) or ''
+    local why = (present(d.reason) and d.reason ~= '') and (': ' .. d.reason) or ''
+    M._line('  ' .. tostring(d.decision):gsub('_', ' ') .. by .. why)
+  elseif kind == 'model_retry' then
+    M._line(string.format('  ! model: %s; retrying in %.1f s', tostring(d.reason), tonumber(d.wait) or 0))
+  elseif kind == 'warning' then
+    M._line('  ! ' .. tostring(d.message))
+  elseif kind == 'turn_ended' then
+    local tail = present(d.error) and (': ' .. d.error) or ''
+    if d.status ~= 'ok' and tail == '' and present(d.text) and d.text ~= '' then
+      tail = ': ' .. d.text
+    end
+    M._line('— ' .. tostring(d.status) .. tail)
+  end
+end
+
+function M._on_event(ev)
+  if state.waiting and ev.session_id ~= state.session_id then
+    table.insert(state.early, ev) -- the response of session.prompt has not named the session yet
+    return
+  end
+  if ev.session_id ~= state.session_id or (ev.seq or 0) <= state.after_seq then
+    return
+  end
+  render(ev)
+  if ev.kind == 'turn_ended' then
+    state.running = false
+    state.last_status = ev.data.status
+    state.last_error = present(ev.data.error) and ev.data.error or nil
+  end
+  if config.on_event then
+    config.on_event(ev)
+  end
+end
+
+-- -- prompts ------------------------------------------------------------------------
+
+local function fence_for(body)
+  local fence = '```'
+  while body:find(fence, 1, true) do
+    fence = fence .. '`'
+  end
+  return fence
+end
+
+-- The prompt's context: the lines of a range, else the whole current buffer. Returns (text, label)
+-- or nil when there is nothing to send.
+local function context(opts)
+  local buf = vim.api.nvim_get_current_buf()
+  if buf == answer.buf or vim.bo[buf].buftype ~= '' then
+    return nil
+  end
+  local first, last = 1, vim.api.nvim_buf_line_count(buf)
+  if opts.range and opts.range > 0 then
+    first, last = opts.line1, opts.line2
+  end
+  local lines = vim.api.nvim_buf_get_lines(buf, first - 1, last, false)
+  local body = table.concat(lines, '\n')
+  if vim.trim(body) == '' then
+    return nil
+  end
+  if #body > config.max_context_bytes then
+    body = body:sub(1, config.max_context_bytes)
+      .. string.format('\n[cut by mm.nvim: only the first %d bytes are included]', config.max_context_bytes)
+  end
+  local name = vim.fn.expand('%:.')
+  name = name ~= '' and name or '[No Name]'
+  local label = name
+  if opts.range and opts.range > 0 then
+    label = string.format('%s, lines %d-%d', name, first, last)
+  end
+  local fence = fence_for(body)
+  return string.format('%s:\n%s%s\n%s\n%s', label, fence, vim.bo[buf].filetype, body, fence), label
+end
+
+-- Starts a turn. opts: {prompt, continue = bool, context = {text, label}|nil}.
+function M.prompt(opts)
+  if state.running or state.waiting then
+    notify('a turn is running: wait for it or :MmCancel it', vim.log.levels.WARN)
+    return
+  end
+  local text = opts.prompt
+  if opts.context then
+    text = text .. '\n\n' .. opts.context[1]
+  end
+  local params = { prompt = text, cwd = vim.fn.getcwd(), interactive = true, yolo = config.yolo or false }
+  if config.agent then
+    params.agent = vim.fn.fnamemodify(config.agent, ':p')
+  end
+  if config.model then
+    params.model = config.model
+  end
+  local previous = state.session_id
+  if opts.continue then
+    if previous then
+      params.session_id = previous
+    else
+      params.continue_last = true
+    end
+  end
+
+  show_answer()
+  local header = '» ' .. opts.prompt
+  if opts.context then
+    header = header .. '\n  with ' .. opts.context[2]
+  end
+  M._line('', header, '')
+  state.waiting, state.running, state.early = true, true, {}
+  state.last_status, state.last_error = nil, nil
+  M.request('session.prompt', params, function(err, result)
+    state.waiting = false
+    if err then
+      state.running = false
+      state.last_status, state.last_error = 'error', err
+      M._line('— ' .. err)
+      notify(err, vim.log.levels.ERROR)
+      return
+    end
+    state.session_id, state.after_seq = result.session_id, result.after_seq
+    if previous and previous ~= result.session_id then
+      request('session.unsubscribe', { session_id = previous }, function() end)
+    end
+    local early = state.early
+    state.early = {}
+    for _, ev in ipairs(early) do
+      M._on_event(ev)
+    end
+  end)
+end
+
+-- Cancels the running turn: its processes are stopped; it ends with status "cancelled".
+function M.cancel()
+  if not (state.running and state.session_id) then
+    notify('no turn is running')
+    return
+  end
+  M.request('session.cancel', { session_id = state.session_id }, function(err)
+    if err then
+      notify(err, vim.log.levels.ERROR)
+    end
+  end)
+end
+
+-- The :Mm and :MmContinue commands. Without arguments the prompt is asked with vim.ui.input.
+function M.command(opts, continue)
+  local ctx = nil
+  if not opts.bang then
+    local text, label = context(opts)
+    if text then
+      ctx = { text, label }
+    end
+  end
+  local function go(prompt)
+    if prompt and vim.trim(prompt) ~= '' then
+      M.prompt({ prompt = prompt, continue = continue, context = ctx })
+    end
+  end
+  if vim.trim(opts.args or '') ~= '' then
+    go(opts.args)
+  else
+    vim.ui.input({ prompt = continue and 'mm (continue)> ' or 'mm> ' }, go)
+  end
+end
+
+-- What the plugin knows, for statuslines and tests.
+function M.status()
+  return {
+    connected = conn ~= nil and conn.ready,
+    session_id = state.session_id,
+    running = state.running,
+    last_status = state.last_status,
+    last_error = state.last_error,
+  }
+end
+
+-- Closes the connection (mmd keeps running, and so do turns started here).
+function M.disconnect()
+  disconnect('disconnected')
+end
+
+return M
