@@ -1,0 +1,554 @@
+"""The daemon's MCP connections, shared by every session that uses the same server.
+
+One :class:`Connection` per server configuration (its ``ResolvedServer.key``:
+URL and headers, or argv, environment and working directory; not the tool
+filters), so two agents that allow different tools of one server share one
+connection, and a second ``mm -p`` finds it warm: no new process, no new
+handshake. Each connection is one task in the pool's nursery, which the
+daemon opens in its root nursery; when the daemon stops, the nursery is
+cancelled and every stdio server's process group is stopped.
+
+A connection's task connects on first use, lists the tools, and then waits.
+When the connection drops (a stdio server exits, an HTTP request finds the
+server gone) it reconnects at once, then with backoff (0.5 s doubling up to
+30 s) while it keeps failing; a dead stdio server is so restarted. A call in
+flight when the connection dropped gets :class:`McpCallError` ``lost``, which
+the tool answers with class ``retry_after``. A call or a turn that finds the
+connection down asks for an attempt now rather than waiting out the backoff,
+and waits for it up to the server's ``connect_timeout``. A connection unused
+for ``IDLE_CLOSE`` seconds is closed (its server stopped) and reopened on the
+next use.
+
+The MCP SDK is imported on first use, in a worker thread (it takes a second
+or two): a daemon without MCP servers never loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..procs import spawn_error_message
+from .config import ExpansionError, ResolvedServer, resolve, servers_for
+from .stdio import stdio_transport
+
+if TYPE_CHECKING:
+    from ..tools.base import Tool
+
+log = logging.getLogger(__name__)
+
+# Seconds a connection may go unused before it is closed (its stdio server stopped).
+IDLE_CLOSE = 1800.0
+# Backoff between reconnect attempts that keep failing: first, then doubling up to the last.
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+# Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
+MAX_PAGES = 100
+# Bytes of a stdio server's stderr quoted in an error.
+STDERR_TAIL = 600
+
+
+class McpUnavailable(Exception):
+    """The server could not be reached; the message says why."""
+
+
+class McpCallError(Exception):
+    """A request reached no answer or an error answer.
+
+    ``kind``: ``lost`` (the connection dropped while the request was in
+    flight), ``timeout``, ``remote`` (a JSON-RPC error; ``code`` and
+    ``message`` are the server's) or ``invalid`` (an answer that breaks the
+    protocol).
+    """
+
+    def __init__(self, kind: str, message: str, *, code: int | None = None, data: Any = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.code = code
+        self.data = data
+
+
+_sdk_loaded: trio.Event | None = None
+
+
+async def load_sdk() -> None:
+    """Import the MCP SDK once, in a worker thread, so the daemon keeps answering meanwhile."""
+    global _sdk_loaded
+    if _sdk_loaded is None:
+        _sdk_loaded = trio.Event()
+        try:
+            await trio.to_thread.run_sync(importlib.import_module, "mcp.client.client")
+        finally:
+            _sdk_loaded.set()
+    await _sdk_loaded.wait()
+
+
+class Connection:
+    """One server's connection: state, the cached tool list, and the task that keeps it."""
+
+    def __init__(self, pool: McpPool, server: ResolvedServer) -> None:
+        self.pool = pool
+        self.server = server
+        self.key = server.key
+        self.state = "new"  # new | connecting | ready | dropped | failed | idle | closed
+        self.error: str | None = None  # why the last attempt failed, or the connection dropped
+        self.tools: list[Any] = []  # the SDK's Tool objects, as the server listed them
+        self.capabilities: Any = None
+        self.server_info: Any = None
+        self.protocol: str | None = None
+        self.pid: int | None = None
+        self.attempts = 0  # connection attempts
+        self.connects = 0  # handshakes that succeeded
+        self.failures = 0  # attempts that never reached ready
+        self.drops = 0  # connections that dropped once ready
+        self.calls = 0
+        self.in_flight = 0
+        self.connect_seconds: float | None = None  # of the last successful connect
+        self.connected_at: float | None = None  # wall clock
+        self.last_used = trio.current_time()
+        self.log_path = pool.log_dir / f"{server.name}-{server.key[:8]}.log"
+        self._client: Any = None
+        self._changed = trio.Event()
+        self._wake = trio.Event()
+        self._poke = trio.Event()
+        self._broken = False
+        self._relist = False
+        self._exit_code: int | None = None
+        self._running = False
+
+    # -- what callers use --------------------------------------------------
+
+    async def ready(self, timeout: float) -> Any:
+        """The live MCP client, connecting now if the connection is down.
+
+        Errors: McpUnavailable when the attempt fails or ``timeout`` passes.
+        """
+        self.last_used = trio.current_time()
+        if self._live():
+            return self._client
+        self.pool._start(self)
+        seen = self.failures
+        if self.state != "connecting":
+            self._wake.set()
+        with trio.move_on_after(timeout):
+            while True:
+                if self._live():
+                    return self._client
+                if self.failures > seen:
+                    raise McpUnavailable(self.error or "the connection failed")
+                await self._changed.wait()
+        last = f"; last error: {self.error}" if self.error else ""
+        raise McpUnavailable(f"no connection within {timeout:g} s{last}")
+
+    def _live(self) -> bool:
+        return self.state == "ready" and self._client is not None and not self._broken
+
+    async def request(
+        self, method: str, *args: Any, timeout: float, connect_timeout: float, **kw: Any
+    ) -> Any:
+        """``client.<method>(*args, **kw)`` on the live connection, within ``timeout`` seconds.
+
+        Errors: McpUnavailable (no connection), McpCallError (see its kinds).
+        Cancellation: the request is abandoned (the SDK tells the server).
+        """
+        client = await self.ready(connect_timeout)
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+        from pydantic import ValidationError
+
+        self.in_flight += 1
+        self.calls += 1
+        try:
+            with trio.fail_after(timeout):
+                return await getattr(client, method)(*args, **kw)
+        except trio.TooSlowError:
+            raise McpCallError("timeout", f"no answer within {timeout:g} s") from None
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED or (
+                exc.code == INVALID_REQUEST and exc.message == "Session terminated"
+            ):
+                self._break(f"the connection closed during {method}")
+                raise McpCallError("lost", self._lost_reason()) from None
+            if exc.code == REQUEST_TIMEOUT:
+                raise McpCallError("timeout", exc.message) from None
+            raise McpCallError("remote", exc.message, code=exc.code, data=exc.data) from None
+        except ValidationError as exc:
+            raise McpCallError("invalid", f"the server's answer breaks the protocol: {exc}") from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._break(str(exc))
+            raise McpCallError("lost", self._lost_reason()) from None
+        except Exception as exc:
+            if _is_transport_error(exc):
+                self._break(describe(exc))
+                raise McpCallError("lost", self._lost_reason()) from None
+            raise
+        finally:
+            self.in_flight -= 1
+            self.last_used = trio.current_time()
+
+    async def refresh(self, timeout: float) -> None:
+        """List the tools again (``mm mcp test``), connecting if needed."""
+        client = await self.ready(timeout)
+        with trio.fail_after(timeout):
+            self.tools = await _list_tools(client)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "error": self.error,
+            "pid": self.pid,
+            "connects": self.connects,
+            "drops": self.drops,
+            "calls": self.calls,
+            "in_flight": self.in_flight,
+            "tools_offered": len(self.tools) if self.connects else None,
+            "connect_seconds": None if self.connect_seconds is None else round(self.connect_seconds, 3),
+            "connected_at": self.connected_at,
+            "protocol": self.protocol,
+            "log": str(self.log_path) if self.server.transport == "stdio" else None,
+        }
+
+    # -- the connection's task ---------------------------------------------
+
+    async def run(self) -> None:
+        delay = 0.0
+        while True:
+            if delay and self.connects:
+                with trio.move_on_after(delay):
+                    await self._wake.wait()
+            elif delay:  # it never connected: try again when a turn or a call asks, not on a timer
+                await self._wake.wait()
+            if not self._wanted():
+                self._set("idle")
+                await self._wake.wait()
+            self._wake = trio.Event()
+            reached = await self._session()
+            delay = 0.0 if reached else min(max(delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
+
+    def _wanted(self) -> bool:
+        return self.in_flight > 0 or trio.current_time() - self.last_used < IDLE_CLOSE
+
+    async def _session(self) -> bool:
+        """One connection, from connecting until it drops or idles out; whether it got ready."""
+        await load_sdk()
+        self.attempts += 1
+        self._broken, self._relist, self._exit_code, self.pid = False, False, None, None
+        self._poke = trio.Event()
+        self._set("connecting")
+        started = trio.current_time()
+        reached, error = False, None
+        timeout = self.server.spec.connect_timeout
+        try:
+            with trio.CancelScope(deadline=started + timeout) as scope:
+                async with self._client_context() as client:
+                    tools = await _list_tools(client)
+                    scope.deadline = math.inf
+                    reached = True
+                    self._client, self.tools = client, tools
+                    self.capabilities = client.server_capabilities
+                    self.server_info, self.protocol = client.server_info, client.protocol_version
+                    self.connects += 1
+                    self.connect_seconds = trio.current_time() - started
+                    self.connected_at = time.time()
+                    self.error = None
+                    self._set("ready")
+                    log.info(
+                        "MCP server %s connected in %.3f s (%s, %d tools)",
+                        self.server.name,
+                        self.connect_seconds,
+                        self.protocol,
+                        len(tools),
+                    )
+                    await self._serve(client)
+            if scope.cancelled_caught and not reached:
+                error = f"no answer within {timeout:g} s" + self._stderr_hint()
+        except Exception as exc:
+            error = self._explain(exc)
+        finally:
+            self._client = None
+        if self._broken and error is None:
+            signalled = self._exit_code is not None and self._exit_code < 0
+            error = self._lost_reason() + ("" if signalled else self._stderr_hint())
+        if error is None:
+            return reached  # closed for being idle
+        self.error = error
+        if reached:
+            self.drops += 1
+            log.warning("MCP server %s dropped: %s; reconnecting", self.server.name, error)
+        else:
+            self.failures += 1
+            log.warning("MCP server %s: %s", self.server.name, error)
+        self._set("failed")
+        return reached
+
+    async def _serve(self, client: Any) -> None:
+        while not self._broken:
+            with trio.move_on_at(self.last_used + IDLE_CLOSE):
+                await self._poke.wait()
+            self._poke = trio.Event()
+            if self._broken:
+                return
+            if self._relist:
+                self._relist = False
+                with trio.fail_after(self.server.spec.connect_timeout):
+                    self.tools = await _list_tools(client)
+                self._set("ready")
+            elif not self._wanted():
+                log.info("MCP server %s closed after %g s unused", self.server.name, IDLE_CLOSE)
+                return
+
+    @contextlib.asynccontextmanager
+    async def _client_context(self) -> AsyncIterator[Any]:
+        from mcp.client.client import Client
+        from mcp_types import Implementation
+
+        from .. import __version__
+
+        client = Client(
+            self._transport(),
+            mode="auto",
+            client_info=Implementation(name="mm", version=__version__),
+            message_handler=self._on_message,
+            cache=None,
+        )
+        async with client:
+            yield client
+
+    def _transport(self) -> Any:
+        server = self.server
+        if server.transport == "http":
+            return _http_transport(server.url or "", server.headers, server.spec.connect_timeout)
+        return self._stdio()
+
+    @contextlib.asynccontextmanager
+    async def _stdio(self) -> AsyncIterator[Any]:
+        server = self.server
+        self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.log_path, "ab") as stderr:
+            stderr.write(f"--- mm: starting {server.target} at {time.ctime()}\n".encode())
+            stderr.flush()
+            self._stderr_from = stderr.tell()
+            async with stdio_transport(
+                server.argv,
+                cwd=server.cwd or Path.home(),
+                env=server.env,
+                stderr=stderr.fileno(),
+                grace=self.pool.grace,
+                on_start=self._started,
+                on_exit=self._exited,
+            ) as streams:
+                yield streams
+
+    def _started(self, pid: int) -> None:
+        self.pid = pid
+
+    def _exited(self, code: int | None) -> None:
+        self._exit_code = code
+        self._break("")
+        self._break_reason = f"the server exited ({_exit_text(code)})"
+
+    async def _on_message(self, message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self._relist = True
+            self._poke.set()
+
+    def _break(self, reason: str) -> None:
+        if not self._broken:
+            self._broken = True
+            self._break_reason = reason
+            self._poke.set()
+            if self.state == "ready":
+                self._set("dropped")
+
+    def _lost_reason(self) -> str:
+        return getattr(self, "_break_reason", None) or "the connection dropped"
+
+    def _explain(self, exc: BaseException) -> str:
+        leaf = _leaf(exc)
+        if isinstance(leaf, OSError | ValueError) and self.server.transport == "stdio" and self.pid is None:
+            return spawn_error_message(leaf, self.server.argv, self.server.cwd or Path.home())
+        if self._exit_code is not None:
+            return (
+                f"the server exited ({_exit_text(self._exit_code)}) before it answered{self._stderr_hint()}"
+            )
+        return describe(leaf) + self._stderr_hint()
+
+    def _stderr_hint(self) -> str:
+        if self.server.transport != "stdio":
+            return ""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(getattr(self, "_stderr_from", 0), os.path.getsize(self.log_path) - STDERR_TAIL))
+                tail = f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+        if not tail:
+            return ""
+        lines = tail.splitlines()[-4:]
+        return f"; its stderr ends with: {' | '.join(line.strip() for line in lines)}"
+
+    def _set(self, state: str) -> None:
+        self.state = state
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+class McpPool:
+    """Every MCP connection of the daemon, by configuration key."""
+
+    def __init__(self, *, log_dir: Path, grace: float = 3.0) -> None:
+        self.log_dir = log_dir
+        self.grace = grace
+        self.connections: dict[str, Connection] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the connection tasks until cancelled; then every server is stopped."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            for conn in self.connections.values():
+                conn._running = False
+                conn.state = "closed"
+
+    def connection(self, server: ResolvedServer) -> Connection:
+        conn = self.connections.get(server.key)
+        if conn is None:
+            conn = self.connections[server.key] = Connection(self, server)
+        else:
+            conn.server = server  # the same connection, perhaps under another name
+        return conn
+
+    def _start(self, conn: Connection) -> None:
+        if conn._running:
+            return
+        if self._nursery is None:
+            raise McpUnavailable("the daemon is stopping")
+        conn._running = True
+        self._nursery.start_soon(conn.run, name=f"mcp:{conn.server.name}")
+
+    async def tools(self, agent: Any, config: Any) -> tuple[list[Tool], list[str]]:
+        """The MCP tools of every enabled server of *agent* and *config*, and warnings.
+
+        Servers are connected concurrently, each within its ``connect_timeout``.
+        A server that cannot be reached, or whose ``${VAR}`` is not set, is a
+        warning and its tools are left out of the turn. Clashes with built-in
+        and declared tools are not decided here (see ``tool.admit``).
+        """
+        from .tool import make_tools
+
+        entries = [e for e in servers_for(agent, config) if e.spec.enabled]
+        if not entries:
+            return [], []
+        results: list[tuple[list[Tool], list[str]]] = [([], [])] * len(entries)
+
+        async def one(i: int) -> None:
+            entry = entries[i]
+            try:
+                conn = self.connection(resolve(entry))
+                await conn.ready(entry.spec.connect_timeout)
+            except (ExpansionError, McpUnavailable) as exc:
+                results[i] = (
+                    [],
+                    [f"MCP server {entry.name} is not available: {exc}; its tools are left out"],
+                )
+                return
+            try:
+                results[i] = make_tools(entry, conn)
+            except Exception as exc:  # a listing mm cannot read must not fail the turn
+                log.exception("MCP server %s: its tools could not be read", entry.name)
+                results[i] = (
+                    [],
+                    [f"MCP server {entry.name}: its tools could not be read ({exc}); they are left out"],
+                )
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(entries)):
+                nursery.start_soon(one, i)
+        tools = [t for found, _ in results for t in found]
+        return tools, [w for _, warned in results for w in warned]
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(url: str, headers: dict[str, str], connect_timeout: float) -> AsyncIterator[Any]:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # No read timeout here: each request has its own (the call's timeout).
+    timeout = httpx2.Timeout(connect_timeout, read=None)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+async def _list_tools(client: Any) -> list[Any]:
+    tools: list[Any] = []
+    cursor = None
+    for _ in range(MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside nested groups that is not a cancellation."""
+    if isinstance(exc, BaseExceptionGroup):
+        inner = [_leaf(e) for e in exc.exceptions]
+        real = [e for e in inner if not isinstance(e, trio.Cancelled)]
+        return (real or inner)[0]
+    return exc
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    leaf = _leaf(exc)
+    return type(leaf).__module__.startswith(("httpx2", "httpcore2", "anyio")) or isinstance(
+        leaf, ConnectionError
+    )
+
+
+def describe(exc: BaseException) -> str:
+    """One line saying what went wrong, for a person and the model."""
+    leaf = _leaf(exc)
+    code = getattr(leaf, "code", None)
+    if type(leaf).__name__ == "MCPError":
+        return f"{leaf} (MCP error {code})"
+    module = type(leaf).__module__
+    if module.startswith(("httpx2", "httpcore2")):
+        name = type(leaf).__name__
+        if name == "ConnectError":
+            return f"cannot connect: {leaf or 'connection refused'}"
+        return f"{name}: {leaf}" if str(leaf) else name
+    text = str(leaf)
+    return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "status unknown"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

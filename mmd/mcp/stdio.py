@@ -1,0 +1,133 @@
+"""The MCP stdio transport over mm's supervisor.
+
+The SDK's ``stdio_client`` starts the server itself; mm's servers run under
+:func:`mmd.procs.supervised_process` instead, like every child of the daemon:
+their own session and process group, descendants recorded, the whole tree
+stopped (SIGTERM, grace, SIGKILL, reaped) when the connection ends, and found
+by their tag after a daemon was killed. This module bridges the child's pipes
+to the SDK's message streams: one JSON-RPC message per line each way.
+
+Shutdown follows the MCP lifecycle: close the server's stdin, give it a moment
+to exit by itself, then the supervisor stops the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..procs import supervised_process
+
+log = logging.getLogger(__name__)
+
+# Seconds a server gets to exit by itself once its stdin is closed, before SIGTERM.
+STDIN_CLOSE_WAIT = 0.5
+# Longest line read from a server; a longer one is dropped (and logged), not buffered forever.
+MAX_LINE = 64 * 1024 * 1024
+# Bytes read at once from the server's stdout.
+READ_SIZE = 65536
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stderr: Any,
+    grace: float,
+    on_start: Callable[[int], None],
+    on_exit: Callable[[int | None], None],
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Run the server ``argv`` and yield ``(read_stream, write_stream)`` for an MCP ``Client``.
+
+    The server's environment is ``env`` alone (see config.INHERITED_ENV);
+    its stderr goes to ``stderr`` (a file descriptor). ``on_start(pid)`` is
+    called once it runs; ``on_exit(returncode)`` as soon as it exits, whoever
+    asked (the server crashed, was killed, or the block ended).
+
+    Errors: OSError or ValueError if the server cannot start.
+    Cancellation: the process tree is stopped in a shielded scope, then
+    Cancelled goes on.
+    """
+    import anyio
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    async with supervised_process(
+        argv,
+        cwd=cwd,
+        env=env,
+        inherit_env=False,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        grace=grace,
+    ) as proc:
+        on_start(proc.pid)
+        read_send, read_recv = anyio.create_memory_object_stream[Any](0)
+        write_send, write_recv = anyio.create_memory_object_stream[Any](0)
+
+        async def reader() -> None:
+            buf = bytearray()
+            try:
+                async with read_send:
+                    while chunk := await proc.stdout.receive_some(READ_SIZE):
+                        buf += chunk
+                        while (end := buf.find(b"\n")) >= 0:
+                            line = bytes(buf[:end])
+                            del buf[: end + 1]
+                            if line.strip():
+                                message = _parse(line, mcp_types, SessionMessage)
+                                if message is not None:
+                                    await read_send.send(message)
+                        if len(buf) > MAX_LINE:
+                            log.warning("%s: dropped a line longer than %d bytes", argv[0], MAX_LINE)
+                            buf.clear()
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the session is gone, or the pipe: either way the stream is closed
+
+        async def writer() -> None:
+            try:
+                async with write_recv:
+                    async for message in write_recv:
+                        text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                        await proc.stdin.send_all(text.encode() + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.ClosedResourceError, OSError):
+                # The server is gone: end the read side too, so a waiting request is answered.
+                await read_send.aclose()
+
+        async def watcher() -> None:
+            code = await proc.wait()
+            on_exit(code)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            nursery.start_soon(writer)
+            nursery.start_soon(watcher)
+            try:
+                yield read_recv, write_send
+            finally:
+                with trio.CancelScope(shield=True):
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        await proc.stdin.aclose()
+                    with trio.move_on_after(min(grace, STDIN_CLOSE_WAIT)):
+                        await proc.wait()
+                nursery.cancel_scope.cancel()
+                for stream in (read_send, read_recv, write_send, write_recv):
+                    stream.close()
+
+
+def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:
+    try:
+        return session_message(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError:
+        # A server that logs to stdout breaks the protocol; skip the line rather than the connection.
+        log.warning("an MCP server wrote a line that is not JSON-RPC: %.200r", line)
+        return None
