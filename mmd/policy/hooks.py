@@ -1,0 +1,506 @@
+"""``preToolCall`` / ``postToolCall`` hooks: commands that see a tool call and may change its course.
+
+A hook is a child process run under the supervisor (own process group,
+timeout, whole tree stopped at the end) in the session's working directory.
+It reads one JSON object on stdin, in the shape Claude Code gives its
+``PreToolUse`` / ``PostToolUse`` hooks, so existing hook scripts port over.
+How it ends says what happens (docs/hooks.md):
+
+- exit 0: the call goes on; a JSON object on stdout may allow, deny or ask,
+  replace the input (``updatedInput``), add context for the model, or stop
+  the turn (``continue: false``);
+- exit 2: the call is blocked; the hook's stderr is what the model reads;
+- any other exit, a timeout, a command that cannot start, or a stdout that
+  starts with ``{`` but is no JSON object: a hook error, logged and shown as
+  a ``hook`` event; the call goes on as if the hook had said nothing.
+
+Several matching hooks run one after the other in a fixed order: the user
+config's first, then the agent file's, each in file order. Input updates
+chain (each hook sees the input the previous one produced, checked by the
+contract each time). The first deny ends the chain and wins over any allow or
+ask before it; otherwise ask wins over allow. Contexts add up in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+
+from ..procs.supervisor import spawn_error_message, supervised_process
+from ..tools import contract
+from ..tools.base import ToolError, ToolResult
+from .spec import HookSpec, HooksSpec
+
+if TYPE_CHECKING:
+    from ..models.base import ToolCall
+    from ..tools.base import Tool
+
+log = logging.getLogger(__name__)
+
+Event = Literal["preToolCall", "postToolCall"]
+# The hook_event_name a hook reads: Claude Code's names, so its hooks run unchanged.
+CLAUDE_EVENT = {"preToolCall": "PreToolUse", "postToolCall": "PostToolUse"}
+# Bytes of a hook's stdout, and of its stderr, that are kept; the rest is read and dropped.
+MAX_CAPTURE = 64 * 1024
+# Seconds to read what is left in the pipes after the hook exited (a background child may hold them).
+DRAIN_WAIT = 1.0
+# A command string made only of these characters is one program path, not a shell line.
+_PLAIN_PATH = re.compile(r"[\w./~+@%:,=-]+")
+# Decisions a hook may give, with the older Claude Code spellings.
+_DECISIONS = {"allow": "allow", "approve": "allow", "deny": "deny", "block": "deny", "ask": "ask"}
+
+
+# --- configuration ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One configured hook, its paths resolved."""
+
+    event: Event
+    matcher: str
+    argv: list[str]
+    label: str  # the command as written, for events and messages
+    timeout: float
+    base_dir: Path  # folder of the file that declared it
+
+    def matches(self, tool_name: str) -> bool:
+        """Whether *tool_name* matches one of the ``|``-separated globs (case-insensitive)."""
+        name = tool_name.lower()
+        return any(fnmatch.fnmatchcase(name, glob.strip().lower() or "*") for glob in self.matcher.split("|"))
+
+
+@dataclass(frozen=True)
+class Hooks:
+    pre: tuple[Hook, ...] = ()
+    post: tuple[Hook, ...] = ()
+
+    def matching(self, event: Event, tool_name: str) -> list[Hook]:
+        hooks = self.pre if event == "preToolCall" else self.post
+        return [h for h in hooks if h.matches(tool_name)]
+
+
+def hook_argv(command: str | list[str], base_dir: Path) -> list[str]:
+    """The argv of a hook command.
+
+    A list is argv as written. A string of one word (no space, no shell
+    character) is one program path. Any other string is a shell line, run by
+    ``/bin/sh -c``. A program path that starts with ``./`` or ``../`` (or has
+    a ``/`` without being absolute) is relative to *base_dir*; a bare name is
+    looked up in PATH; ``~`` is expanded.
+    """
+    if isinstance(command, str):
+        if not _PLAIN_PATH.fullmatch(command):
+            return ["/bin/sh", "-c", command]
+        command = [command]
+    if not command:
+        return []
+    program = os.path.expanduser(command[0])
+    if "/" in program and not os.path.isabs(program):
+        program = os.path.normpath(base_dir / program)
+    return [program, *command[1:]]
+
+
+def _resolve(event: Event, specs: list[HookSpec], base_dir: Path) -> list[Hook]:
+    return [
+        Hook(
+            event=event,
+            matcher=s.matcher,
+            argv=hook_argv(s.command, base_dir),
+            label=s.command if isinstance(s.command, str) else " ".join(s.command),
+            timeout=s.timeout,
+            base_dir=base_dir,
+        )
+        for s in specs
+    ]
+
+
+def merged_hooks(user: HooksSpec, user_dir: Path, agent: HooksSpec, agent_dir: Path) -> Hooks:
+    """The hooks of one turn: config.yaml's first, then the agent file's, each in file order.
+
+    Relative command paths start at the folder of the file that declared them.
+    """
+    return Hooks(
+        pre=tuple(
+            [
+                *_resolve("preToolCall", user.pre_tool_call, user_dir),
+                *_resolve("preToolCall", agent.pre_tool_call, agent_dir),
+            ]
+        ),
+        post=tuple(
+            [
+                *_resolve("postToolCall", user.post_tool_call, user_dir),
+                *_resolve("postToolCall", agent.post_tool_call, agent_dir),
+            ]
+        ),
+    )
+
+
+# --- running one hook -----------------------------------------------------------------------
+
+
+@dataclass
+class HookRun:
+    """How one hook process ended."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    error: str | None = None  # could not start, or timed out
+
+
+class _Bounded:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    async def pump(self, stream: Any) -> None:
+        while chunk := await stream.receive_some(65536):
+            room = MAX_CAPTURE - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+async def run_hook(
+    hook: Hook, payload: dict[str, Any], *, cwd: Path, env: dict[str, str], grace: float = 3.0
+) -> HookRun:
+    """Run *hook* with *payload* as JSON on stdin; never raises for what the hook does.
+
+    The hook runs in *cwd* with ``os.environ`` updated by *env*, in its own
+    process group; when it exits or its timeout passes, its whole tree is
+    stopped. stdout and stderr are kept up to MAX_CAPTURE bytes each.
+
+    Cancellation: the tree is stopped (up to *grace* seconds), then Cancelled goes on.
+    """
+    if not hook.argv:
+        return HookRun(exit_code=None, stdout="", stderr="", error="empty command")
+    data = json.dumps(payload, ensure_ascii=False).encode()
+    out, err = _Bounded(), _Bounded()
+    exit_code: int | None = None
+    with trio.move_on_after(hook.timeout) as timer:
+        try:
+            async with (
+                supervised_process(
+                    hook.argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    grace=grace,
+                ) as proc,
+                trio.open_nursery() as nursery,
+            ):
+                drained = [trio.Event(), trio.Event()]
+                for sink, stream, done in (
+                    (out, proc.stdout, drained[0]),
+                    (err, proc.stderr, drained[1]),
+                ):
+                    nursery.start_soon(_pump, sink, stream, done)
+                await _feed(proc.stdin, data)
+                exit_code = await proc.wait()
+                with trio.move_on_after(DRAIN_WAIT):
+                    for done in drained:
+                        await done.wait()
+                nursery.cancel_scope.cancel()
+        except (OSError, ValueError) as exc:
+            return HookRun(
+                exit_code=None, stdout="", stderr="", error=spawn_error_message(exc, hook.argv, cwd)
+            )
+    if timer.cancelled_caught:
+        return HookRun(
+            exit_code=None,
+            stdout=out.text(),
+            stderr=err.text(),
+            error=f"timed out after {hook.timeout:g} s (the hook and its children were stopped)",
+        )
+    return HookRun(exit_code=exit_code, stdout=out.text(), stderr=err.text())
+
+
+async def _pump(sink: _Bounded, stream: Any, done: trio.Event) -> None:
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await sink.pump(stream)
+    done.set()
+
+
+async def _feed(stdin: Any, data: bytes) -> None:
+    """Write the payload and close stdin; a hook that does not read it is fine."""
+    try:
+        await stdin.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stdin.aclose()
+
+
+# --- what a hook said -----------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """One hook's answer, read from its exit code and stdout."""
+
+    decision: str | None = None  # allow, deny, ask, or None
+    reason: str | None = None
+    updated_input: dict[str, Any] | None = None
+    context: str | None = None
+    stop: str | None = None  # continue: false → why the turn stops
+    system_message: str | None = None
+    error: str | None = None  # a hook error: logged, and the call goes on
+
+
+def read_verdict(run: HookRun) -> Verdict:
+    """What a finished hook decided (see the module docstring for the rules)."""
+    if run.error is not None:
+        return Verdict(error=run.error)
+    if run.exit_code == 2:
+        reason = run.stderr.strip() or "blocked by a hook (exit code 2, nothing on stderr)"
+        return Verdict(decision="deny", reason=reason)
+    if run.exit_code != 0:
+        tail = run.stderr.strip().splitlines()[-1:] if run.stderr.strip() else []
+        detail = f": {tail[0]}" if tail else ""
+        return Verdict(error=f"exit code {run.exit_code}{detail}")
+    text = run.stdout.strip()
+    if not text.startswith("{"):
+        return Verdict()  # plain text on stdout is only shown in the hook event
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        return Verdict(error=f"stdout starts with {{ but is not valid JSON: {exc}")
+    if not isinstance(obj, dict):
+        return Verdict(error="stdout is JSON but not an object")
+    return _fields(obj)
+
+
+def _fields(obj: dict[str, Any]) -> Verdict:
+    specific = obj.get("hookSpecificOutput")
+    if specific is None:
+        specific = {}
+    if not isinstance(specific, dict):
+        return Verdict(error="hookSpecificOutput is not an object")
+
+    def pick(*names: str) -> Any:
+        for where in (specific, obj):
+            for name in names:
+                if where.get(name) is not None:
+                    return where[name]
+        return None
+
+    raw = pick("permissionDecision", "decision")
+    decision = None
+    if raw is not None:
+        decision = _DECISIONS.get(str(raw).lower()) if isinstance(raw, str) else None
+        if decision is None:
+            return Verdict(error=f"unknown decision {raw!r}; expected allow, deny or ask")
+    updated = pick("updatedInput")
+    if updated is not None and not isinstance(updated, dict):
+        return Verdict(error="updatedInput is not a JSON object")
+    context = pick("additionalContext")
+    reason = pick("permissionDecisionReason", "reason")
+    stop = None
+    if obj.get("continue") is False:
+        stop = str(obj.get("stopReason") or "A hook stopped the turn.")
+    message = obj.get("systemMessage")
+    return Verdict(
+        decision=decision,
+        reason=str(reason) if reason is not None else None,
+        updated_input=updated,
+        context=str(context) if context else None,
+        stop=stop,
+        system_message=str(message) if message else None,
+    )
+
+
+# --- a whole chain, for one call --------------------------------------------------------------
+
+
+@dataclass
+class PreOutcome:
+    """What the preToolCall hooks decided for one call."""
+
+    args: dict[str, Any]  # the arguments to run with (updated by the hooks, validated)
+    decision: str | None = None  # allow or ask for the consent gate; deny is ``answer``
+    updated: bool = False
+    answer: ToolResult | None = None  # set when the call must not run: what the model reads
+    context: list[str] = field(default_factory=list)
+
+    def with_context(self, result: ToolResult) -> ToolResult:
+        """*result* with the hooks' additional context appended to what the model reads."""
+        return add_context(result, self.context)
+
+
+def add_context(result: ToolResult, context: list[str]) -> ToolResult:
+    if not context:
+        return result
+    return ToolResult(ok=result.ok, content="\n\n".join([result.content, *context]), data=result.data)
+
+
+def _payload(
+    event: Event, session: Any, call: ToolCall, tool_name: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "session_id": session.id,
+        "cwd": str(session.cwd),
+        "hook_event_name": CLAUDE_EVENT[event],
+        "mm_event": event,
+        "tool_name": tool_name,
+        "tool_input": args,
+        "tool_use_id": call.id,
+    }
+
+
+def _env(event: Event, hook: Hook, session: Any, call: ToolCall, tool_name: str) -> dict[str, str]:
+    return {
+        "MM_SESSION_ID": session.id,
+        "MM_TOOL_CALL_ID": call.id,
+        "MM_TOOL_NAME": tool_name,
+        "MM_HOOK_EVENT": event,
+        "MM_HOOK_DIR": str(hook.base_dir),
+        "CLAUDE_PROJECT_DIR": str(session.cwd),
+    }
+
+
+async def _one(
+    hook: Hook, payload: dict[str, Any], session: Any, call: ToolCall, tool_name: str, grace: float
+) -> Verdict:
+    run = await run_hook(
+        hook,
+        payload,
+        cwd=session.cwd,
+        env=_env(hook.event, hook, session, call, tool_name),
+        grace=grace,
+    )
+    verdict = read_verdict(run)
+    if verdict.error is not None:
+        log.warning("%s hook %r for %s: hook error: %s", hook.event, hook.label, tool_name, verdict.error)
+    session.emit(
+        "hook",
+        {
+            "event": hook.event,
+            "hook": hook.label,
+            "call_id": call.id,
+            "tool": tool_name,
+            "exit_code": run.exit_code,
+            "decision": "error" if verdict.error else verdict.decision,
+            "reason": verdict.reason,
+            "error": verdict.error,
+            "updated_input": verdict.updated_input is not None,
+            "context": verdict.context is not None,
+            "stderr": run.stderr[-2000:],
+            "stdout": run.stdout[-2000:],
+        },
+    )
+    if verdict.system_message:
+        session.emit("warning", {"message": f"{hook.event} hook {hook.label}: {verdict.system_message}"})
+    if verdict.stop is not None:
+        from ..agent.calls import StopTurn
+
+        raise StopTurn("denied", f"Stopped by the {hook.event} hook {hook.label}: {verdict.stop}")
+    return verdict
+
+
+async def run_pre_hooks(
+    hooks: Hooks | None, *, tool: Tool, call: ToolCall, args: dict[str, Any], session: Any, grace: float = 3.0
+) -> PreOutcome:
+    """Run the preToolCall hooks that match *tool*, in order, on arguments the contract validated.
+
+    Errors: StopTurn when a hook answers ``continue: false``. Every other
+    failure of a hook is a hook error: logged, shown, and skipped.
+    """
+    outcome = PreOutcome(args=args)
+    for hook in hooks.matching("preToolCall", tool.name) if hooks else []:
+        payload = _payload("preToolCall", session, call, tool.name, outcome.args)
+        verdict = await _one(hook, payload, session, call, tool.name, grace)
+        if verdict.error is not None:
+            continue
+        if verdict.context:
+            outcome.context.append(verdict.context)
+        if verdict.decision == "deny":
+            reason = verdict.reason or "no reason given"
+            blocked = ToolResult(
+                ok=False,
+                content=f"{tool.name} was not run: blocked by the preToolCall hook {hook.label}.\n{reason}",
+                data={"blocked": True, "hook": hook.label, "reason": reason},
+            )
+            outcome.answer = outcome.with_context(blocked)
+            outcome.decision = "deny"
+            return outcome
+        if verdict.updated_input is not None:
+            try:
+                outcome.args = contract.validate(tool.parameters, verdict.updated_input, example=tool.example)
+            except ToolError as err:
+                outcome.answer = _invalid_update(tool, hook, verdict.updated_input, err)
+                return outcome
+            outcome.updated = True
+        if verdict.decision == "ask" or (verdict.decision == "allow" and outcome.decision is None):
+            outcome.decision = verdict.decision
+    return outcome
+
+
+def _invalid_update(tool: Tool, hook: Hook, updated: dict[str, Any], err: ToolError) -> ToolResult:
+    sent = json.dumps(updated, ensure_ascii=False)
+    content = (
+        f"{tool.name} was not run: the preToolCall hook {hook.label} replaced its arguments with "
+        f"{sent}, which are not valid: {err.reason}"
+    )
+    log.warning(
+        "preToolCall hook %r for %s: hook error: invalid updatedInput: %s", hook.label, tool.name, err.reason
+    )
+    return ToolResult(
+        ok=False,
+        content=content,
+        data={
+            "blocked": True,
+            "hook": hook.label,
+            "hook_error": "invalid updatedInput",
+            "error": err.fields(),
+        },
+    )
+
+
+async def run_post_hooks(
+    hooks: Hooks | None,
+    *,
+    tool: Tool,
+    call: ToolCall,
+    args: dict[str, Any],
+    result: ToolResult,
+    session: Any,
+    grace: float = 3.0,
+) -> ToolResult:
+    """Run the postToolCall hooks that match *tool* on its result; returns what the model reads.
+
+    A deny (or exit 2) replaces the result with a block message and ends the
+    chain; contexts are appended. Errors: StopTurn on ``continue: false``.
+    """
+    context: list[str] = []
+    for hook in hooks.matching("postToolCall", tool.name) if hooks else []:
+        payload = _payload("postToolCall", session, call, tool.name, args)
+        payload["tool_response"] = {"ok": result.ok, "content": result.content, "data": result.data}
+        verdict = await _one(hook, payload, session, call, tool.name, grace)
+        if verdict.error is not None:
+            continue
+        if verdict.context:
+            context.append(verdict.context)
+        if verdict.decision == "deny":
+            reason = verdict.reason or "no reason given"
+            result = ToolResult(
+                ok=False,
+                content=f"{tool.name} ran, but the postToolCall hook {hook.label} withheld its result.\n{reason}",
+                data={"blocked": True, "hook": hook.label, "reason": reason, "ran": True},
+            )
+            break
+    return add_context(result, context)
