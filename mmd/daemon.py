@@ -9,32 +9,33 @@ turns are cancelled, which stops their process groups and commits their
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from . import transport
+from . import procs, transport
 from .agent.session import Session
-from .agent.setup import TurnSetup, system_prompt
+from .agent.setup import TurnSetup, build_tools, system_prompt
 from .config import AgentFile, ConfigError, find_agent_file, load_agent_file, load_user_config
 from .connection import Connection
+from .mcp.pool import McpPool
 from .models import scripted
 from .models.base import Provider
 from .models.factory import ModelRef
+from .policy.hooks import merged_hooks
 from .rpc import DEFAULT_MAX_FRAME, RPCError, paths
 from .rpc.methods import Prompt
 from .store import Store, StoreError
 from .tools.base import Limits
-from .tools.builtins import make_builtins
-from .tools.registry import Registry
-from .tools.skills import load_skills
 
 log = logging.getLogger("mmd")
 
@@ -60,6 +61,7 @@ class Daemon:
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
         self.providers: dict[tuple[Any, ...], Provider] = {}
+        self.mcp = McpPool(log_dir=self.state_dir / "mcp")  # MCP connections shared by sessions
         self.started = time.monotonic()
         self.stop_reason = ""
         self._stop = trio.Event()
@@ -69,6 +71,8 @@ class Daemon:
         self._turns: trio.Nursery
         # Replaced in tests to fake another uid's connection.
         self.peer_credentials = transport.peer_credentials
+        # Called once when a stop is requested (main.py tells systemd: STOPPING=1).
+        self.on_stopping: Callable[[], object] | None = None
 
     # -- life cycle ---------------------------------------------------------
 
@@ -94,6 +98,7 @@ class Daemon:
                 listen_sock = transport.bind_unix(self.socket_path)
             self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.store = Store.open(self.store_path)
+            self._sweep_orphans()
             try:
                 await self._run(listen_sock, handle_signals, task_status)
             finally:
@@ -110,6 +115,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as root:
                 self._root = root
+                await root.start(self.mcp.run)
                 if handle_signals:
                     root.start_soon(self._signals)
                 root.start_soon(self._accept, listener)
@@ -132,8 +138,19 @@ class Daemon:
                     await provider.aclose()
             self.stopped.set()
 
+    def _sweep_orphans(self) -> None:
+        # Children are tagged with an owner derived from the socket: whatever
+        # still carries it now was left by a previous daemon that was killed.
+        owner = hashlib.sha256(str(self.socket_path.absolute()).encode()).hexdigest()[:12]
+        swept = procs.sweep_orphans(owner)
+        if swept:
+            log.warning("stopped %d processes left by a previous daemon: %s", len(swept), swept)
+        procs.set_owner(owner)
+
     def request_stop(self, reason: str) -> None:
         log.info("stop requested: %s", reason)
+        if self.on_stopping is not None and not self._stop.is_set():
+            self.on_stopping()
         self.stop_reason = reason
         self._stop.set()
 
@@ -258,16 +275,20 @@ class Daemon:
     async def _setup(self, plan: _Plan, session: Session) -> TurnSetup:
         provider = await self._provider(plan.model, session)
         agent, cwd, d = plan.agent, plan.cwd, plan.config.daemon
-        skill_dirs = [*(Path(s) for s in agent.skills), cwd / ".mm" / "skills", paths.config_dir() / "skills"]
-        skills, warnings = load_skills(skill_dirs)
+        mcp_tools, mcp_warnings = await self.mcp.tools(agent, plan.config)
+        registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
+        warnings = [*mcp_warnings, *warnings]
         for warning in warnings:
             log.warning("%s", warning)
-            session.emit("warning", {"message": warning})
         return TurnSetup(
+            warnings=warnings,  # emitted by the turn, so they are among its events (seq > after_seq)
+            hooks=merged_hooks(
+                plan.config.hooks, self.config_path.parent, agent.hooks, agent.base_dir or cwd
+            ),
             provider=provider,
             model_name=provider.name,
             system=system_prompt(agent.system, cwd, skills.render()),
-            registry=Registry(make_builtins(agent.builtins, has_skills=bool(skills.skills))),
+            registry=registry,
             yolo=plan.p.yolo or agent.yolo,
             max_steps=agent.max_steps or d.max_steps,
             limits=Limits(
@@ -277,6 +298,9 @@ class Daemon:
                 max_lines=d.output_max_lines,
             ),
             skills=skills,
+            recover_tool_calls=plan.model.recover_tool_calls,
+            loop=agent.loop,
+            phases=agent.phases,
         )
 
     async def _provider(self, model: ModelRef, session: Session) -> Provider:

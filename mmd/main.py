@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, sdnotify
 from .rpc import paths
 
 # Exit status when another daemon already serves the socket: not an error.
@@ -32,12 +33,34 @@ def _logging(state_dir: Path, level: str) -> Path:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / "mmd.log"
     handlers: list[logging.Handler] = [logging.FileHandler(log_path)]
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() or _stderr_is_journal():
         handlers.append(logging.StreamHandler())
     logging.basicConfig(
         level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
+    # One INFO line per model request would drown the daemon's own lines.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
     return log_path
+
+
+def _stderr_is_journal() -> bool:
+    """True when systemd connected stderr to the journal (``JOURNAL_STREAM=dev:inode``)."""
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return os.environ.get("JOURNAL_STREAM") == f"{st.st_dev}:{st.st_ino}"
+
+
+class _Ready:
+    """Passed to ``Daemon.serve`` as its task status: once it listens, tell systemd."""
+
+    def __init__(self, notifier: sdnotify.Notifier) -> None:
+        self.notifier = notifier
+
+    def started(self, value: object = None) -> None:
+        self.notifier.notify("READY=1", f"MAINPID={os.getpid()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,9 +72,25 @@ def main(argv: list[str] | None = None) -> int:
 
     state_dir = args.state_dir or paths.state_dir()
     _logging(state_dir, args.log_level)
-    daemon = Daemon(socket_path=args.socket, state_dir=state_dir, config_path=args.config)
+    # Under systemd: the socket it bound for us (socket activation) and where to say "ready".
+    notifier = sdnotify.Notifier.from_environ()
     try:
-        trio.run(lambda: daemon.serve(handle_signals=True))
+        listen_sock = sdnotify.activated_socket()
+    except sdnotify.ActivationError as exc:
+        logging.getLogger("mmd").error("%s", exc)
+        print(f"mmd: {exc}", file=sys.stderr)
+        return 1
+    socket_path = args.socket
+    if listen_sock is not None:
+        bound = sdnotify.socket_address(listen_sock)
+        socket_path = Path(bound) if bound else socket_path
+        logging.getLogger("mmd").info("socket activated by systemd: %s", bound or "(unnamed)")
+    daemon = Daemon(socket_path=socket_path, state_dir=state_dir, config_path=args.config)
+    daemon.on_stopping = lambda: notifier.notify("STOPPING=1")
+    try:
+        trio.run(
+            lambda: daemon.serve(listen_sock=listen_sock, handle_signals=True, task_status=_Ready(notifier))
+        )
     except AlreadyRunning as exc:
         print(f"mmd: {exc}; nothing to do", file=sys.stderr)
         return EXIT_ALREADY_RUNNING

@@ -292,3 +292,11 @@ def test_error_shape_round_trips():
     back = RPCError.from_wire(wire)
     assert (back.code, back.message) == ("busy", "session x: wait: or cancel")
     assert RPCError("internal_error", "boom").to_wire()[0] == 0
+
+
+def test_every_method_is_documented():
+    from mmd.api import METHODS
+
+    docs = Path(__file__).resolve().parent.parent.joinpath("docs", "protocol.md").read_text()
+    missing = [name for name in METHODS if f"`{name} " not in docs and f"`{name}`" not in docs]
+    assert not missing, missing

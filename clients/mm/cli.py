@@ -37,6 +37,31 @@ def _connect(**kwargs: Any) -> Client:
         raise  # unreachable
 
 
+def _complete_ids(method: str, key: str, field: str) -> Any:
+    """A shell_complete callback offering ids from a running daemon (never starts one)."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        try:
+            client = Client.connect(autostart=False)
+            rows = client.call(method, {})[key]
+            client.close()
+        except (DaemonError, RPCError, OSError):
+            return []
+        return [
+            CompletionItem(str(row["id"]), help=str(row.get(field) or ""))
+            for row in rows
+            if str(row["id"]).startswith(incomplete)
+        ]
+
+    return complete
+
+
+_complete_sessions = _complete_ids("session.list", "sessions", "title")
+_complete_rules = _complete_ids("consent.list", "rules", "tool")
+
+
 @click.group(invoke_without_command=True, context_settings=CONTEXT)
 @click.option(
     "-p",
@@ -51,11 +76,17 @@ def _connect(**kwargs: Any) -> Client:
 @click.option(
     "-c", "--continue", "continue_", is_flag=True, help="Continue the newest session of this directory."
 )
-@click.option("-r", "--resume", metavar="ID", help="Continue the session ID (a unique prefix is enough).")
+@click.option(
+    "-r",
+    "--resume",
+    metavar="ID",
+    shell_complete=_complete_sessions,
+    help="Continue the session ID (a unique prefix is enough).",
+)
 @click.option(
     "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
 )
-@click.option("-m", "--model", help="Model: PROVIDER/MODEL or an alias from config.yaml.")
+@click.option("-m", "--model", metavar="MODEL", help="Model: PROVIDER/MODEL or an alias from config.yaml.")
 @click.option(
     "--output-format",
     type=click.Choice(["text", "json", "stream-json"]),
@@ -73,6 +104,8 @@ def main(ctx: click.Context, prompt: str | None, continue_: bool, resume: str | 
     mm -p "what changed in this repo?"    answer once and exit
     mm                                     chat in this terminal
     mm --continue -p "and now?"            continue the newest session here
+
+    `mm COMMAND --help` describes each command.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -86,11 +119,22 @@ def main(ctx: click.Context, prompt: str | None, continue_: bool, resume: str | 
     sys.exit(run_prompt(text, **opts))
 
 
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        _fail(
+            "the current directory no longer exists (it was deleted): cd to an existing directory, "
+            "or continue a session by its id with --resume ID"
+        )
+        raise  # unreachable
+
+
 def _prompt_params(text: str, opts: dict[str, Any], session_id: str | None) -> dict[str, Any]:
     agent = opts.get("agent")
     params: dict[str, Any] = {
         "prompt": text,
-        "cwd": os.getcwd(),
+        "cwd": _cwd(),
         "yolo": bool(opts.get("yolo")),
         "interactive": sys.stdin.isatty(),
     }
@@ -160,7 +204,13 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
     bash = ask.get("command") is not None
     always = "always this command" if bash else f"always {ask['tool']}"
     view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}")
-    choices = f"[y] once  [a] {always}" + ("  [p] a command prefix" if bash else "") + "  [n] deny"
+    dry = "dry_run" in ask.get("options", [])
+    choices = (
+        f"[y] once  [a] {always}"
+        + ("  [p] a command prefix" if bash else "")
+        + ("  [d] dry run first" if dry else "")
+        + "  [n] deny"
+    )
     answer: dict[str, Any] = {"session_id": session_id, "request_id": ask["request_id"]}
     while True:
         reply = click.prompt(f"  allow? {choices}", default="n", show_default=False, err=True).strip().lower()
@@ -168,6 +218,8 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
             answer["decision"] = "allow_once"
         elif reply in ("a", "always"):
             answer["decision"] = "allow_always"
+        elif reply == "d" and dry:
+            answer["decision"] = "dry_run"
         elif reply == "p" and bash:
             answer["decision"] = "allow_always"
             answer["rule"] = click.prompt("  prefix to allow (e.g. git status)", err=True).strip()
@@ -183,6 +235,8 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
         client.call("consent.answer", answer)
     except RPCError as exc:
         view.error(exc.message)
+        if exc.code == "invalid_params":  # e.g. a prefix holding `;`: the ask still waits, ask again
+            _answer_consent(client, session_id, ask, view)
 
 
 def _chat(**opts: Any) -> int:
@@ -217,11 +271,16 @@ def _newest_session() -> str | None:
 
 @main.command()
 @click.option("--agent", type=click.Path(dir_okay=False), help="Agent file.")
-@click.option("-m", "--model", help="Model: PROVIDER/MODEL or an alias.")
-@click.option("-r", "--resume", metavar="ID", help="Continue the session ID.")
+@click.option("-m", "--model", metavar="MODEL", help="Model: PROVIDER/MODEL or an alias.")
+@click.option(
+    "-r", "--resume", metavar="ID", shell_complete=_complete_sessions, help="Continue the session ID."
+)
 @click.option("--yolo", is_flag=True, help="Run write tools without asking.")
 def chat(**opts: Any) -> None:
-    """Chat with the model in this terminal."""
+    """Chat with the model in this terminal.
+
+    Ctrl-C cancels the running turn; Ctrl-D or /exit quits. Plain `mm` does the same.
+    """
     sys.exit(_chat(continue_=False, **opts))
 
 
@@ -230,19 +289,26 @@ def chat(**opts: Any) -> None:
 
 @main.group()
 def daemon() -> None:
-    """Start, stop or inspect the mmd daemon."""
+    """Start, stop, inspect or install the mmd daemon."""
 
 
 @daemon.command("start")
 def daemon_start() -> None:
-    """Start the daemon unless one is running, and print its status."""
+    """Start the daemon if none is running.
+
+    Then print its status. Under systemd socket activation, connecting starts it.
+    """
     client = _connect()
     _print_status(client.call("daemon.status"))
 
 
 @daemon.command("stop")
 def daemon_stop() -> None:
-    """Stop the daemon gracefully: running turns are cancelled, children reaped."""
+    """Stop the daemon; running turns are cancelled.
+
+    Their processes are stopped and reaped and their last events stored first.
+    Under systemd socket activation the socket stays: the next client starts mmd again.
+    """
     try:
         client = Client.connect(autostart=False, check_version=False)
     except DaemonError:
@@ -256,15 +322,34 @@ def daemon_stop() -> None:
     except DaemonError:
         pass  # the daemon closed our connection: it is stopping
     client.close()
-    while time.monotonic() < deadline and client.path.exists():
+    # A daemon that bound the socket removes it; under systemd the socket stays, so watch the pid too.
+    while time.monotonic() < deadline and client.path.exists() and _running(result["pid"]):
         time.sleep(0.02)
     click.echo(f"mmd (pid {result['pid']}) stopped")
+
+
+def _running(pid: int) -> bool:
+    """Whether *pid* is a live process (a zombie waiting for its parent counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 @daemon.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def daemon_status(as_json: bool) -> None:
-    """Show whether the daemon runs, its pid, socket, store and log."""
+    """Show the daemon's pid, socket, store and log.
+
+    Exits with 1 when no daemon is running (it does not start one).
+    """
     try:
         client = Client.connect(autostart=False, check_version=False)
     except DaemonError as exc:
@@ -274,6 +359,36 @@ def daemon_status(as_json: bool) -> None:
         click.echo(json.dumps(status, indent=2))
     else:
         _print_status(status)
+
+
+@daemon.command("install-service")
+@click.option("--print", "to_stdout", is_flag=True, help="Print the two units instead of writing them.")
+def daemon_install_service(to_stdout: bool) -> None:
+    """Install mmd as a systemd user service, started on demand.
+
+    Writes mmd.socket and mmd.service to ~/.config/systemd/user ($XDG_CONFIG_HOME/systemd/user):
+    systemd then listens on mm's socket and starts mmd on the first connection. Nothing is
+    enabled: the command prints the systemctl lines to run. docs/systemd.md has the details.
+    """
+    from . import service
+
+    exec_start = service.mmd_exec()
+    if to_stdout:
+        for name, text in service.render(exec_start).items():
+            click.echo(f"# ---- {name}\n{text}")
+        return
+    for path in service.install(exec_start=exec_start):
+        click.echo(f"wrote {path}")
+    click.echo(
+        "\nmmd.service runs: " + exec_start + "\n"
+        "If a daemon started by mm is running (mm daemon status), stop it first: mm daemon stop\n"
+        "Then enable the socket; mmd starts on the first connection:\n"
+        "  systemctl --user daemon-reload\n"
+        "  systemctl --user enable --now mmd.socket\n"
+        "Logs: journalctl --user -u mmd.service (and mmd.log beside the store).\n"
+        "The service does not see your shell's environment: to give it API keys or PATH, run\n"
+        "  systemctl --user import-environment PATH ANTHROPIC_API_KEY  (or use ~/.config/environment.d)"
+    )
 
 
 def _print_status(status: dict[str, Any]) -> None:
@@ -291,9 +406,9 @@ def sessions() -> None:
 
 
 @sessions.command("list")
-@click.option("-n", "--limit", default=20, show_default=True, help="How many sessions.")
+@click.option("-n", "--limit", default=20, show_default=True, metavar="N", help="How many sessions.")
 @click.option("--here", is_flag=True, help="Only sessions of this directory.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the sessions as JSON.")
 def sessions_list(limit: int, here: bool, as_json: bool) -> None:
     """List sessions, newest first."""
     client = _connect()
@@ -315,7 +430,7 @@ def sessions_list(limit: int, here: bool, as_json: bool) -> None:
 
 
 @sessions.command("show")
-@click.argument("session_id")
+@click.argument("session_id", shell_complete=_complete_sessions)
 @click.option("--json", "as_json", is_flag=True, help="Messages and events as JSON.")
 def sessions_show(session_id: str, as_json: bool) -> None:
     """Show the conversation of SESSION_ID (a unique prefix is enough)."""
@@ -354,7 +469,7 @@ def consent() -> None:
 
 @consent.command("list")
 @click.option("--here", is_flag=True, help="Only rules that apply to this directory.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON.")
 def consent_list(here: bool, as_json: bool) -> None:
     """List the rules of the consent ledger."""
     client = _connect()
@@ -372,15 +487,229 @@ def consent_list(here: bool, as_json: bool) -> None:
 
 
 @consent.command("revoke")
-@click.argument("rule_id", type=int)
+@click.argument("rule_id", type=int, shell_complete=_complete_rules)
 def consent_revoke(rule_id: int) -> None:
-    """Revoke rule RULE_ID: the next such call asks again."""
+    """Revoke rule RULE_ID: the next such call asks again.
+
+    The ids are those of `mm consent list`.
+    """
     client = _connect()
     try:
         client.call("consent.revoke", {"id": rule_id})
     except RPCError as exc:
         _fail(exc.message)
     click.echo(f"revoked rule {rule_id}")
+
+
+# -- shell completion -----------------------------------------------------------
+
+
+@main.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL (bash, zsh or fish).
+
+    Save it where your shell loads completions, once:
+
+    \b
+      bash  mm completion bash > ~/.local/share/bash-completion/completions/mm
+      zsh   mm completion zsh > ~/.zfunc/_mm
+            (and in ~/.zshrc, before compinit: fpath+=(~/.zfunc))
+      fish  mm completion fish > ~/.config/fish/completions/mm.fish
+
+    Or evaluate it in the shell's start file: eval "$(mm completion bash)".
+    Session ids (--resume, sessions show) and rule ids complete from a running daemon.
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the Choice above admits only shells click knows
+    click.echo(cls(main, {}, "mm", "_MM_COMPLETE").source())
+
+
+# -- tools and stats ------------------------------------------------------------
+
+
+@main.group()
+def tools() -> None:
+    """List the tools the model sees; check an agent file."""
+
+
+@tools.command("list")
+@click.option(
+    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
+)
+@click.option("--json", "as_json", is_flag=True, help="The exact schemas the model reads, as JSON.")
+def tools_list(agent: str | None, as_json: bool) -> None:
+    """The tools the model would see here, by source, with their tier."""
+    client = _connect()
+    params: dict[str, Any] = {"cwd": os.getcwd()}
+    if agent:
+        params["agent"] = os.path.abspath(agent)
+    try:
+        listed = client.call("tools.list", params)
+    except RPCError as exc:
+        _fail(exc.message)
+    if as_json:
+        click.echo(json.dumps(listed["tools"], indent=2))
+        return
+    for warning in listed["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for tool in listed["tools"]:
+        by_source.setdefault(tool["source"], []).append(tool)
+    for source, group in by_source.items():
+        click.echo(f"{source}:")
+        for tool in group:
+            first = tool["description"].split(". ")[0].rstrip(".")
+            click.echo(f"  {tool['name']:<18} {tool['tier']:<12} {first}")
+
+
+@tools.command("check")
+@click.argument("agent_file", type=click.Path(dir_okay=False))
+def tools_check(agent_file: str) -> None:
+    """Validate AGENT_FILE: keys, types, declared tools.
+
+    Every declared tool's command template is checked too.
+    """
+    client = _connect()
+    try:
+        checked = client.call("tools.check", {"agent": os.path.abspath(agent_file)})
+    except RPCError as exc:
+        _fail(exc.message)
+    names = ", ".join(checked["tools"]) or "none"
+    click.echo(f"{agent_file}: ok (declared tools: {names})")
+
+
+@main.command()
+@click.option("-r", "--resume", "session_id", metavar="ID", help="Only this session.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def stats(session_id: str | None, as_json: bool) -> None:
+    """Per tool: calls, first-time-valid rate, recoveries.
+
+    Tool-selection telemetry: how often the model's first call of each tool was valid, and how often a
+    retry fixed an invalid one.
+    """
+    client = _connect()
+    try:
+        rows = client.call("stats.tools", {"session_id": session_id} if session_id else {})["tools"]
+    except RPCError as exc:
+        _fail(exc.message)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no tool calls recorded yet")
+        return
+    click.echo(f"{'tool':<20} {'calls':>6} {'first valid':>12} {'recovered':>10}  commonest error")
+    for r in rows:
+        first = f"{r['first_valid']}/{r['first_attempts']}" if r["first_attempts"] else "-"
+        rate = f" ({100 * r['first_valid'] // r['first_attempts']}%)" if r["first_attempts"] else ""
+        recovered = f"{r['recoveries']}/{r['first_invalid']}" if r["first_invalid"] else "-"
+        click.echo(
+            f"{r['tool']:<20} {r['calls']:>6} {first + rate:>12} {recovered:>10}  {r['top_error'] or ''}"
+        )
+
+
+# -- MCP servers ----------------------------------------------------------------------------
+
+
+@main.group()
+def mcp() -> None:
+    """MCP servers: what is configured here and its state; test one."""
+
+
+def _mcp_params(agent: str | None, **extra: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {"cwd": os.getcwd(), **extra}
+    if agent:
+        params["agent"] = os.path.abspath(agent)
+    return params
+
+
+@mcp.command("list")
+@click.option(
+    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the servers as JSON.")
+def mcp_list(agent: str | None, as_json: bool) -> None:
+    """The MCP servers configured here and the state of their connections.
+
+    config.yaml's servers, then the agent file's. Lists only: a server is "not connected" until a prompt or `mm mcp test` uses it. Connections
+    live in the daemon and are shared by every session that uses the same server.
+    """
+    client = _connect()
+    try:
+        listed = client.call("mcp.list", _mcp_params(agent))
+    except RPCError as exc:
+        _fail(exc.message)
+    if as_json:
+        click.echo(json.dumps(listed["servers"], indent=2))
+        return
+    if not listed["servers"]:
+        click.echo(
+            "no MCP servers configured here (add mcp: to the agent file or config.yaml; see docs/mcp.md)"
+        )
+        return
+    for s in listed["servers"]:
+        state = s["state"] if s["enabled"] else "disabled"
+        facts = [f"pid {s['pid']}" if s.get("pid") else ""]
+        if s.get("tools_offered") is not None:
+            facts.append(f"{s['tools_offered']} tools offered")
+        if s.get("connects"):
+            facts.append(f"{s['connects']} connects" if s["connects"] != 1 else "1 connect")
+        detail = ", ".join(f for f in facts if f)
+        click.echo(
+            f"{s['name']:<16} {s['transport']:<6} {state + (f' ({detail})' if detail else ''):<40} {s['target']}"
+        )
+        if s.get("error"):
+            click.echo(f"{'':<16} error: {s['error']}")
+
+
+@mcp.command("test")
+@click.argument("name")
+@click.option(
+    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def mcp_test(name: str, agent: str | None, as_json: bool) -> None:
+    """Connect to MCP server NAME; print the tools its allowlist exposes.
+
+    Exactly the tools the model would be offered. Each tool comes with its tier and its estimated cost in every model request: the characters of
+    its entry in the request body (compact JSON) divided by 4, rounded up — a rule of thumb; real
+    counts vary by tokenizer. Warnings (allowlist names the server lacks, name clashes) go to
+    stderr. Exits 1 when the server cannot be reached.
+    """
+    client = _connect()
+    try:
+        result = client.call("mcp.test", _mcp_params(agent, name=name))
+    except RPCError as exc:
+        _fail(exc.message)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        sys.exit(EXIT_OK if result["ok"] else EXIT_ERROR)
+    if not result["ok"]:
+        for warning in result["warnings"]:
+            click.echo(f"warning: {warning}", err=True)
+        _fail(f"MCP server {name} ({result['transport']}: {result['target']}) failed: {result['error']}")
+    server = result["server"]
+    ident = " ".join(str(v) for v in (server.get("name"), server.get("version")) if v)
+    how = (
+        "reused the daemon's open connection"
+        if result["reused"]
+        else f"connected in {result['connect_seconds']:.2f} s"
+    )
+    click.echo(f"{name}: ok — {result['transport']} {result['target']}")
+    click.echo(f"server {ident or '?'}, protocol {result['protocol']}; {how}")
+    click.echo(f"{len(result['tools'])} of {result['offered']} tools exposed:")
+    for tool in result["tools"]:
+        label = (
+            tool["name"] if tool["name"] == tool["remote_name"] else f"{tool['name']} ({tool['remote_name']})"
+        )
+        first = tool["description"].split(". ")[0].rstrip(".")
+        click.echo(f"  {label:<24} {tool['tier']:<12} ~{tool['tokens']:>4} tokens  {first}")
+    click.echo(f"total ~{result['tokens']} tokens in every request (characters of the tools' JSON / 4)")
+    for warning in result["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_DENIED = 3  # a tool call needed consent and it was refused (or no one could answer)
+EXIT_LOOP = 4  # the loop detector stopped the turn: the model kept repeating a call
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
-STATUS_EXIT = {"ok": EXIT_OK, "denied": EXIT_DENIED, "cancelled": EXIT_INTERRUPTED}
+STATUS_EXIT = {"ok": EXIT_OK, "denied": EXIT_DENIED, "loop": EXIT_LOOP, "cancelled": EXIT_INTERRUPTED}
 
 DIM, RED, RESET = "\033[2m", "\033[31m", "\033[0m"
 
@@ -96,15 +97,37 @@ class View:
         if self._echo_open:
             self._echo("\n")
             self._echo_open = False
-        last = data["content"].rstrip().splitlines()[-1:] or [""]
-        mark = "✓" if data["ok"] else "✗"
-        self._echo(f"  {mark} {last[0][:200]}\n", DIM if data["ok"] else RED)
+        self._echo(f"  {summary(data)}\n", DIM if data["ok"] else RED)
 
     def _on_model_retry(self, data: dict[str, Any]) -> None:
         self.note(f"model: {data['reason']}; retrying in {data['wait']:.1f} s (attempt {data['attempt']})")
 
     def _on_warning(self, data: dict[str, Any]) -> None:
         self.note(f"warning: {data['message']}")
+
+    def _on_recovered_tool_call(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text":
+            self.note(f"  (the model wrote a {data['name']} call as text; running it as a call)")
+
+    def _on_loop_detected(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text" and data.get("action") == "nudge":
+            self.note(f"  loop: {data['kind']}; the model was told to stop repeating")
+
+    def _on_phase_changed(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text":
+            self.note(f"  phase: {data['from']} → {data['to']}")
+
+    def _on_hook(self, data: dict[str, Any]) -> None:
+        # A hook that let the call through says nothing; one that changed or stopped it is shown.
+        decision = data.get("decision")
+        if self.fmt == "text" and decision not in (None, "", "allow", "continue"):
+            detail = data.get("reason") or data.get("error")
+            why = f": {detail}" if detail else ""
+            self.note(f"  hook {data['hook']} ({data['event']}): {decision}{why}")
+
+    def _on_dry_run(self, data: dict[str, Any]) -> None:
+        self.note("  dry run:")
+        self._echo(data["content"].rstrip() + "\n")
 
     def _on_consent_answered(self, data: dict[str, Any]) -> None:
         if self.fmt == "text" and data.get("decision") == "deny":
@@ -132,3 +155,13 @@ class View:
         elif status not in ("ok",) and ended.get("text"):
             self.note(ended["text"])
         return STATUS_EXIT.get(status, EXIT_ERROR)
+
+
+def summary(result: dict[str, Any]) -> str:
+    """One line for a finished tool call: how a process ended, or what a failure says."""
+    lines = result["content"].rstrip().splitlines() or [""]
+    if "exit_code" in (result.get("data") or {}):
+        return ("✓ " if result["ok"] else "✗ ") + lines[-1][:200]  # "[exit code N]" and kin
+    if result["ok"]:
+        return f"✓ {len(lines)} line{'s' if len(lines) != 1 else ''}"
+    return "✗ " + lines[0][:200]

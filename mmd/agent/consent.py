@@ -9,6 +9,7 @@ and the turn stops: never a hang, never a silent yes.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ import trio
 
 from ..rpc import RPCError
 from ..rpc.methods import ConsentAnswer
-from ..tools.base import Tool
+from ..store import SHELL_CONTROL
+from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 
 if TYPE_CHECKING:
     from ..connection import Connection
@@ -43,6 +45,7 @@ class _Pending:
         self.done = trio.Event()
         self.answer: ConsentAnswer | None = None
         self.origin = ""
+        self.options: list[str] = []  # the decisions this ask offered
 
 
 def consent_command(tool: Tool, args: dict[str, Any]) -> str | None:
@@ -56,42 +59,90 @@ class ConsentGate:
         self.pending: dict[str, _Pending] = {}
 
     async def check(
-        self, tool: Tool, args: dict[str, Any], echo: str, call: ToolCall, setup: TurnSetup
+        self,
+        tool: Tool,
+        args: dict[str, Any],
+        echo: str,
+        call: ToolCall,
+        setup: TurnSetup,
+        ctx: ToolContext,
+        hook: str | None = None,
     ) -> None:
         """Return when the call may run.
+
+        ``hook`` is the preToolCall hooks' decision: "allow" skips the ask (a
+        ledger deny still denies), "ask" asks even for a read tool, under yolo
+        and over the ledger.
 
         Errors:
             Denied: the user said no, or nobody could answer.
         Cancellation: a pending ask is withdrawn.
         """
-        if tool.tier == "read" or (setup.yolo and tool.tier == "write"):
+        forced = hook == "ask"
+        if not forced and (tool.tier == "read" or (setup.yolo and tool.tier == "write")):
             return
         store = self.session.daemon.store
         command = consent_command(tool, args)
-        row = store.find_consent(
-            tool=tool.name, command=command, session_id=self.session.id, project=str(self.session.cwd)
-        )
+        row = None
+        if not forced:  # a hook's "ask" asks over the ledger
+            row = store.find_consent(
+                tool=tool.name, command=command, session_id=self.session.id, project=str(self.session.cwd)
+            )
         if row is not None:
             self.session.emit(
                 "consent_answered",
-                {"request_id": None, "call_id": call.id, "decision": "allow", "by": f"ledger rule {row.id}"},
+                {
+                    "request_id": None,
+                    "call_id": call.id,
+                    "decision": row.decision,
+                    "by": f"ledger rule {row.id}",
+                },
             )
+            if row.decision == "deny":
+                raise Denied(
+                    f"Denied by the consent ledger (rule {row.id}). Do not run it again; take another way.",
+                    f"ledger rule {row.id}",
+                    stop_turn=False,
+                )
+            return
+        if hook == "allow":
             return
         if not self.session.can_ask():
             raise Denied(self._nobody_message(tool), NO_ONE_TO_ASK, stop_turn=True)
-        await self._ask(tool, args, echo, call, command)
+        while await self._ask(tool, args, echo, call, command) == "dry_run":
+            await self._dry_run(tool, args, ctx)
 
     def _nobody_message(self, tool: Tool) -> str:
+        if tool.tier == "destructive":
+            how = (
+                "Destructive tools ask even under --yolo: run mm in a terminal and answer [a] always "
+                "to let this tool run unattended."
+            )
+        else:
+            how = "Run mm in a terminal to be asked, or pass --yolo to allow write tools."
         return (
-            f"Denied: {NO_ONE_TO_ASK}. {tool.name} is a {tool.tier} tool and needs consent, but no client "
-            "that can answer is attached. Run mm in a terminal to be asked, or pass --yolo to allow write tools."
+            f"Denied: {NO_ONE_TO_ASK}. {tool.name} is a {tool.tier} tool and needs consent, "
+            f"but no client that can answer is attached. {how}"
         )
+
+    async def _dry_run(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Show the user what the call would do, then ask again; the model sees nothing of it."""
+        dry_ctx = dataclasses.replace(ctx, call_id=ctx.call_id + "-dry-run", idempotency_key=None)
+        try:
+            result = await tool.dry_run(args, dry_ctx)  # type: ignore[attr-defined]
+        except ToolError as err:
+            result = ToolResult(ok=False, content=err.reason)
+        self.session.emit("dry_run", {"call_id": ctx.call_id, "ok": result.ok, "content": result.content})
 
     async def _ask(
         self, tool: Tool, args: dict[str, Any], echo: str, call: ToolCall, command: str | None
-    ) -> None:
+    ) -> str:
         request_id = secrets.token_hex(4)
         pending = self.pending[request_id] = _Pending()
+        options = ["allow_once", "allow_always", "deny"]
+        if getattr(tool, "has_dry_run", False):
+            options.insert(2, "dry_run")
+        pending.options = options
         try:
             self.session.emit(
                 "consent_needed",
@@ -103,7 +154,7 @@ class ConsentGate:
                     "echo": echo,
                     "arguments": args,
                     "command": command,
-                    "options": ["allow_once", "allow_always", "deny"],
+                    "options": options,
                 },
             )
             await pending.done.wait()
@@ -132,6 +183,7 @@ class ConsentGate:
             )
         if answer.decision == "allow_always":
             self._remember(tool, command, answer, pending.origin)
+        return answer.decision
 
     def _remember(self, tool: Tool, command: str | None, answer: ConsentAnswer, origin: str) -> None:
         if command is None:
@@ -152,6 +204,25 @@ class ConsentGate:
                 "unknown_request",
                 f"no pending consent ask {answer.request_id} in session {self.session.id}; "
                 "it was answered already or the turn ended",
+            )
+        if answer.decision not in pending.options:
+            # e.g. dry_run for a tool that has none: refused while the ask still waits.
+            raise RPCError(
+                "invalid_params",
+                f"decision {answer.decision!r} was not offered by ask {answer.request_id}; "
+                f"options: {', '.join(pending.options)}",
+            )
+        # A prefix the ledger would refuse is refused here, while the ask still waits,
+        # rather than failing the turn once it is stored.
+        bad_rule = answer.rule is not None and (
+            not answer.rule.strip() or not SHELL_CONTROL.isdisjoint(answer.rule)
+        )
+        if answer.decision == "allow_always" and bad_rule:
+            raise RPCError(
+                "invalid_params",
+                f"rule {answer.rule!r} cannot be a command prefix: give the start of a command "
+                "without shell control characters (; & | < > ` $ ( ) or a line break), such as "
+                "git status, or leave rule out to allow the exact command; the ask is still pending",
             )
         pending.answer = answer
         pending.origin = f"{conn.client} (pid {conn.peer_pid})"

@@ -9,17 +9,18 @@ daemon that was killed) loses nothing that was announced.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..models.base import Completion, Message, ModelError, ToolCall
+from ..models.base import Completion, Message, ModelError
+from ..models.recovery import recover_completion
 from ..rpc.methods import ConsentAnswer, Event
-from ..tools import contract
-from ..tools.base import ToolContext, ToolError, ToolResult
-from .consent import ConsentGate, Denied
+from . import phases
+from .calls import CallRunner, StopTurn
+from .consent import ConsentGate
+from .loops import LoopDetector, call_key, error_code
 from .setup import TurnSetup
 
 if TYPE_CHECKING:
@@ -28,15 +29,6 @@ if TYPE_CHECKING:
     from ..store import SessionRow
 
 log = logging.getLogger(__name__)
-
-
-class StopTurn(Exception):
-    """End the turn now with *status*; *text* tells the user why."""
-
-    def __init__(self, status: str, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
 
 
 class Session:
@@ -121,11 +113,11 @@ class Session:
         """
         status, text, error = "cancelled", "", None
         self.emit("turn_started", {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)})
+        for warning in setup.warnings:
+            self.emit("warning", {"message": warning})
         if not self.row.title:
-            self.daemon.store.set_title(
-                self.id, prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
-            )
-            self.row.title = prompt
+            self.daemon.store.set_title(self.id, prompt)
+            self.row.title = self.daemon.store.get_session(self.id).title
         self._add_message(Message(role="user", content=prompt))
         try:
             with trio.CancelScope() as self._scope:
@@ -152,15 +144,30 @@ class Session:
         self.turn_done = trio.Event()
 
     async def _steps(self, setup: TurnSetup) -> tuple[str, str]:
+        runner = CallRunner(self, setup)
+        phases.begin(self, setup)  # with phases: only the current phase's tools
+        detector = LoopDetector(setup.loop)
         for _ in range(setup.max_steps):
             completion = await self._model_step(setup)
             if not completion.tool_calls:
                 return "ok", completion.text
             for call in completion.tool_calls:
-                result = await self._run_call(call, setup)
-                self._add_message(
-                    Message(role="tool", tool_call_id=call.id, name=call.name, content=result.content)
-                )
+                key = call_key(call.name, call.arguments)
+                try:
+                    if (loop := detector.before(key)) is not None:  # told once already: stop, don't run
+                        self.emit("loop_detected", loop.data("stop"))
+                        raise StopTurn("loop", loop.message)
+                    result = await runner.run(call)
+                except StopTurn as stop:  # the call's own answer, before the turn ends
+                    self._add_message(
+                        Message(role="tool", tool_call_id=call.id, name=call.name, content=stop.text)
+                    )
+                    raise
+                content = result.content
+                if (loop := detector.after(key, error_code(result.ok, result.data))) is not None:
+                    self.emit("loop_detected", loop.data("nudge"))
+                    content = f"{content}\n\n{loop.message}"  # read right after the call
+                self._add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
         raise StopTurn(
             "max_steps",
             f"Stopped after {setup.max_steps} model steps (max_steps). "
@@ -177,6 +184,10 @@ class Session:
             on_text=lambda text: self.emit("text", {"text": text}),
             on_retry=on_retry,
         )
+        if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
+            completion = recover_completion(completion, setup.registry.names())
+            for c in completion.tool_calls:
+                self.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
         self._add_message(
             Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls)
         )
@@ -192,107 +203,6 @@ class Session:
             },
         )
         return completion
-
-    async def _run_call(self, call: ToolCall, setup: TurnSetup) -> ToolResult:
-        started = time.monotonic()
-        tool = setup.registry.get(call.name)
-        echo = f"{call.name}({call.arguments})"
-        args: dict[str, Any] | None = None
-        if tool is not None:
-            try:
-                args = contract.validate(
-                    tool.parameters, contract.parse_arguments(call.arguments), example=tool.example
-                )
-                echo = tool.echo(args)
-            except ToolError as err:
-                result = contract.answer(
-                    call.name, call.arguments, err, schema=tool.parameters, example=tool.example
-                )
-                return self._finish_call(call, None, echo, result, started)
-        self.emit(
-            "tool_call",
-            {
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "echo": echo,
-                "tier": tool.tier if tool else None,
-            },
-        )
-        if tool is None or args is None:
-            return self._finish_call(
-                call, None, echo, self._unknown_tool(call, setup), started, announced=True
-            )
-        try:
-            await self.consent.check(tool, args, echo, call, setup)
-        except Denied as denied:
-            result = ToolResult(
-                ok=False, content=denied.message, data={"denied": True, "reason": denied.reason}
-            )
-            self._finish_call(call, tool.tier, echo, result, started, announced=True)
-            if denied.stop_turn:
-                raise StopTurn("denied", denied.message) from None
-            return result
-        ctx = ToolContext(
-            session_id=self.id,
-            call_id=call.id,
-            cwd=self.cwd,
-            session_dir=self.dir,
-            limits=setup.limits,
-            emit=self.emit,
-            extra={"skills": setup.skills},
-        )
-        try:
-            result = await tool.run(args, ctx)
-        except ToolError as err:
-            result = contract.answer(
-                call.name, call.arguments, err, schema=tool.parameters, example=tool.example
-            )
-        return self._finish_call(call, tool.tier, echo, result, started, announced=True)
-
-    def _unknown_tool(self, call: ToolCall, setup: TurnSetup) -> ToolResult:
-        close = setup.registry.suggest(call.name)
-        hint = f' Did you mean "{close}"?' if close else ""
-        err = ToolError(
-            "unknown_tool",
-            f'There is no tool named "{call.name}".{hint} Available tools: {", ".join(setup.registry.names())}.',
-            fix="Call one of the available tools by its exact name.",
-        )
-        return contract.answer(call.name, call.arguments, err, schema=None, example=None)
-
-    def _finish_call(
-        self,
-        call: ToolCall,
-        tier: str | None,
-        echo: str,
-        result: ToolResult,
-        started: float,
-        *,
-        announced: bool = False,
-    ) -> ToolResult:
-        if not announced:
-            self.emit(
-                "tool_call",
-                {
-                    "call_id": call.id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "echo": echo,
-                    "tier": tier,
-                },
-            )
-        self.emit(
-            "tool_result",
-            {
-                "call_id": call.id,
-                "name": call.name,
-                "ok": result.ok,
-                "content": result.content,
-                "data": result.data,
-                "duration": round(time.monotonic() - started, 6),
-            },
-        )
-        return result
 
     def answer_consent(self, conn: Connection, answer: ConsentAnswer) -> None:
         self.consent.answer(conn, answer)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from ..rpc import RPCError
-from . import consent, daemon, session
+from . import consent, daemon, mcp, session, tools
 
 
 class Method(NamedTuple):
@@ -20,7 +20,7 @@ class Method(NamedTuple):
 
 METHODS: dict[str, Method] = {
     name: Method(params, handler)
-    for module in (daemon, session, consent)
+    for module in (daemon, session, consent, tools, mcp)
     for name, (params, handler) in module.METHODS.items()
 }
 

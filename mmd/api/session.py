@@ -12,9 +12,9 @@ if TYPE_CHECKING:
 
 
 async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> dict[str, Any]:
-    before = daemon.store.last_seq(p.session_id) if p.session_id else 0
     session = await daemon.prompt(conn, p)
-    return {"session_id": session.id, "after_seq": before}
+    # The turn was only scheduled: none of its events is stored yet.
+    return {"session_id": session.id, "after_seq": daemon.store.last_seq(session.id)}
 
 
 async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> dict[str, Any]:

@@ -14,7 +14,11 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 import msgspec
 
+from ..mcp.config import McpServerSpec, check_servers
+from ..policy.spec import HooksSpec
 from .loader import ConfigError, parse
+from .tools import DeclaredToolSpec, check_tools
+from .turns import LoopLimits, PhaseSpec, check_phases
 
 BuiltinName = Literal["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "read_skill"]
 # Every built-in tool, in the order the model is shown them.
@@ -35,6 +39,18 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Skill folders; absolute after loading.
     skills: list[Annotated[str, msgspec.Meta(description="a path to a skills folder")]] = []
     max_steps: Annotated[int, msgspec.Meta(ge=1)] | None = None  # model steps per turn; None: the daemon's
+    # Declared tools: one argv command each, typed (docs/declared-tools.md).
+    tools: list[DeclaredToolSpec] = []
+    # "strict" keeps required/enum keywords in the schemas, for providers that enforce them.
+    schema: Literal["loose", "strict"] = "loose"
+    # MCP servers by name (docs/mcp.md); they add to, and by name replace, config.yaml's.
+    mcp: dict[str, McpServerSpec] = {}
+    # The loop detector's thresholds (docs/loops-and-recovery.md).
+    loop: LoopLimits = msgspec.field(default_factory=LoopLimits)
+    # Phases: only the current phase's tools are offered; next_phase moves on (docs/loops-and-recovery.md).
+    phases: list[PhaseSpec] = []
+    # preToolCall / postToolCall hooks (docs/hooks.md); they run after config.yaml's.
+    hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
     # The file this was loaded from, absolute; None for the defaults. Not a key of the file.
     path: str | None = None
 
@@ -73,9 +89,14 @@ def load_agent_file(path: Path) -> AgentFile:
     """Read the agent file at ``path``; skill paths come back absolute.
 
     Errors: ConfigError naming the file, line and key of the first problem:
-    unreadable file, bad YAML, unknown key, wrong type, unknown built-in.
+    unreadable file, bad YAML, unknown key, wrong type, unknown built-in, or
+    a declared tool that fails its load-time checks (see config.tools).
     """
     path = Path(path).absolute()
-    agent = parse(path).convert(AgentFile)
+    doc = parse(path)
+    agent = doc.convert(AgentFile)
+    check_tools(doc, agent.tools, BUILTIN_TOOLS)
+    check_servers(doc, agent.mcp)
+    check_phases(doc, agent.phases)
     skills = [os.path.normpath(path.parent / Path(skill).expanduser()) for skill in agent.skills]
     return msgspec.structs.replace(agent, skills=skills, path=str(path))

@@ -15,6 +15,8 @@ import msgspec
 
 from mmd.rpc import paths
 
+from ..mcp.config import McpServerSpec, check_servers
+from ..policy.spec import HooksSpec
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
 
 # What an environment variable's name looks like; a key does not.
@@ -33,6 +35,9 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 4
     headers: dict[str, str] = {}  # extra HTTP headers, never credentials
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 4096  # per model step
+    # Turn tool calls the model wrote as text into calls (docs/loops-and-recovery.md).
+    # None: on for kind openai on localhost/127.0.0.1/::1, off otherwise.
+    recover_tool_calls: bool | None = None
 
 
 class ModelAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -53,6 +58,10 @@ class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     models: dict[str, ModelAlias] = {}  # alias -> provider and model id
     default_model: Annotated[str | None, msgspec.Meta(description='a model alias or "provider/model"')] = None
     daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
+    # MCP servers by name, for every agent (docs/mcp.md).
+    mcp: dict[str, McpServerSpec] = {}
+    # preToolCall / postToolCall hooks for every agent (docs/hooks.md); they run before the agent file's.
+    hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
     # The file this was loaded from (it may not exist). Not a key of the file.
     path: str | None = None
 
@@ -73,6 +82,7 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     _refuse_secrets(doc)
     config = msgspec.structs.replace(doc.convert(UserConfig), path=str(path))
     _check_references(doc, config)
+    check_servers(doc, config.mcp)
     return config
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import ConfigError, resolve_model
 from .base import Provider
+from .recovery import default_enabled
 
 # Prefix of a model reference that replays a script through the scripted server.
 SCRIPTED = "scripted:"
@@ -30,6 +31,8 @@ class ModelRef:
     max_tokens: int = 4096
     headers: tuple[tuple[str, str], ...] = ()
     script: Path | None = None
+    # Turn tool calls written as text into calls (mmd.models.recovery).
+    recover_tool_calls: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -62,7 +65,13 @@ class ModelRef:
                     expected="a scripted model naming an existing script file",
                     hint="the path is relative to the agent file's folder",
                 )
-            return cls(label=f"scripted/{script.name}", kind="openai", model="scripted", script=script)
+            return cls(
+                label=f"scripted/{script.name}",
+                kind="openai",
+                model="scripted",
+                script=script,
+                recover_tool_calls=True,  # served on 127.0.0.1, like a local llama-server
+            )
         prov, prov_name, model_id = resolve_model(config, ref)
         return cls(
             label=f"{prov_name}/{model_id}",
@@ -74,6 +83,9 @@ class ModelRef:
             max_retries=prov.max_retries,
             max_tokens=prov.max_tokens,
             headers=tuple(sorted(prov.headers.items())),
+            recover_tool_calls=default_enabled(prov.kind, prov.base_url)
+            if prov.recover_tool_calls is None
+            else prov.recover_tool_calls,
         )
 
     def api_key(self) -> str | None:

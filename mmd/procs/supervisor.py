@@ -154,6 +154,7 @@ async def supervised_process(
     stdout: Any = subprocess.PIPE,
     stderr: Any = None,
     grace: float = 3.0,
+    inherit_env: bool = True,
 ) -> AsyncIterator[trio.Process]:
     """Run a long-lived child (MCP stdio server, llama-server, hook) for the block.
 
@@ -163,7 +164,9 @@ async def supervised_process(
     DEVNULL, a file descriptor, or None to inherit the daemon's). Its
     descendants are recorded while the block runs; when the block is left, the
     whole tree is stopped and the pipes closed. The child may exit, and be
-    waited for, before that.
+    waited for, before that. With ``inherit_env=False`` the child's environment
+    is ``env`` alone (plus TAG_VAR): a third-party server never sees the daemon's
+    API keys.
 
     Errors: OSError (or ValueError for a NUL in ``argv``) if the child cannot
     start; :func:`spawn_error_message` turns it into a sentence.
@@ -171,7 +174,9 @@ async def supervised_process(
     Cancellation: leaving the block by Cancelled stops the tree in a shielded
     scope (up to ``grace`` seconds), then Cancelled goes on.
     """
-    tree = await _spawn(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
+    tree = await _spawn(
+        argv, cwd=cwd, env=env, inherit_env=inherit_env, stdin=stdin, stdout=stdout, stderr=stderr
+    )
     try:
         yield tree.proc
     finally:
@@ -285,14 +290,16 @@ class _Tree:
             self._pidfd = None
 
 
-async def _spawn(argv: list[str], *, cwd: Path, env: dict[str, str], **stdio: Any) -> _Tree:
+async def _spawn(
+    argv: list[str], *, cwd: Path, env: dict[str, str], inherit_env: bool = True, **stdio: Any
+) -> _Tree:
     if not argv:
         raise ValueError("empty command")
     tag = f"{_owner}.{secrets.token_hex(8)}"
     proc = await trio.lowlevel.open_process(
         argv,
         cwd=cwd,
-        env={**os.environ, **env, TAG_VAR: tag},
+        env={**(os.environ if inherit_env else {}), **env, TAG_VAR: tag},
         start_new_session=True,
         **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio},
     )

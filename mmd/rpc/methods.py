@@ -58,7 +58,7 @@ class ShowSession(_Params):
 class ConsentAnswer(_Params):
     session_id: str
     request_id: str
-    decision: Literal["allow_once", "allow_always", "deny"]
+    decision: Literal["allow_once", "allow_always", "deny", "dry_run"]
     reason: str = ""
     # For bash: a command prefix the user allows ("git status"); None
     # allows the exact command that was asked about.

@@ -86,6 +86,28 @@ _MIGRATIONS = [
     );
     CREATE INDEX consents_by_tool ON consents (tool);
     """,
+    # 2: idempotent results of write calls, and tool-selection telemetry.
+    """
+    CREATE TABLE idempotency (
+        key TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        result BLOB NOT NULL,
+        created REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE tool_calls (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        ts REAL NOT NULL,
+        tool TEXT NOT NULL,
+        valid INTEGER NOT NULL,
+        error TEXT,
+        retry INTEGER NOT NULL DEFAULT 0,
+        recovered INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX tool_calls_by_tool ON tool_calls (tool);
+    """,
 ]
 
 _SESSION_COLUMNS = "id, created, updated, cwd, agent, model, title, turns"
@@ -513,6 +535,84 @@ class Store:
         """
         with self._write() as db:
             return db.execute("DELETE FROM consents WHERE id = ?", (consent_id,)).rowcount > 0
+
+    # -- idempotency ----------------------------------------------------------
+
+    def idempotent_result(self, key: str) -> dict[str, Any] | None:
+        """The stored first result of the call with this key, or None.
+
+        Errors: none.
+        """
+        row = self._conn.execute("SELECT result FROM idempotency WHERE key = ?", (key,)).fetchone()
+        return msgspec.msgpack.decode(row[0]) if row else None
+
+    def save_idempotent(
+        self, key: str, *, session_id: str, tool: str, arguments: str, result: dict[str, Any]
+    ) -> None:
+        """Keep the first result of a write call; a later call with the same key replays it.
+
+        Errors: none (a second save of the same key keeps the first).
+        """
+        with self._write() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO idempotency (key, session_id, tool, arguments, result, created)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (key, session_id, tool, arguments, msgspec.msgpack.encode(result), time.time()),
+            )
+
+    # -- telemetry ------------------------------------------------------------
+
+    def record_tool_call(
+        self, *, session_id: str, tool: str, valid: bool, error: str | None, retry: bool
+    ) -> int:
+        """One model tool call: was it valid as sent, and was it a retry after an invalid one.
+
+        Errors: none.
+        """
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO tool_calls (session_id, ts, tool, valid, error, retry) VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, time.time(), tool, int(valid), error, int(retry)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def mark_recovered(self, call_row: int) -> None:
+        """An invalid call was followed by a valid retry of the same tool."""
+        with self._write() as db:
+            db.execute("UPDATE tool_calls SET recovered = 1 WHERE id = ?", (call_row,))
+
+    def tool_stats(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Per tool: calls, first attempts, first-time-valid attempts, recoveries, the commonest error.
+
+        Errors: none.
+        """
+        where, args = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        rows = self._conn.execute(
+            f"""SELECT tool, COUNT(*), SUM(retry = 0), SUM(retry = 0 AND valid = 1),
+                       SUM(retry = 0 AND valid = 0), SUM(recovered)
+                FROM tool_calls {where} GROUP BY tool ORDER BY COUNT(*) DESC, tool""",
+            args,
+        ).fetchall()
+        errors = self._conn.execute(
+            f"""SELECT tool, error, COUNT(*) FROM tool_calls {where} {"AND" if where else "WHERE"} error IS NOT NULL
+                GROUP BY tool, error ORDER BY COUNT(*) DESC""",
+            args,
+        ).fetchall()
+        top: dict[str, str] = {}
+        for tool, error, _ in errors:
+            top.setdefault(tool, error)
+        return [
+            {
+                "tool": tool,
+                "calls": calls,
+                "first_attempts": first,
+                "first_valid": first_valid,
+                "first_invalid": first_invalid,
+                "recoveries": recovered or 0,
+                "top_error": top.get(tool),
+            }
+            for tool, calls, first, first_valid, first_invalid, recovered in rows
+        ]
 
     def _consent(self, consent_id: int | None) -> ConsentRow:
         row = self._conn.execute(f"SELECT {_CONSENT_COLUMNS} FROM consents WHERE id = ?", (consent_id,))

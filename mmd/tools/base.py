@@ -82,10 +82,15 @@ class ToolContext:
     # emit(kind, data) publishes a session event, e.g. emit("tool_output", {...}).
     emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the skills catalogue
+    # Minted by the harness for write and destructive calls, never by the model.
+    idempotency_key: str | None = None
 
     def env(self) -> dict[str, str]:
         """Variables every child of this call gets on top of the daemon's environment."""
-        return {"MM_SESSION_ID": self.session_id, "MM_TOOL_CALL_ID": self.call_id}
+        env = {"MM_SESSION_ID": self.session_id, "MM_TOOL_CALL_ID": self.call_id}
+        if self.idempotency_key:
+            env["MM_IDEMPOTENCY_KEY"] = self.idempotency_key
+        return env
 
 
 class Tool(Protocol):

@@ -126,6 +126,7 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
         value = _loads(raw)
         if isinstance(value, str) and value.lstrip().startswith("{"):
             value = _loads(value)
+        _compact(value).encode()  # a lone surrogate escape like "\udd00" is not text (UnicodeEncodeError)
     except _Duplicate as e:
         reason = f"{e.key} is given twice; it is not clear which value is meant."
         problem = Problem("duplicate_field", e.key, reason, f"Give {e.key} once.")
@@ -134,6 +135,11 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
         raise InvalidArguments(
             [Problem("malformed_json", None, _where_broken(e), fix)], example=example
         ) from None
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end].encode("unicode_escape").decode()
+        reason = f"The arguments hold {bad}, a lone surrogate escape that is not a character."
+        fix = "Send the text itself, or a surrogate pair for a character outside the BMP."
+        raise InvalidArguments([Problem("malformed_json", None, reason, fix)], example=example) from None
     except ValueError as e:  # NaN, Infinity
         reason = f"The arguments are not valid JSON: {e}."
         raise InvalidArguments([Problem("malformed_json", None, reason, fix)], example=example) from None

@@ -18,6 +18,7 @@ class Registry:
     def __init__(self, tools: Iterable[Tool] = (), *, strict: bool = False) -> None:
         self.tools: dict[str, Tool] = {}
         self.strict = strict  # keep required/enum keywords for providers that enforce them
+        self._specs: list[ToolSpec] | None = None
         for tool in tools:
             self.tools[tool.name] = tool
 
@@ -35,14 +36,22 @@ class Registry:
         return close[0] if close else None
 
     def specs(self) -> list[ToolSpec]:
-        """What the model reads: a disabled tool is absent, not merely discouraged."""
+        """What the model reads: a disabled tool is absent, not merely discouraged.
+
+        Rendered once per registry (one turn): every model step sends the same.
+        """
+        if self._specs is None:
+            self._specs = self._render()
+        return self._specs
+
+    def _render(self) -> list[ToolSpec]:
         return [
             ToolSpec(
                 name=tool.name,
                 description=contract.render_description(
                     tool.description,
                     effects=None if tool.tier == "read" else tool.tier,
-                    prerequisite=None,
+                    prerequisite=getattr(tool, "prerequisite", None),
                     example=tool.example,
                 ),
                 parameters=contract.render_schema(tool.parameters, strict=self.strict),
