@@ -238,9 +238,13 @@ class Daemon:
                 "busy",
                 f"session {session.id} is running a turn; wait for it or cancel it (Ctrl-C in its client)",
             )
-        setup = await self._setup(plan, session)
+        session.start()  # before the awaits below: a second prompt meanwhile is "busy"
+        try:
+            setup = await self._setup(plan, session)
+        except BaseException:
+            session.abort_start()
+            raise
         session.subscribe(conn, interactive=p.interactive)
-        session.start()
         self._turns.start_soon(session.run_turn, p.prompt, setup)
         return session
 
@@ -306,7 +310,10 @@ class Daemon:
     async def _provider(self, model: ModelRef, session: Session) -> Provider:
         if model.script is None:
             if model.key not in self.providers:
-                self.providers[model.key] = model.build()
+                try:
+                    self.providers[model.key] = model.build()
+                except ConfigError as exc:  # e.g. the API key's variable is not set
+                    raise RPCError("config_error", str(exc)) from None
             return self.providers[model.key]
         # A scripted model replays its script from the start for each session.
         key = ("scripted", str(model.script), session.id)

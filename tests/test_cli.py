@@ -352,3 +352,20 @@ def test_kill_9_mid_turn_then_restart_keeps_committed_events(mm_home, scripted, 
     assert not shell.is_running()
     again = run_mm("--continue", "-p", "and now?", cwd=work)
     assert again.returncode == 0 and again.stdout == "resumed fine\n"
+
+
+def test_missing_api_key_says_which_variable(mm_home, scripted):
+    server = scripted([{"text": "never"}])
+    write_config(
+        mm_home,
+        {
+            "providers": {
+                "keyed": {"kind": "openai", "base_url": f"{server.url}/v1", "api_key_env": "MM_TEST_NO_KEY"}
+            },
+            "default_model": "keyed/scripted",
+        },
+    )
+    result = run_mm("-p", "hi", cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert "MM_TEST_NO_KEY" in result.stderr and "internal error" not in result.stderr
+    assert server.requests() == []

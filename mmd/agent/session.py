@@ -143,6 +143,11 @@ class Session:
         self.running = True
         self.turn_done = trio.Event()
 
+    def abort_start(self) -> None:
+        """The turn could not be set up: the session is free again."""
+        self.running = False
+        self.turn_done.set()
+
     async def _steps(self, setup: TurnSetup) -> tuple[str, str]:
         runner = CallRunner(self, setup)
         phases.begin(self, setup)  # with phases: only the current phase's tools
