@@ -102,6 +102,7 @@ def test_ask_under_yolo_without_a_terminal_is_denied_with_exit_3(mm_home, script
     result = run_mm("--yolo", "--agent", "agent.yaml", "-p", "run it", cwd=work)
     assert result.returncode == 3, result.stderr
     assert "no one to ask" in result.stderr
+    assert "hook asked for a person's decision" in result.stderr and "--yolo" not in result.stderr
     assert not (work / "ran.txt").exists()
     assert len(server.requests()) == 1
 

@@ -108,12 +108,14 @@ class ConsentGate:
         if hook == "allow":
             return
         if not self.session.can_ask():
-            raise Denied(self._nobody_message(tool), NO_ONE_TO_ASK, stop_turn=True)
+            raise Denied(self._nobody_message(tool, forced=forced), NO_ONE_TO_ASK, stop_turn=True)
         while await self._ask(tool, args, echo, call, command) == "dry_run":
             await self._dry_run(tool, args, ctx)
 
-    def _nobody_message(self, tool: Tool) -> str:
-        if tool.tier == "destructive":
+    def _nobody_message(self, tool: Tool, *, forced: bool = False) -> str:
+        if forced:
+            how = "A preToolCall hook asked for a person's decision; run mm in a terminal to give it."
+        elif tool.tier == "destructive":
             how = (
                 "Destructive tools ask even under --yolo: run mm in a terminal and answer [a] always "
                 "to let this tool run unattended."
