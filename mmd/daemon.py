@@ -27,6 +27,8 @@ from .agent.session import Session
 from .agent.setup import TurnSetup, build_tools, system_prompt
 from .config import AgentFile, ConfigError, find_agent_file, load_agent_file, load_user_config
 from .connection import Connection
+from .local import catalog as local_catalog
+from .local.server import LocalServerError, LocalServers
 from .mcp.pool import McpPool
 from .models import scripted
 from .models.base import Provider
@@ -115,6 +117,9 @@ class Daemon:
         try:
             async with trio.open_nursery() as root:
                 self._root = root
+                self.local = LocalServers(
+                    root, self.state_dir, busy=lambda: any(s.running for s in self.sessions.values())
+                )
                 await root.start(self.mcp.run)
                 if handle_signals:
                     root.start_soon(self._signals)
@@ -256,11 +261,18 @@ class Daemon:
         except ConfigError as exc:
             raise RPCError("config_error", str(exc)) from None
         ref = p.model or agent.model or config.default_model
+        if (
+            not ref
+            and local_catalog.server_ready()
+            and local_catalog.model_ready(local_catalog.DEFAULT_MODEL)
+        ):
+            ref = f"local/{local_catalog.DEFAULT_MODEL}"
         if not ref:
             raise RPCError(
                 "no_model",
                 "no model configured: pass --model PROVIDER/MODEL, set `model:` in the agent file, "
-                f"or `default_model:` in {self.config_path} (the README's Models section shows how)",
+                f"or `default_model:` in {self.config_path} (the README's Models section shows how); "
+                "or run `mm local setup` to install a local model, used when none is configured",
             )
         base_dir = agent_path.parent if agent_path else cwd
         try:
@@ -308,6 +320,16 @@ class Daemon:
         )
 
     async def _provider(self, model: ModelRef, session: Session) -> Provider:
+        if "local" in model.extra:
+            try:
+                url = await self.local.url(model.extra["local"])
+            except LocalServerError as exc:
+                raise RPCError("model_error", str(exc)) from None
+            # The server may have been restarted on another port: one provider per URL.
+            key = ("local", model.model, url)
+            if key not in self.providers:
+                self.providers[key] = model.build(base_url=url)
+            return self.providers[key]
         if model.script is None:
             if model.key not in self.providers:
                 try:

