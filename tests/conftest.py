@@ -148,10 +148,9 @@ def daemon_pids(home: Path) -> list[int]:
     return pids
 
 
-@pytest.fixture
-def daemon(mm_home: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A real mmd process on the test's private socket, stopped (and checked) at teardown."""
-    sock = socket_of(mm_home)
+def start_mmd(home: Path) -> subprocess.Popen[bytes]:
+    """A real mmd process on the test's private socket, once it answers."""
+    sock = socket_of(home)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmd", "--socket", str(sock)],
         stdin=subprocess.DEVNULL,
@@ -160,6 +159,13 @@ def daemon(mm_home: Path) -> Iterator[subprocess.Popen[bytes]]:
         start_new_session=True,
     )
     wait_for_socket(sock, proc)
+    return proc
+
+
+@pytest.fixture
+def daemon(mm_home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real mmd process on the test's private socket, stopped (and checked) at teardown."""
+    proc = start_mmd(mm_home)
     yield proc
     stop_daemon(proc)
 

@@ -27,7 +27,7 @@ from mm.connection import Client
 
 from mmd.rpc import RPCError
 
-from .conftest import run_mm, socket_of, stop_daemon, wait_for_socket
+from .conftest import run_mm, start_mmd, stop_daemon
 
 # Seconds a client waits for one message from the daemon before the test fails.
 READ_TIMEOUT = 60.0
@@ -46,20 +46,6 @@ def connect(name: str = "consent-test") -> Client:
 def bash(command: str) -> dict[str, Any]:
     """A script step that calls bash once."""
     return {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
-
-
-def start_mmd(home: Path) -> subprocess.Popen[bytes]:
-    """Another real mmd on the test's socket and state (as the ``daemon`` fixture starts one)."""
-    sock = socket_of(home)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mmd", "--socket", str(sock)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    wait_for_socket(sock, proc)
-    return proc
 
 
 @dataclass
