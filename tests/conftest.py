@@ -138,6 +138,18 @@ def run_mm(
     )
 
 
+def spawn_mm(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """Start the real ``mm`` CLI without waiting for it (to signal it, or to race two of them)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mm.cli", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def daemon_pids(home: Path) -> list[int]:
     sock = str(socket_of(home))
     pids = []

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from .conftest import daemon_pids, run_mm, socket_of, wait_for_file, write_config
+from .conftest import daemon_pids, run_mm, socket_of, spawn_mm, wait_for_file, write_config
 
 
 def test_prompt_prints_the_answer_and_starts_the_daemon(mm_home, scripted):
@@ -209,14 +207,7 @@ def test_ctrl_c_cancels_the_turn_and_kills_the_process_group(mm_home, scripted):
             {"text": "never reached"},
         ]
     )
-    mm = subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", "--yolo", "-p", "sleep"],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    mm = spawn_mm("--yolo", "-p", "sleep", cwd=work)
     wait_for_file(work / "child.pid")
     wait_for_file(work / "shell.pid")
     pids = [int((work / name).read_text()) for name in ("child.pid", "shell.pid")]
@@ -246,17 +237,7 @@ def _only_session(work: Path) -> str:
 
 def test_two_clients_starting_the_daemon_at_once_give_one_daemon(mm_home, scripted):
     scripted([{"text": "a"}, {"text": "b"}])
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "mm.cli", "-p", "hi"],
-            cwd=mm_home / "work",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [spawn_mm("-p", "hi", cwd=mm_home / "work") for _ in range(2)]
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sorted(o[0] for o in outs) == ["a\n", "b\n"]
@@ -287,14 +268,7 @@ def test_sigterm_cancels_running_turn_and_keeps_its_events(mm_home, scripted, da
     scripted(
         [{"tool_calls": [{"name": "bash", "arguments": {"command": "echo $$ > shell.pid; sleep 1000"}}]}]
     )
-    mm = subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", "--yolo", "-p", "sleep"],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    mm = spawn_mm("--yolo", "-p", "sleep", cwd=work)
     wait_for_file(work / "shell.pid")
     shell = psutil.Process(int((work / "shell.pid").read_text()))
     daemon.send_signal(signal.SIGTERM)
@@ -326,14 +300,7 @@ def test_kill_9_mid_turn_then_restart_keeps_committed_events(mm_home, scripted, 
             {"text": "resumed fine"},
         ]
     )
-    mm = subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", "--yolo", "--output-format", "stream-json", "-p", "go"],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    mm = spawn_mm("--yolo", "--output-format", "stream-json", "-p", "go", cwd=work)
     wait_for_file(work / "shell.pid")
     shell = psutil.Process(int((work / "shell.pid").read_text()))
     time.sleep(0.2)  # let the echo event reach the client; the assertion below does not depend on it
