@@ -392,7 +392,7 @@ def test_user_config_values(config, tmp_path):
         "ANTHROPIC_API_KEY",
         60.0,
         4,
-        4096,
+        None,  # not set: the Anthropic provider sends 4096, an openai-kind one sends none
     )
     assert claude.headers == {"anthropic-beta": "tools"}
     assert config.providers["local"].api_key_env is None

@@ -304,6 +304,32 @@ async def test_no_tools_key_without_tools(start: Any) -> None:
     server, provider = await start({"text": "hi"})
     await provider.complete(HELLO, [])
     assert "tools" not in server.requests[0]["body"]
+    assert "max_tokens" not in server.requests[0]["body"]  # not configured: the server's own limit
+
+
+async def test_max_tokens_is_sent_when_configured(start: Any) -> None:
+    server, provider = await start({"text": "hi"}, max_tokens=1024)
+    await provider.complete(HELLO, [])
+    assert server.requests[0]["body"]["max_tokens"] == 1024
+
+
+def test_model_refs_give_each_provider_its_token_limit(tmp_path: Any) -> None:
+    from mmd.config import load_user_config
+    from mmd.models.factory import LOCAL_MAX_TOKENS, ModelRef
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "providers:\n"
+        "  llama: {kind: openai, base_url: 'http://127.0.0.1:8080/v1'}\n"
+        "  big: {kind: openai, base_url: 'http://127.0.0.1:8081/v1', max_tokens: 300}\n"
+        "  claude: {kind: anthropic, base_url: 'https://api.anthropic.com'}\n"
+    )
+    config = load_user_config(path)
+    assert ModelRef.parse(config, "llama/m", tmp_path).build().max_tokens is None
+    assert ModelRef.parse(config, "big/m", tmp_path).build().max_tokens == 300
+    assert ModelRef.parse(config, "claude/m", tmp_path).build().max_tokens == 4096
+    local = ModelRef.parse(config, "local/qwen2.5-coder-0.5b", tmp_path)
+    assert local.max_tokens == LOCAL_MAX_TOKENS == 1024
 
 
 async def test_api_key_never_shown(start: Any) -> None:

@@ -53,6 +53,16 @@ def test_two_fenced_calls_in_order_with_distinct_ids():
     assert text == "Sure! First I will list the files, then I will search for the function."
 
 
+def test_a_call_repeated_in_one_message_runs_once():
+    # Qwen2.5-Coder-0.5B, stock template, after a tool result: it wrote the call again,
+    # then the examples of the other tools, over and over until its token limit.
+    repeated = '{"name": "grep", "arguments": {"pattern": "x"}}\n'
+    other = '{"name": "list_files", "arguments": {"path": "src"}}\n'
+    text, calls = recover(repeated + (other + repeated) * 20, TOOLS)
+    assert text == ""
+    assert calls_of(calls) == [("grep", {"pattern": "x"}), ("list_files", {"path": "src"})]
+
+
 def test_qwen_hermes_tool_call_tags():
     text, calls = recover(fixture("tool_call_tags.txt"), TOOLS)
     assert calls_of(calls) == [("read_file", {"path": "setup.py"})]

@@ -34,7 +34,9 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0  # seconds without a byte before giving up
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 4
     headers: dict[str, str] = {}  # extra HTTP headers, never credentials
-    max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 4096  # per model step
+    # The most tokens one model step may write. None: 4096 for kind anthropic (its API
+    # requires a value); for kind openai nothing is sent, so the server's own limit applies.
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     # Turn tool calls the model wrote as text into calls (docs/loops-and-recovery.md).
     # None: on for kind openai on localhost/127.0.0.1/::1, off otherwise.
     recover_tool_calls: bool | None = None

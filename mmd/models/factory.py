@@ -20,6 +20,9 @@ SCRIPTED = "scripted:"
 # Prefix of a model served by a llama-server the daemon runs itself (mmd.local), unless the user
 # config defines a provider of that name.
 LOCAL = "local/"
+# A small model can fall into repeating itself until its context is full; a local step stops
+# here (about 4 KB of text: a tool call, an answer, a file of a few hundred lines).
+LOCAL_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +34,7 @@ class ModelRef:
     api_key_env: str | None = None
     timeout: float = 300.0
     max_retries: int = 4
-    max_tokens: int = 4096
+    max_tokens: int | None = None  # per model step; see ProviderConfig.max_tokens
     headers: tuple[tuple[str, str], ...] = ()
     script: Path | None = None
     # Turn tool calls written as text into calls (mmd.models.recovery).
@@ -88,7 +91,14 @@ class ModelRef:
                     expected="one of " + ", ".join(f"local/{m}" for m in MODELS),
                     hint="`mm local status` shows what is set up",
                 )
-            return cls(label=ref, kind="openai", model=name, recover_tool_calls=True, extra={"local": name})
+            return cls(
+                label=ref,
+                kind="openai",
+                model=name,
+                recover_tool_calls=True,
+                max_tokens=LOCAL_MAX_TOKENS,
+                extra={"local": name},
+            )
         prov, prov_name, model_id = resolve_model(config, ref)
         return cls(
             label=f"{prov_name}/{model_id}",
@@ -135,5 +145,5 @@ class ModelRef:
             "headers": dict(self.headers),
         }
         if self.kind == "anthropic":
-            return AnthropicProvider(**common, max_tokens=self.max_tokens)
-        return OpenAIProvider(**common)
+            return AnthropicProvider(**common, max_tokens=self.max_tokens or 4096)
+        return OpenAIProvider(**common, max_tokens=self.max_tokens)

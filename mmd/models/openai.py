@@ -38,6 +38,7 @@ class OpenAIProvider:
         timeout: float = 300.0,
         max_retries: int = 4,
         headers: dict[str, str] | None = None,
+        max_tokens: int | None = None,
         client: httpx.AsyncClient | None = None,
         retry_base_delay: float = 0.5,
     ) -> None:
@@ -45,6 +46,7 @@ class OpenAIProvider:
             raise ValueError(f"{name}: base_url must start with http:// or https://, not {base_url!r}")
         self.name = name
         self.model = model
+        self.max_tokens = max_tokens
         self.base_url = base_url.rstrip("/")
         sent = {**(headers or {})}
         if api_key:
@@ -79,7 +81,7 @@ class OpenAIProvider:
         stream that broke off after deltas were handed on.
         Cancellation: closes the HTTP stream at once.
         """
-        body = request_body(self.model, messages, tools)
+        body = request_body(self.model, messages, tools, self.max_tokens)
         return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
 
     async def aclose(self) -> None:
@@ -87,7 +89,9 @@ class OpenAIProvider:
         await self._http.aclose()
 
 
-def request_body(model: str, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+def request_body(
+    model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int | None = None
+) -> dict[str, Any]:
     """The JSON body of a streamed chat completion request."""
     body: dict[str, Any] = {
         "model": model,
@@ -95,6 +99,8 @@ def request_body(model: str, messages: list[Message], tools: list[ToolSpec]) -> 
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     if tools:
         body["tools"] = [
             {

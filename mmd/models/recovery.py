@@ -15,7 +15,9 @@ catalogue, that carries ``arguments`` (or ``parameters``) and nothing else but
 ``id``/``type``, is a call. A ``package.json`` in a code block, a call naming an
 unknown tool, or JSON that does not parse is left as text. The arguments are
 not checked here: they go through the tool's contract like any other call.
-Arguments sent as a string holding a JSON object are unpacked.
+Arguments sent as a string holding a JSON object are unpacked. The same call
+written several times in one message (a small model repeating itself until
+its token limit) is run once.
 """
 
 from __future__ import annotations
@@ -78,7 +80,19 @@ def recover(text: str, tool_names: Collection[str]) -> tuple[str, list[ToolCall]
                 spans.append((start, end))
     if not calls:
         return text, []
-    return _without(text, spans), calls
+    return _without(text, spans), _distinct(calls)
+
+
+def _distinct(calls: list[ToolCall]) -> list[ToolCall]:
+    """The calls without repeats: a small model stuck repeating a call wrote it once too often, not twice on purpose."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for call in calls:
+        key = (call.name, call.arguments)
+        if key not in seen:
+            seen.add(key)
+            out.append(call)
+    return out
 
 
 def default_enabled(kind: str, base_url: str) -> bool:
