@@ -120,6 +120,11 @@ def test_references_expand_from_the_environment_with_defaults():
         expand("${MISSING}", "mcp.s.headers.A", env)
 
 
+def test_mm_python_is_the_daemons_interpreter_unless_the_environment_sets_it():
+    assert expand("${MM_PYTHON}", "command", {}) == sys.executable
+    assert expand("${MM_PYTHON}", "command", {"MM_PYTHON": "/opt/py"}) == "/opt/py"
+
+
 def test_agent_servers_replace_user_servers_by_name_and_keys_ignore_filters(tmp_path):
     config_path = tmp_path / "config.yaml"
     config_path.write_text("mcp:\n  a: {command: srv}\n  b: {url: 'http://h/mcp'}\n")

@@ -27,6 +27,53 @@ def calls_of(calls: list[ToolCall]) -> list[tuple[str, dict]]:
     return [(c.name, json.loads(c.arguments)) for c in calls]
 
 
+# --- outputs captured from the real 0.5B model (tests/fixtures/recovery/captured/README.md) ---------
+
+EVAL_TOOLS = ["release", "pkgtest", "status"]
+
+
+def captured(name: str) -> str:
+    return (FIXTURES / "captured" / name).read_text()
+
+
+def test_captured_bare_call():
+    text, calls = recover(captured("bare_call.txt"), EVAL_TOOLS)
+    assert calls_of(calls) == [("release", {"version": "1.4.2", "channel": "beta"})]
+    assert text == ""
+
+
+def test_captured_skill_name_is_a_call_only_when_skills_are_recoverable():
+    text = captured("skill_called_as_tool.txt")
+    assert recover(text, ["bash", "read_skill"]) == (text, [])
+    _, calls = recover(text, ["bash", "read_skill", "release-ops"])
+    assert calls_of(calls) == [("release-ops", {"version": "1.4.2"})]
+
+
+@pytest.mark.parametrize("name", ["unclosed_object.txt", "invented_tool_and_echoed_error.txt"])
+def test_captured_outputs_that_are_no_call_stay_text(name):
+    text = captured(name)
+    assert recover(text, [*EVAL_TOOLS, "bash", "read_skill", "release-ops"]) == (text, [])
+
+
+def test_captured_runaway_runs_each_distinct_call_once():
+    text, calls = recover(captured("runaway_until_token_limit.txt"), EVAL_TOOLS)
+    assert calls_of(calls) == [
+        ("pkgtest", {"package": "parser"}),
+        ("status", {"service": "search"}),
+        ("status", {"service": "parser"}),
+    ]
+    assert text.rstrip().endswith('{"name":')  # the cut-off tail stays text
+
+
+def test_captured_call_then_invented_result():
+    text, calls = recover(captured("call_then_invented_result.txt"), EVAL_TOOLS)
+    assert calls_of(calls) == [("pkgtest", {"package": "greet"})]
+    assert text == '{"response": "greet: 42 tests passed."}'
+
+
+# --- hand-written shapes --------------------------------------------------------------------------
+
+
 def test_fenced_json_with_prose_around_it():
     text, calls = recover(fixture("fenced_json_prose.txt"), TOOLS)
     assert calls_of(calls) == [("read_file", {"path": "README.md"})]

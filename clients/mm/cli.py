@@ -611,6 +611,107 @@ def stats(session_id: str | None, as_json: bool) -> None:
         )
 
 
+# -- eval -----------------------------------------------------------------------------------
+
+
+@main.command("eval")
+@click.argument("fixture", type=click.Path(exists=True))
+@click.option(
+    "-m", "--model", "models", multiple=True, metavar="MODEL", help="A model to measure (repeat for several)."
+)
+@click.option("-n", "--runs", type=click.IntRange(min=1), help="Runs per case, language and mode.")
+@click.option("--mode", "modes", multiple=True, metavar="NAME", help="Only this mode (repeatable).")
+@click.option("--case", "cases", multiple=True, metavar="NAME", help="Only this case (repeatable).")
+@click.option("--lang", "langs", multiple=True, metavar="LANG", help="Only this language (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS", help="Per run.")
+@click.option("--no-warmup", is_flag=True, help="Do not run the untimed warm-up per model and mode.")
+@click.option("--keep", is_flag=True, help="Keep the scratch copy of the fixture (its path is printed).")
+@click.option("--json", "as_json", is_flag=True, help="Print every run and the summary as JSON.")
+def eval_(
+    fixture: str, models: tuple[str, ...], as_json: bool, keep: bool, no_warmup: bool, **opts: Any
+) -> None:
+    """Measure how reliably a model gets your tools called.
+
+    \b
+    mm eval contrib/eval -m local/qwen2.5-coder-0.5b
+    mm eval contrib/eval --mode declared --lang fr -n 1
+
+    FIXTURE is a folder with an eval.yaml: modes (one agent file each), cases
+    (prompts and the argv the action must receive) and runs. Every run is a
+    fresh session, like mm -p, with write tools allowed (--yolo). A run succeeds
+    when the actions logged exactly the expected argv: judged from that file,
+    never from the answer. Prints successes/runs and mean seconds per model
+    and mode, then per case. docs/eval.md has the format.
+    """
+    from . import eval as ev
+
+    try:
+        fix = ev.load_fixture(fixture)
+        runs = ev.plan(
+            fix,
+            list(models) or [""],
+            runs=opts["runs"],
+            modes=list(opts["modes"]),
+            cases=list(opts["cases"]),
+            langs=list(opts["langs"]),
+        )
+    except ev.FixtureError as exc:
+        _fail(str(exc))
+    timeout = opts["timeout"] or fix.spec.timeout
+    ws = ev.Workspace(fix, keep=keep)
+    client = _connect()
+    results: list[ev.RunResult] = []
+    failures: list[str] = []
+    with click.progressbar(
+        length=len(runs), label="mm eval", file=sys.stderr, show_pos=True, item_show_func=lambda x: x
+    ) as bar:
+
+        def start(run: ev.Run, what: str) -> None:
+            model = run.model or "default model"
+            bar.update(0, f"{what}: {model} {run.mode} {run.case}/{run.lang} #{run.run}")
+
+        def done(r: ev.RunResult) -> None:
+            results.append(r)
+            if not r.ok:
+                failures.append(ev.describe_failure(r))
+            bar.update(1)
+
+        try:
+            ev.run_all(
+                client,
+                ws,
+                runs,
+                timeout=timeout,
+                warmup=not no_warmup,
+                on_start=start,
+                on_result=done,
+                on_warning=lambda w: click.echo(f"\nmm eval: warning: {w}", err=True),
+            )
+        except (ev.EvalError, DaemonError) as exc:
+            ws.close()
+            _fail(f"{exc}\n(the eval stopped after {len(results)} of {len(runs)} runs)")
+        except KeyboardInterrupt:
+            ws.close()
+            click.echo(f"\nmm eval: interrupted after {len(results)} of {len(runs)} runs", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+    client.close()
+    ws.close()
+    if as_json:
+        click.echo(
+            json.dumps(ev.as_json(fix, results, ws.path if keep else None), indent=2, ensure_ascii=False)
+        )
+        return
+    click.echo(ev.report(results))
+    if failures:
+        click.echo(f"\nFailed runs ({len(failures)}):")
+        for line in failures[:30]:
+            click.echo(f"  {line}")
+        if len(failures) > 30:
+            click.echo(f"  … and {len(failures) - 30} more (--json has them all)")
+    if keep:
+        click.echo(f"\nscratch copy kept: {ws.path}")
+
+
 # -- MCP servers ----------------------------------------------------------------------------
 
 

@@ -113,10 +113,26 @@ class Client:
             raise RPCError.from_wire(resp.error)
         return resp.result
 
-    def next_notification(self) -> tuple[str, Any]:
-        """Block until a notification arrives: (method, its argument)."""
-        while not self.notifications:
-            self._read()
+    def next_notification(self, timeout: float | None = None) -> tuple[str, Any]:
+        """Block until a notification arrives: (method, its argument).
+
+        Errors: TimeoutError when *timeout* seconds pass first (nothing is lost:
+        a partly read message stays buffered for the next call).
+        """
+        if timeout is None:
+            while not self.notifications:
+                self._read()
+            return self.notifications.popleft()
+        deadline = time.monotonic() + timeout
+        try:
+            while not self.notifications:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(remaining)
+                self._read()
+        finally:
+            self.sock.settimeout(None)
         return self.notifications.popleft()
 
     def _read(self) -> None:

@@ -177,6 +177,13 @@ class CallRunner:
             self._invalid[tool] = row
 
     def _unknown_tool(self, call: ToolCall) -> ToolError:
+        if call.name in self.setup.skill_names():
+            return ToolError(
+                "unknown_tool",
+                f'"{call.name}" is a skill, not a tool: skills are read, not called.',
+                fix=f'Call read_skill with {{"name": "{call.name}"}}, then do what the skill says '
+                "with the tools it names.",
+            )
         close = self.setup.registry.suggest(call.name)
         hint = f' Did you mean "{close}"?' if close else ""
         return ToolError(

@@ -190,7 +190,7 @@ class Session:
             on_retry=on_retry,
         )
         if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
-            completion = recover_completion(completion, setup.registry.names())
+            completion = recover_completion(completion, setup.recoverable_names())
             for c in completion.tool_calls:
                 self.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
         self._add_message(

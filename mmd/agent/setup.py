@@ -48,6 +48,17 @@ class TurnSetup:
     def request_messages(self, history: list[Message]) -> list[Message]:
         return [Message(role="system", content=self.system), *history]
 
+    def skill_names(self) -> list[str]:
+        """The skills the model can read now (none when read_skill is not offered)."""
+        if self.skills is None or "read_skill" not in self.registry.names():
+            return []
+        return self.skills.names()
+
+    def recoverable_names(self) -> list[str]:
+        """Names a call written as text may carry: the tools, and the skills, which small models
+        call as if they were tools; such a call is answered with how to read the skill."""
+        return [*self.registry.names(), *self.skill_names()]
+
 
 def system_prompt(base: str | None, cwd: Path, skills_text: str) -> str:
     parts = [base or DEFAULT_SYSTEM, f"Working directory: {cwd}"]

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -263,6 +264,12 @@ class ResolvedServer:
         return shlex.join([spec.command or "", *spec.args])
 
 
+# Set by mm itself when the environment does not: ${MM_PYTHON} is the daemon's own
+# interpreter, which has the official MCP SDK, so a Python server written with it
+# starts wherever mm runs (contrib/eval/mcp.yaml).
+BUILTIN_VARIABLES = {"MM_PYTHON": sys.executable}
+
+
 def expand(text: str, where: str, environ: dict[str, str] | None = None) -> str:
     """*text* with each ``${VAR}`` replaced by the variable's value (or its ``:-default``).
 
@@ -274,6 +281,8 @@ def expand(text: str, where: str, environ: dict[str, str] | None = None) -> str:
         name, default = m[1], m[2]
         if name in env:
             return env[name]
+        if name in BUILTIN_VARIABLES:
+            return BUILTIN_VARIABLES[name]
         if default is not None:
             return default
         raise ExpansionError(
