@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mm.eval import FixtureError, RunResult, judge, load_fixture, plan, report
 
-from .conftest import run_mm
+from .conftest import run_mm, spawn_mm
 
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib" / "eval"
 
@@ -201,6 +203,9 @@ def test_skill_mode_runs_the_command_with_bash_and_the_table_names_failures(mm_h
     assert rows[1][0] == "scripted/skill.json" and rows[1][1].startswith("1/2 (")
     assert ["scripted/skill.json", "release", "fr", "1/1"] in rows
     assert ["scripted/skill.json", "status", "fr", "0/1"] in rows
+    # Progress without a terminal: one line per run on stderr.
+    assert "mm eval: 1/2 scripted/skill.json skill release/fr #1: ok, " in result.stderr
+    assert "mm eval: 2/2 scripted/skill.json skill status/fr #1: failed, " in result.stderr
     assert (
         "scripted/skill.json skill status/fr #1: ran `release 1.4.2 beta`, expected `status billing`"
         in result.stdout
@@ -269,3 +274,35 @@ def test_a_skill_called_as_a_tool_is_answered_with_how_to_read_it(mm_home: Path)
     first = next(m for m in shown["messages"] if m["role"] == "tool")
     assert '"release-ops" is a skill, not a tool' in first["content"]
     assert 'Call read_skill with {"name": "release-ops"}' in first["content"]
+
+
+def test_ctrl_c_cancels_the_running_session_and_exits_130(mm_home: Path) -> None:
+    work = mm_home / "work"
+    steps = [
+        {"tool_calls": [{"name": "status", "arguments": {"service": "billing"}}]},
+        {"delay": 60, "text": "x"},
+    ]
+    model = script(mm_home, "stuck", steps)
+    mm = spawn_mm(
+        "eval", str(CONTRIB), "-m", model, "--mode", "declared", "--case", "status", "--lang", "en", "-n", "3",
+        "--no-warmup", cwd=work,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the first run called its tool: its model step now hangs
+        rows = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout or "[]")
+        if (
+            rows
+            and json.loads(run_mm("sessions", "show", rows[0]["id"], "--json", cwd=work).stdout)["messages"][
+                2:
+            ]
+        ):
+            break
+        time.sleep(0.2)
+    mm.send_signal(signal.SIGINT)
+    _, err = mm.communicate(timeout=30)
+    assert mm.returncode == 130, err
+    assert "interrupted after 0 of 3 runs" in err
+    [row] = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    shown = json.loads(run_mm("sessions", "show", row["id"], "--json", cwd=work).stdout)
+    assert not shown["session"]["running"]
+    assert [e["data"]["status"] for e in shown["events"] if e["kind"] == "turn_ended"] == ["cancelled"]

@@ -675,6 +675,13 @@ def eval_(
             if not r.ok:
                 failures.append(ev.describe_failure(r))
             bar.update(1)
+            if not sys.stderr.isatty():  # no bar in a log: one line per run instead
+                verdict = "ok" if r.ok else "failed" + (f" ({r.status})" if r.status != "ok" else "")
+                click.echo(
+                    f"mm eval: {len(results)}/{len(runs)} {r.model} {r.mode} {r.case}/{r.lang} #{r.run}: "
+                    f"{verdict}, {r.seconds:.1f} s",
+                    err=True,
+                )
 
         try:
             ev.run_all(

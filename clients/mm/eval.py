@@ -29,7 +29,7 @@ import msgspec
 
 from mmd.rpc import RPCError
 
-from .connection import Client
+from .connection import Client, DaemonError
 
 FIXTURE_FILE = "eval.yaml"
 # After a run's timeout the turn is cancelled; it must end within this many seconds.
@@ -241,6 +241,7 @@ class Runner:
         self.client = client
         self.ws = workspace
         self.timeout = timeout
+        self._warnings: list[str] = []  # those of the last run
 
     def warm_up(self, model: str, mode: str, prompt: str) -> list[str]:
         """One untimed run: loads the model and starts the mode's MCP servers.
@@ -289,7 +290,12 @@ class Runner:
             session_id=sid,
         )
         self._warnings = []
-        ended = self._follow(sid, started["after_seq"], started_at + self.timeout, result)
+        try:
+            ended = self._follow(sid, started["after_seq"], started_at + self.timeout, result)
+        except KeyboardInterrupt:  # Ctrl-C: the daemon must not go on with this run
+            with contextlib.suppress(RPCError, DaemonError):
+                self.client.call("session.cancel", {"session_id": sid})
+            raise
         result.seconds = round(time.monotonic() - started_at, 3)
         if ended is None:
             result.status = "timeout"
@@ -335,8 +341,6 @@ class Runner:
                 self._warnings.append(data.get("message", ""))
             elif kind == "turn_ended":
                 return None if cancelled else data
-
-    _warnings: list[str]
 
 
 def run_all(
