@@ -307,6 +307,7 @@ class Daemon:
             registry=registry,
             yolo=plan.p.yolo or agent.yolo,
             max_steps=agent.max_steps or d.max_steps,
+            temperature=agent.temperature,
             limits=Limits(
                 timeout=d.tool_timeout,
                 grace=d.grace,

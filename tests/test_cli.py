@@ -336,3 +336,15 @@ def test_missing_api_key_says_which_variable(mm_home, scripted):
     assert result.returncode == 1
     assert "MM_TEST_NO_KEY" in result.stderr and "internal error" not in result.stderr
     assert server.requests() == []
+
+
+def test_the_agent_files_temperature_reaches_every_model_step(mm_home, scripted):
+    work = mm_home / "work"
+    server = scripted([{"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]}, {"text": "done"}])
+    (work / "mm.yaml").write_text("temperature: 0\n")
+    assert run_mm("-p", "look", cwd=work).returncode == 0
+    assert [r["body"]["temperature"] for r in server.requests()] == [0.0, 0.0]
+    (work / "mm.yaml").write_text("temperature: 3\n")
+    bad = run_mm("-p", "look", cwd=work)
+    assert bad.returncode == 1
+    assert "mm.yaml:1: temperature: " in bad.stderr and "3" in bad.stderr

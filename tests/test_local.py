@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from mmd.local import catalog
@@ -224,6 +228,7 @@ def test_the_local_model_calls_a_declared_tool_with_the_expected_argv(
         "system: You greet people. Always use the greet tool, then answer in one sentence.\n"
         "builtins: []\n"
         "max_steps: 4\n"
+        "temperature: 0\n"  # greedy: the same answer on every run
         "tools:\n"
         "  - name: greet\n"
         "    description: Greet one person by name.\n"
@@ -242,7 +247,10 @@ def test_the_local_model_calls_a_declared_tool_with_the_expected_argv(
 @needs_stack
 def test_mm_eval_on_the_real_model_runs_the_action_with_the_expected_argv(mm_home: Path) -> None:
     link_stack(mm_home)
-    fixture = Path(__file__).resolve().parent.parent / "contrib" / "eval"
+    fixture = mm_home / "eval"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "contrib" / "eval", fixture)
+    with open(fixture / "declared.yaml", "a") as f:
+        f.write("temperature: 0\n")  # greedy, so the test does not depend on sampling luck
     result = run_mm(
         "eval", str(fixture), "-m", "local/qwen2.5-coder-0.5b", "--mode", "declared", "--case", "status",
         "--lang", "en", "-n", "2", "--timeout", "120", "--json", cwd=mm_home / "work", timeout=600,
@@ -283,3 +291,57 @@ def test_interrupted_build_step_stops_its_whole_process_group(tmp_path):
     if alive:
         os.killpg(child.pid, signal.SIGKILL)
     assert not alive
+
+
+def _llama_servers(mm_home: Path) -> list[psutil.Process]:
+    binary = str(mm_home / "data" / "mm" / "bin" / "llama-server")
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if cmd[:1] == [binary]:
+            found.append(proc)
+    return found
+
+
+def _wait(what: str, check: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _healthy(port: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@needs_stack
+def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped(
+    mm_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link_stack(mm_home)
+    monkeypatch.setenv("MM_LOCAL_IDLE_TIMEOUT", "10")  # read by the daemon this test's mm starts
+    work = mm_home / "work"
+    assert run_mm("-p", "Reply with one word: ok", cwd=work, timeout=300).returncode == 0
+    [first] = _llama_servers(mm_home)
+    cmd = first.cmdline()
+    port = cmd[cmd.index("--port") + 1]
+    first.kill()  # a crash, as the kernel's OOM killer would do it
+    second = _wait(
+        "a new llama-server",
+        lambda: [p for p in _llama_servers(mm_home) if p.pid != first.pid and _healthy(port)],
+        timeout=120,
+    )[0]
+    assert second.cmdline() == cmd  # same model, same port: requests retried after the crash reach it
+    log = mm_home / "state" / "mm" / "mmd.log"
+    _wait("the restart in mmd.log", lambda: f"restarted: http://127.0.0.1:{port}/v1" in log.read_text(), 10)
+    assert "exited with -9" in log.read_text()
+    # Nobody uses it: stopped after the idle timeout, and reaped.
+    _wait("the idle stop", lambda: not _llama_servers(mm_home), timeout=60)
+    assert not second.is_running() or second.status() == psutil.STATUS_ZOMBIE

@@ -149,13 +149,14 @@ async def test_request_shape(start: Any) -> None:
     ]
     schema = {"type": "object", "properties": {"command": {"type": "string"}}}
     await provider.complete(
-        messages, [ToolSpec(name="bash", description="Run a command.", parameters=schema)]
+        messages, [ToolSpec(name="bash", description="Run a command.", parameters=schema)], temperature=0.2
     )
     [request] = server.requests
     assert request["path"] == "/v1/messages"
     body = request["body"]
     assert body["model"] == "claude-test"
     assert body["max_tokens"] == 4096
+    assert body["temperature"] == 0.2
     assert body["stream"] is True
     assert body["system"] == "You help.\n\nBe brief."
     assert body["messages"] == [

@@ -313,6 +313,14 @@ async def test_max_tokens_is_sent_when_configured(start: Any) -> None:
     assert server.requests[0]["body"]["max_tokens"] == 1024
 
 
+async def test_temperature_is_sent_only_when_given(start: Any) -> None:
+    server, provider = await start({"text": "a"}, {"text": "b"})
+    await provider.complete(HELLO, [], temperature=0.0)
+    await provider.complete(HELLO, [])
+    assert server.requests[0]["body"]["temperature"] == 0.0
+    assert "temperature" not in server.requests[1]["body"]
+
+
 def test_model_refs_give_each_provider_its_token_limit(tmp_path: Any) -> None:
     from mmd.config import load_user_config
     from mmd.models.factory import LOCAL_MAX_TOKENS, ModelRef

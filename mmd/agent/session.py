@@ -188,6 +188,7 @@ class Session:
             setup.registry.specs(),
             on_text=lambda text: self.emit("text", {"text": text}),
             on_retry=on_retry,
+            temperature=setup.temperature,
         )
         if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
             completion = recover_completion(completion, setup.recoverable_names())

@@ -36,6 +36,7 @@ class TurnSetup:
     registry: Registry
     yolo: bool = False
     max_steps: int = 50
+    temperature: float | None = None  # the agent file's; None: the server's default
     limits: Limits = field(default_factory=Limits)
     skills: Any = None
     warnings: list[str] = field(default_factory=list)  # e.g. a skipped skill; sent as warning events

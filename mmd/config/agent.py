@@ -39,6 +39,8 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Skill folders; absolute after loading.
     skills: list[Annotated[str, msgspec.Meta(description="a path to a skills folder")]] = []
     max_steps: Annotated[int, msgspec.Meta(ge=1)] | None = None  # model steps per turn; None: the daemon's
+    # Sampling temperature sent with every model step (0: greedy, repeatable); None: the server's default.
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
     # Declared tools: one argv command each, typed (docs/declared-tools.md).
     tools: list[DeclaredToolSpec] = []
     # "strict" keeps required/enum keywords in the schemas, for providers that enforce them.

@@ -1,4 +1,4 @@
-"""llama-server as a daemon-owned child: started on first use, restarted after it dies, stopped when idle.
+"""llama-server as a daemon-owned child: started on first use, restarted when it dies, stopped when idle.
 
 One server per local model, shared by every session. It listens on 127.0.0.1 on a free port, with as many
 threads as the machine has cores; its stderr goes to ``$XDG_STATE_HOME/mm/llama-server-<model>.log``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -27,6 +28,13 @@ HEALTH_TIMEOUT = 180.0  # seconds for a model to load
 IDLE_TIMEOUT = float(os.environ.get("MM_LOCAL_IDLE_TIMEOUT", 600))  # seconds without a turn before stopping
 
 
+# A server that dies by itself is started again after RESTART_DELAY, doubled for each death
+# within CRASH_WINDOW; after MAX_RESTARTS such deaths it waits for the next turn instead.
+RESTART_DELAY = 0.5
+CRASH_WINDOW = 300.0
+MAX_RESTARTS = 3
+
+
 class LocalServerError(Exception):
     pass
 
@@ -43,6 +51,17 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # As llama-server binds: connections of the dead server in TIME_WAIT do not hold the port.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _tail(path: Path, n: int = 15) -> str:
@@ -65,6 +84,7 @@ class LocalServers:
         self.log_dir = log_dir
         self.idle_timeout = idle_timeout
         self.running: dict[str, _Running] = {}
+        self.crashes: dict[str, list[float]] = {}  # monotonic times a server died by itself
         self._lock = trio.Lock()
 
     async def url(self, name: str) -> str:
@@ -80,14 +100,19 @@ class LocalServers:
             run.last_used = time.monotonic()
             return run.url
 
-    async def _serve(self, name: str, task_status: trio.TaskStatus[_Running]) -> None:
+    async def _serve(
+        self, name: str, port: int | None = None, *, task_status: trio.TaskStatus[_Running]
+    ) -> None:
         binary, gguf = catalog.server_binary(), catalog.model_path(name)
         if not catalog.server_ready() or not catalog.model_ready(name):
             raise LocalServerError(
                 f"local/{name} is not set up (llama-server at {binary}, model at {gguf}): "
                 f"run `mm local setup --model {catalog.MODELS[name].short}`"
             )
-        port = _free_port()
+        # A restart takes the old port when it is still free, so the retries of a request
+        # that was running when the server died reach the new one.
+        port = port if port is not None and _port_free(port) else _free_port()
+        crashed = False
         argv = [
             str(binary),
             "-m",
@@ -105,7 +130,9 @@ class LocalServers:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = self.log_dir / f"llama-server-{name}.log"
         run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
-        with open(logfile, "wb") as err:
+        with open(logfile, "ab") as err:  # appended: the lines of a server that died stay readable
+            err.write(f"--- mmd starts {shlex.join(argv)}\n".encode())
+            err.flush()
             try:
                 cm = supervised_process(
                     argv,
@@ -122,16 +149,43 @@ class LocalServers:
                     async with trio.open_nursery() as watch:
                         watch.start_soon(self._idle, run, watch.cancel_scope)
                         await proc.wait()
-                        log.warning(
-                            "llama-server for %s exited with %s; restarted at next use", name, proc.returncode
-                        )
                         watch.cancel_scope.cancel()
+                    crashed = not run.dead  # else stopped for being idle
+                    if crashed:
+                        log.warning("llama-server for %s exited with %s", name, proc.returncode)
             except OSError as exc:
                 raise LocalServerError(spawn_error_message(exc, argv, self.log_dir)) from None
             finally:
                 run.dead = True
                 if self.running.get(name) is run:
                     del self.running[name]
+        if crashed:
+            self.nursery.start_soon(self._restart, name, port)
+
+    async def _restart(self, name: str, port: int) -> None:
+        """Start a server that died again at once, unless it keeps dying (then the next turn tries)."""
+        now = time.monotonic()
+        recent = [t for t in self.crashes.get(name, []) if now - t < CRASH_WINDOW]
+        self.crashes[name] = [*recent, now]
+        if len(recent) >= MAX_RESTARTS:
+            log.error(
+                "llama-server for %s died %d times in %.0f s; not restarted until the next turn needs it",
+                name,
+                len(recent) + 1,
+                CRASH_WINDOW,
+            )
+            return
+        await trio.sleep(RESTART_DELAY * 2 ** len(recent))
+        async with self._lock:
+            if name in self.running:  # a turn started one meanwhile
+                return
+            try:
+                run = await self.nursery.start(self._serve, name, port)
+            except LocalServerError as exc:
+                log.error("could not restart llama-server for %s: %s", name, exc)
+                return
+            self.running[name] = run
+        log.info("llama-server for %s restarted: %s", name, run.url)
 
     async def _idle(self, run: _Running, scope: trio.CancelScope) -> None:
         while True:

@@ -84,6 +84,7 @@ class AnthropicProvider:
         *,
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
+        temperature: float | None = None,
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 
@@ -94,6 +95,8 @@ class AnthropicProvider:
         Cancellation: closes the HTTP stream at once.
         """
         body = request_body(self.model, messages, tools, self.max_tokens)
+        if temperature is not None:
+            body["temperature"] = temperature
         return await self._http.post(body, lambda: AnthropicStream(on_text, self.name), on_retry)
 
     async def aclose(self) -> None:

@@ -83,6 +83,7 @@ class Provider(Protocol):
         *,
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
+        temperature: float | None = None,  # None: the server's default
     ) -> Completion: ...
 
     async def aclose(self) -> None: ...

@@ -72,6 +72,7 @@ class OpenAIProvider:
         *,
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
+        temperature: float | None = None,
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 
@@ -82,6 +83,8 @@ class OpenAIProvider:
         Cancellation: closes the HTTP stream at once.
         """
         body = request_body(self.model, messages, tools, self.max_tokens)
+        if temperature is not None:
+            body["temperature"] = temperature
         return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
 
     async def aclose(self) -> None:
