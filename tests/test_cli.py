@@ -340,7 +340,9 @@ def test_missing_api_key_says_which_variable(mm_home, scripted):
 
 def test_the_agent_files_temperature_reaches_every_model_step(mm_home, scripted):
     work = mm_home / "work"
-    server = scripted([{"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]}, {"text": "done"}])
+    server = scripted(
+        [{"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]}, {"text": "done"}]
+    )
     (work / "mm.yaml").write_text("temperature: 0\n")
     assert run_mm("-p", "look", cwd=work).returncode == 0
     assert [r["body"]["temperature"] for r in server.requests()] == [0.0, 0.0]
