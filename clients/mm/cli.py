@@ -658,8 +658,8 @@ def eval_(
     except ev.FixtureError as exc:
         _fail(str(exc))
     timeout = opts["timeout"] or fix.spec.timeout
-    ws = ev.Workspace(fix, keep=keep)
     client = _connect()
+    ws = ev.Workspace(fix, keep=keep)
     results: list[ev.RunResult] = []
     failures: list[str] = []
     with click.progressbar(
