@@ -80,6 +80,23 @@ async def test_consecutive_requests_reuse_one_connection(start: Any) -> None:
     assert all(r["t_responded"] is not None for r in server.requests)
 
 
+async def test_an_idle_connection_is_dropped_before_servers_drop_it(
+    start: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama-server closes a connection idle for 5 s; the client must never reuse one that old.
+    from mmd.models import _http
+
+    assert _http.KEEPALIVE_EXPIRY < 5
+    monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 0.2)
+    server, provider = await start({"text": "a"}, {"text": "b"}, {"text": "c"})
+    await complete(provider, Recorder())
+    await complete(provider, Recorder())  # at once: the same connection
+    await trio.sleep(0.5)
+    await complete(provider, Recorder())  # after the expiry: a new one
+    first, second, third = (r["connection"] for r in server.requests)
+    assert first == second != third
+
+
 async def test_one_tool_call(start: Any) -> None:
     call = {"name": "bash", "arguments": {"command": "ls -la"}, "id": "call_abc"}
     _, provider = await start({"tool_calls": [call]})

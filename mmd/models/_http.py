@@ -31,6 +31,11 @@ MAX_WAIT = 60.0
 EXCERPT_CHARS = 80
 # Seconds allowed to open a connection; a dead host should fail fast.
 CONNECT_TIMEOUT = 10.0
+# An idle connection is dropped after this many seconds. llama-server (cpp-httplib), uvicorn and
+# Node close idle keep-alive connections after 5 s; a client that waits 5 s too sometimes sends its
+# next request into a connection the server is closing ("Server disconnected without sending a
+# response"), seen here after a tool ran for about 5 s. Under 5, the race cannot happen.
+KEEPALIVE_EXPIRY = 4.0
 # Statuses another attempt may fix besides 5xx: request timeout, rate limit.
 RETRY_STATUSES = frozenset({408, 429})
 # What to do about a request the server refused, by status.
@@ -386,7 +391,13 @@ class HttpModel:
         self._max_retries = max_retries
         self._base_delay = retry_base_delay
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=self._timeout)
+        self._client = (
+            client
+            if client is not None
+            else httpx.AsyncClient(
+                timeout=self._timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+            )
+        )
 
     async def post(
         self, body: dict[str, Any], parser: Callable[[], Accumulator], on_retry: OnRetry | None
