@@ -104,16 +104,16 @@ def connect() -> Client:
 
 
 def interactive_turn(
-    client: Client, work: Path, agent: Path, answer: Any, text: str = "go"
+    client: Client, work: Path, agent: Path | None, answer: Any, text: str = "go", yolo: bool = True
 ) -> list[dict[str, Any]]:
-    """One turn as an interactive client under yolo.
+    """One turn as an interactive client (under yolo unless told otherwise); its events.
 
     ``answer(ask, session_id)`` gives the fields of the consent.answer sent for each ask.
     """
-    started = client.call(
-        "session.prompt",
-        {"prompt": text, "cwd": str(work), "agent": str(agent), "interactive": True, "yolo": True},
-    )
+    params = {"prompt": text, "cwd": str(work), "interactive": True, "yolo": yolo}
+    if agent is not None:
+        params["agent"] = str(agent)
+    started = client.call("session.prompt", params)
     session_id = started["session_id"]
     events = []
     while True:

@@ -27,7 +27,7 @@ import yaml
 from mmd.agent.calls import idempotency_key
 from mmd.mcp.tool import exposed_name
 
-from .conftest import run_mm, write_config
+from .conftest import run_mm, spawn_mm, write_config
 from .mcp_servers import SEED, HttpServer, calls, handshakes, npm_server, records, starts, wait_for_record
 
 SEED_TOOLS = ["release", "pkgtest", "status"]
@@ -115,17 +115,6 @@ def of(evs: list[dict[str, Any]], kind: str, **match: Any) -> list[dict[str, Any
     return [
         e["data"] for e in evs if e["kind"] == kind and all(e["data"].get(k) == v for k, v in match.items())
     ]
-
-
-def mm_bg(work: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", *args],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 # --- the seed flow, over both transports ------------------------------------------------------------
@@ -340,7 +329,7 @@ def test_a_stdio_server_killed_mid_call_is_answered_retry_after_and_restarted(mm
     work = mm_home / "work"
     agent_file(work, {"seed": stdio_seed(tools={"include": ["hang", "status"]})})
     scripted([call("hang", {"label": "x"}), call("status", {"service": "billing"}), {"text": "done"}])
-    mm = mm_bg(work, "--yolo", "--agent", "agent.yaml", "--output-format", "json", "-p", "go")
+    mm = spawn_mm("--yolo", "--agent", "agent.yaml", "--output-format", "json", "-p", "go", cwd=work)
     hang = wait_for_record(mcp_log, {"tool": "hang"})
     psutil.Process(hang["pid"]).kill()
     out, err = mm.communicate(timeout=120)
@@ -372,7 +361,7 @@ def test_an_http_server_killed_mid_call_is_answered_retry_after_and_reconnected_
     web = http_seed()
     agent_file(work, {"remote": http_entry(web.url, tools={"include": ["hang", "status"]})})
     scripted([call("hang", {"label": "x"}), {"text": "it dropped"}])
-    mm = mm_bg(work, "--yolo", "--agent", "agent.yaml", "--output-format", "json", "-p", "go")
+    mm = spawn_mm("--yolo", "--agent", "agent.yaml", "--output-format", "json", "-p", "go", cwd=work)
     wait_for_record(mcp_log, {"tool": "hang"})
     web.kill()
     _out, err = mm.communicate(timeout=120)

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from .conftest import run_mm, write_config
-from .test_declared_e2e import connect, of, session_events, tool_messages
+from .test_declared_e2e import connect, interactive_turn, of, session_events, tool_messages
 
 FIXTURES = Path(__file__).parent / "fixtures" / "recovery"
 PHASES = {
@@ -34,22 +34,9 @@ def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 def turn(client: Any, work: Path, answer: str) -> list[dict[str, Any]]:
     """One turn as an interactive client (no yolo), answering every consent ask with *answer*."""
-    started = client.call(
-        "session.prompt", {"prompt": "plan then act", "cwd": str(work), "interactive": True, "yolo": False}
+    return interactive_turn(
+        client, work, None, lambda ask, sid: {"decision": answer}, "plan then act", yolo=False
     )
-    session_id, events = started["session_id"], []
-    while True:
-        method, ev = client.next_notification()
-        if method != "event" or ev["session_id"] != session_id or ev["seq"] <= started["after_seq"]:
-            continue
-        events.append(ev)
-        if ev["kind"] == "consent_needed":
-            client.call(
-                "consent.answer",
-                {"session_id": session_id, "request_id": ev["data"]["request_id"], "decision": answer},
-            )
-        elif ev["kind"] == "turn_ended":
-            return events
 
 
 def test_only_the_phase_tools_are_in_the_request_until_next_phase_is_allowed(mm_home, scripted):

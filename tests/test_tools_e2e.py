@@ -23,6 +23,7 @@ from mm.connection import Client
 from mmd.tools.builtin.echo import ECHO_LIMIT
 
 from .conftest import run_mm, wait_for_file
+from .test_supervisor import TREE, TREE_SIZE  # a tree of processes that resists SIGTERM
 
 # Seconds a client waits for one message from the daemon before the test fails.
 READ_TIMEOUT = 60.0
@@ -275,19 +276,6 @@ def test_one_gigabyte_of_tool_output_keeps_the_daemon_small(mm_home, scripted, d
     store = mm_home / "state" / "mm"
     assert sum(p.stat().st_size for p in store.glob("mm.db*")) < 16 * 2**20
     spill.unlink()
-
-
-# A tool call that leaves a resistant tree behind: a TERM-ignoring grandchild, one in
-# its own session, and a TERM-ignoring one that double-forked out (setsid -f).
-# Each process appends its pid to the file named by $1 once it is set up.
-TREE = r"""
-echo $$ >> "$1"
-(trap '' TERM; echo $BASHPID >> "$1"; exec sleep 1000) &
-setsid bash -c 'echo $$ >> "$0"; exec sleep 1000' "$1" &
-setsid -f bash -c 'trap "" TERM; echo $$ >> "$0"; exec sleep 1000' "$1"
-wait
-"""
-TREE_SIZE = 4
 
 
 def _gone(pid: int, created: float) -> bool:

@@ -188,9 +188,7 @@ def follow(client: Client, session_id: str, after_seq: int, view: View) -> tuple
 
 def _follow(client: Client, session_id: str, after_seq: int, view: View) -> dict[str, Any]:
     while True:
-        method, ev = client.next_notification()
-        if method != "event" or ev["session_id"] != session_id or ev["seq"] <= after_seq:
-            continue
+        ev = client.next_event(session_id, after_seq)
         view.event(ev)
         if ev["kind"] == "consent_needed":
             _answer_consent(client, session_id, ev["data"], view)

@@ -135,6 +135,18 @@ class Client:
             self.sock.settimeout(None)
         return self.notifications.popleft()
 
+    def next_event(self, session_id: str, after_seq: int, timeout: float | None = None) -> dict[str, Any]:
+        """The next event of *session_id* newer than *after_seq*; other notifications are passed over.
+
+        Errors: TimeoutError when *timeout* seconds pass first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            method, ev = self.next_notification(left)
+            if method == "event" and ev["session_id"] == session_id and ev["seq"] > after_seq:
+                return ev
+
     def _read(self) -> None:
         data = self.sock.recv(65536)
         if not data:

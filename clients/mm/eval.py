@@ -325,10 +325,8 @@ class Runner:
                 cancelled, deadline = True, time.monotonic() + CANCEL_GRACE
                 continue
             try:
-                method, ev = self.client.next_notification(timeout=remaining)
+                ev = self.client.next_event(sid, after_seq, timeout=remaining)
             except TimeoutError:
-                continue
-            if method != "event" or ev["session_id"] != sid or ev["seq"] <= after_seq:
                 continue
             kind, data = ev["kind"], ev["data"]
             if kind == "turn_started":  # the model as the daemon names it (an alias resolved)
