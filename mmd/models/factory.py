@@ -79,17 +79,18 @@ class ModelRef:
                 recover_tool_calls=True,  # served on 127.0.0.1, like a local llama-server
             )
         if ref.startswith(LOCAL) and LOCAL.rstrip("/") not in config.providers:
-            from ..local.catalog import MODELS
+            from ..local import catalog
 
             name = ref[len(LOCAL) :]
-            if name not in MODELS:
+            if not catalog.known(name):
+                names = [*catalog.MODELS, *catalog.added_models()]
                 raise ConfigError(
                     file="model reference",
                     line=None,
                     field="model",
                     found=ref,
-                    expected="one of " + ", ".join(f"local/{m}" for m in MODELS),
-                    hint="`mm local status` shows what is set up",
+                    expected="one of " + ", ".join(f"local/{m}" for m in names),
+                    hint="`mm local add PATH --name NAME` registers a GGUF file; `mm local status` lists them",
                 )
             return cls(
                 label=ref,
