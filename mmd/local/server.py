@@ -108,7 +108,9 @@ class LocalServers:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = self.log_dir / f"llama-server-{name}.log"
         run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
-        with open(logfile, "ab") as err:  # appended: the lines of a server that died stay readable
+        # Appended: the lines of a server that died stay readable. Private, as every mm log.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        with os.fdopen(os.open(logfile, flags, 0o600), "ab") as err:
             err.write(f"--- mmd starts {shlex.join(argv)}\n".encode())
             err.flush()
             try:
@@ -195,10 +197,17 @@ class LocalServers:
                     )
                     raise LocalServerError(f"{detail}\nits last lines ({logfile}):\n{selftest.tail(logfile)}")
                 try:
-                    if (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
-                        return
+                    healthy = (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200
                 except httpx.HTTPError:
-                    pass
+                    healthy = False
+                if healthy:
+                    if selftest.listens_on(proc.pid, port) is False:
+                        raise LocalServerError(
+                            f"something else answers on 127.0.0.1:{port}, not the llama-server mmd started "
+                            f"for local/{name} (another user took the port?); nothing was sent to it: "
+                            "run the prompt again for a new port"
+                        )
+                    return
                 await trio.sleep(0.25)
         raise LocalServerError(
             f"llama-server for local/{name} was not healthy after {HEALTH_TIMEOUT:.0f} s; "

