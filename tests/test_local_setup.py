@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,9 @@ def status() -> dict:
     return json.loads(result.stdout)
 
 
+needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+
+
 @pytest.fixture
 def tiny(mm_home: Path) -> str:
     """A small GGUF file registered as local/tiny (no self-test: nothing is built yet)."""
@@ -94,6 +98,7 @@ def tiny(mm_home: Path) -> str:
     return "tiny"
 
 
+@needs_cmake
 def test_a_build_that_crashes_at_load_is_rebuilt_portably_and_then_ready(mm_home: Path, tiny: str) -> None:
     result = setup("--model", tiny, source=standin(mm_home / "src"))
     assert result.returncode == 0, result.stderr
@@ -117,6 +122,7 @@ def test_a_build_that_crashes_at_load_is_rebuilt_portably_and_then_ready(mm_home
     assert "self-test passed" in again.stderr and "FAILED" not in again.stderr
 
 
+@needs_cmake
 def test_a_build_that_always_crashes_fails_clearly_and_is_never_ready(mm_home: Path, tiny: str) -> None:
     result = setup("--model", tiny, source=standin(mm_home / "src", crash_always=True))
     assert result.returncode == 1
@@ -132,6 +138,7 @@ def test_a_build_that_always_crashes_fails_clearly_and_is_never_ready(mm_home: P
     assert "ready" not in text.splitlines()[1] and "SIGSEGV" in text
 
 
+@needs_cmake
 def test_a_crash_seen_by_the_daemon_names_the_signal_and_the_fix(mm_home: Path, tiny: str) -> None:
     assert (
         setup("--model", tiny, "--no-check", source=standin(mm_home / "src", crash_always=True)).returncode
@@ -146,6 +153,7 @@ def test_a_crash_seen_by_the_daemon_names_the_signal_and_the_fix(mm_home: Path, 
     assert test["ok"] is False and test["signal"] == "SIGSEGV" and test["source"] == "mmd"
 
 
+@needs_cmake
 def test_an_added_model_answers_through_the_daemon(mm_home: Path, tiny: str) -> None:
     # Each server started replays the script from its start: the self-test's and the daemon's.
     source = standin(mm_home / "src", answers=("42 hello from tiny",))
@@ -160,6 +168,7 @@ def test_an_added_model_answers_through_the_daemon(mm_home: Path, tiny: str) -> 
     assert sessions[0]["model"] == "local/tiny"
 
 
+@needs_cmake
 def test_a_data_folder_copied_to_an_older_cpu_is_refused_before_it_can_crash(
     mm_home: Path, tiny: str
 ) -> None:
@@ -175,6 +184,7 @@ def test_a_data_folder_copied_to_an_older_cpu_is_refused_before_it_can_crash(
     assert result.returncode == 1 and "avx10_512" in result.stderr
 
 
+@needs_cmake
 def test_a_missing_compiler_names_the_step_and_what_to_install(mm_home: Path, tiny: str) -> None:
     bare = mm_home / "bin"
     bare.mkdir()
@@ -216,6 +226,7 @@ def test_an_added_model_is_listed_with_its_metadata_and_can_be_removed(mm_home: 
     assert result.returncode == 1 and "mm local add PATH --name NAME" in result.stderr
 
 
+@needs_cmake
 def test_a_port_answered_by_another_process_is_never_trusted(mm_home: Path, tiny: str) -> None:
     """What answers /health must be the child mm started: a squatter on the port gets nothing."""
     result = setup("--model", tiny, "--portable", source=standin(mm_home / "src", impostor=True))
