@@ -8,6 +8,14 @@ the client reconnects and replays what it missed from the store (after_seq).
 A malformed message that still carries a msgid is answered with an error.
 Anything that cannot be split or decoded closes this connection only, after
 an ``error`` notification that says why.
+
+Requests run concurrently, each in its own task, except ``handshake`` (and
+whatever comes before it, which is only refused): it runs before the next
+frame is read, so requests written right behind it (in the same ``send``)
+find the connection handshaken. A request the daemon has
+received runs to its end even when the client hangs up before the answer: a
+``session.prompt`` sent just before a hang-up still runs its turn, as a turn
+goes on when its client disconnects mid-turn.
 """
 
 from __future__ import annotations
@@ -107,13 +115,20 @@ class Connection:
     async def serve(self) -> None:
         """Run until the peer hangs up or the connection is dropped.
 
+        Requests already received run to their end first (their answers go
+        nowhere when the peer is gone).
+
         Cancellation: cancels this connection's pending requests; turns they
         started keep running in the daemon.
         """
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer_task, nursery.cancel_scope)
-                await self._reader(nursery)
+                async with trio.open_nursery() as requests:
+                    with trio.CancelScope() as reading:
+                        # A writer that stops (the peer is gone or too slow) stops the
+                        # reading, never the requests already received.
+                        nursery.start_soon(self._writer_task, reading)
+                        await self._reader(requests)
                 # Let queued replies go out, then stop.
                 self.close_after_flush()
         finally:
@@ -142,7 +157,7 @@ class Connection:
                 self._fatal(f"{exc}; closing this connection")
                 return
             for frame in frames:
-                if not self._dispatch(frame, nursery):
+                if not await self._dispatch(frame, nursery):
                     return
 
     def _fatal(self, message: str) -> None:
@@ -150,7 +165,7 @@ class Connection:
         self.notify("error", {"code": "protocol_error", "message": message})
         self.close_after_flush()
 
-    def _dispatch(self, frame: bytes, nursery: trio.Nursery) -> bool:
+    async def _dispatch(self, frame: bytes, nursery: trio.Nursery) -> bool:
         try:
             msg = decode_message(frame)
         except ProtocolError as exc:
@@ -160,6 +175,10 @@ class Connection:
             self.push(response(exc.msgid, RPCError("invalid_request", str(exc)).to_wire(), None))
             return True
         match msg:
+            case Request() if msg.method == "handshake" or not self.handshaken:
+                # Inline, so that order of receipt decides: the requests pipelined behind a
+                # handshake find it done, one before it is refused (which awaits nothing).
+                await self._handle(msg)
             case Request():
                 nursery.start_soon(self._handle, msg)
             case Notification():

@@ -5,10 +5,17 @@ It listens on one Unix socket, accepts clients of its own uid, keeps sessions
 connections. Shutdown (SIGTERM, SIGINT, ``daemon.stop``) is graceful: running
 turns are cancelled, which stops their process groups and commits their
 ``turn_ended`` events; clients get those events; then the store is closed.
+A daemon that died instead (``kill -9``, a crash) left turns without a
+``turn_ended``: the next daemon closes them as ``interrupted`` when it starts.
+
+A session is in memory only while it is used: one without a turn, a client
+or a pending ask for ``daemon.session_idle`` seconds is dropped and loaded
+again from the store on demand.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -25,16 +32,26 @@ import trio
 from . import procs, transport
 from .agent.session import Session
 from .agent.setup import TurnSetup, build_tools, system_prompt
-from .config import AgentFile, ConfigError, find_agent_file, load_agent_file, load_user_config
+from .config import (
+    AgentFile,
+    ConfigError,
+    DaemonConfig,
+    find_agent_file,
+    load_agent_file,
+    load_user_config,
+)
+from .config.user import secret_variables
 from .connection import Connection
 from .local import catalog as local_catalog
 from .local.server import LocalServerError, LocalServers
+from .mcp.config import credential_variables
 from .mcp.pool import McpPool
 from .models import scripted
 from .models.base import Provider
 from .models.factory import ModelRef
 from .policy.hooks import merged_hooks
-from .rpc import DEFAULT_MAX_FRAME, RPCError, paths
+from .procs.environ import withhold
+from .rpc import DEFAULT_MAX_FRAME, RPCError, paths, trust
 from .rpc.methods import Prompt
 from .store import Store, StoreError
 from .tools.base import Limits
@@ -43,6 +60,15 @@ log = logging.getLogger("mmd")
 
 # Seconds the daemon waits for clients to read the last events at shutdown.
 FLUSH_GRACE = 1.0
+# Bounds of the pause between two looks for idle sessions (half of daemon.session_idle).
+SWEEP_MIN, SWEEP_MAX = 0.1, 10.0
+# Sessions whose scripted model position is remembered; the oldest is forgotten past this.
+SCRIPT_POSITIONS = 10_000
+# The error of a turn the previous daemon never finished.
+INTERRUPTED = (
+    "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
+    "did not run to their end. Continue with mm --resume {id} -p ..."
+)
 
 
 class Daemon:
@@ -63,6 +89,10 @@ class Daemon:
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
         self.providers: dict[tuple[Any, ...], Provider] = {}
+        # Scripted models of running turns by session, and where each session's script stands.
+        self._scripted: dict[str, _Scripted] = {}
+        self._script_positions: dict[str, scripted.Position] = {}
+        self._idle: tuple[float, float] = (-1.0, DaemonConfig().session_idle)  # (config mtime, seconds)
         self.mcp = McpPool(log_dir=self.state_dir / "mcp")  # MCP connections shared by sessions
         self.started = time.monotonic()
         self.stop_reason = ""
@@ -89,6 +119,8 @@ class Daemon:
 
         Errors:
             transport.AlreadyRunning: another daemon owns the socket.
+            trust.UnsafePath: the socket's folder, lock or file, or the state folder, is not this
+            user's alone (the message says how to fix it).
         Cancellation: an outside cancel skips the graceful part but still
         stops every child process group and closes the store.
         """
@@ -98,9 +130,13 @@ class Daemon:
         try:
             if listen_sock is None:
                 listen_sock = transport.bind_unix(self.socket_path)
-            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            trust.ensure_private_dir(self.state_dir, fix=trust.STATE_FIX)
+            # Spill files of tool calls: private like the store and the log.
+            trust.ensure_private_dir(self.state_dir / "sessions", fix=trust.STATE_FIX)
             self.store = Store.open(self.store_path)
             self._sweep_orphans()
+            self._close_interrupted_turns()
+            self._withhold_secrets()
             try:
                 await self._run(listen_sock, handle_signals, task_status)
             finally:
@@ -124,6 +160,7 @@ class Daemon:
                 if handle_signals:
                     root.start_soon(self._signals)
                 root.start_soon(self._accept, listener)
+                root.start_soon(self._unload_idle_sessions)
                 async with trio.open_nursery() as turns:
                     self._turns = turns
                     log.info("mmd %s listening on %s (pid %d)", _version(), self.socket_path, os.getpid())
@@ -151,6 +188,22 @@ class Daemon:
         if swept:
             log.warning("stopped %d processes left by a previous daemon: %s", len(swept), swept)
         procs.set_owner(owner)
+
+    def _withhold_secrets(self) -> None:
+        # Before any child starts: the config's key variables are withheld from the first one
+        # on (each prompt reads the config again and adds what it names).
+        with contextlib.suppress(ConfigError):  # the first prompt reports it
+            withhold(secret_variables(load_user_config(self.config_path)))
+
+    def _close_interrupted_turns(self) -> None:
+        # A turn still open in the store was running when the previous daemon died: end it
+        # (its unanswered calls get a result, so the history stays valid) before anyone resumes it.
+        for session_id in self.store.open_turns():
+            session = Session(self, self.store.get_session(session_id))
+            error = INTERRUPTED.format(id=session_id)
+            session.emit("turn_ended", {"status": "interrupted", "text": "", "error": error})
+            self.store.touch_session(session_id)
+            log.warning("session %s: closed a turn the previous daemon left open as interrupted", session_id)
 
     def request_stop(self, reason: str) -> None:
         log.info("stop requested: %s", reason)
@@ -215,6 +268,32 @@ class Daemon:
             self.sessions[row.id] = Session(self, row)
         return self.sessions[row.id]
 
+    def _session_idle(self) -> float:
+        """``daemon.session_idle`` of config.yaml, read again when the file changes."""
+        try:
+            mtime = self.config_path.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        if mtime != self._idle[0]:
+            try:
+                seconds = load_user_config(self.config_path).daemon.session_idle
+            except ConfigError as exc:  # the prompts that use it report it; keep the last value
+                log.warning("%s", exc)
+                seconds = self._idle[1]
+            self._idle = (mtime, seconds)
+        return self._idle[1]
+
+    async def _unload_idle_sessions(self) -> None:
+        # Whatever an idle session holds is in the store: Daemon.session() loads it again.
+        while True:
+            idle = self._session_idle()
+            await trio.sleep(min(max(idle / 2, SWEEP_MIN), SWEEP_MAX))
+            now = trio.current_time()
+            for session_id, session in list(self.sessions.items()):
+                unused = session.idle_for(now)
+                if unused > 0 and unused >= idle:
+                    del self.sessions[session_id]
+
     async def prompt(self, conn: Connection, p: Prompt) -> Session:
         """Start a turn for a ``session.prompt`` call and return its session.
 
@@ -234,10 +313,13 @@ class Daemon:
         else:
             session = None
         cwd = Path(session.row.cwd if session else p.cwd)
-        plan = self._plan(p, cwd, session)
+        # In a worker thread: parsing a big or hostile agent file must not stall other clients.
+        plan = await trio.to_thread.run_sync(self._plan, p, cwd, session)
         if session is None:
             row = self.store.create_session(cwd=str(cwd), agent=plan.agent_path, model=plan.model.label)
             session = self.sessions[row.id] = Session(self, row)
+        else:
+            session = self.session(session.id)  # the one loaded now: it may have been unloaded meanwhile
         if session.running:
             raise RPCError(
                 "busy",
@@ -248,10 +330,20 @@ class Daemon:
             setup = await self._setup(plan, session)
         except BaseException:
             session.abort_start()
+            if (entry := self._take_scripted(session.id)) is not None:
+                self._root.start_soon(entry.provider.aclose)
             raise
         session.subscribe(conn, interactive=p.interactive)
-        self._turns.start_soon(session.run_turn, p.prompt, setup)
+        self._turns.start_soon(self._run_turn, session, p.prompt, setup)
         return session
+
+    async def _run_turn(self, session: Session, prompt: str, setup: TurnSetup) -> None:
+        try:
+            await session.run_turn(prompt, setup)
+        finally:
+            if (entry := self._take_scripted(session.id)) is not None:
+                with trio.CancelScope(shield=True):
+                    await entry.provider.aclose()
 
     def _plan(self, p: Prompt, cwd: Path, session: Session | None) -> _Plan:
         try:
@@ -260,6 +352,8 @@ class Daemon:
             agent = load_agent_file(agent_path) if agent_path else AgentFile()
         except ConfigError as exc:
             raise RPCError("config_error", str(exc)) from None
+        # The secrets this config and agent name are withheld from every child from now on.
+        withhold(secret_variables(config) | credential_variables(agent.mcp))
         ref = p.model or agent.model or config.default_model
         if (
             not ref
@@ -299,8 +393,13 @@ class Daemon:
         return TurnSetup(
             warnings=warnings,  # emitted by the turn, so they are among its events (seq > after_seq)
             hooks=merged_hooks(
-                plan.config.hooks, self.config_path.parent, agent.hooks, agent.base_dir or cwd
+                plan.config.hooks,
+                self.config_path.parent,
+                agent.hooks,
+                agent.base_dir or cwd,
+                pass_env=tuple(agent.pass_env),
             ),
+            pass_env=tuple(agent.pass_env),
             provider=provider,
             model_name=provider.name,
             system=system_prompt(agent.system, cwd, skills.render()),
@@ -338,12 +437,65 @@ class Daemon:
                 except ConfigError as exc:  # e.g. the API key's variable is not set
                     raise RPCError("config_error", str(exc)) from None
             return self.providers[model.key]
-        # A scripted model replays its script from the start for each session.
-        key = ("scripted", str(model.script), session.id)
-        if key not in self.providers:
-            server = await self._root.start(scripted.serve, scripted.load_script(model.script))
-            self.providers[key] = model.build(base_url=f"{server.url}/v1")
-        return self.providers[key]
+        # A scripted model replays its script from the start for each session, going on
+        # where the session's last turn left it; its server lives as long as the turn.
+        if (entry := self._take_scripted(session.id)) is not None:  # never two servers for a session
+            await entry.provider.aclose()
+        position = self._script_positions.get(session.id, scripted.START)
+        try:
+            script = scripted.load_script(model.script)
+        except (OSError, scripted.ScriptError) as exc:
+            raise RPCError("config_error", f"scripted model: {exc}") from None
+        server, scope = await self._root.start(_serve_scripted, script, position)
+        provider = model.build(base_url=f"{server.url}/v1")
+        self._scripted[session.id] = _Scripted(server=server, scope=scope, provider=provider)
+        return provider
+
+    def _take_scripted(self, session_id: str) -> _Scripted | None:
+        """Stop the scripted model server of a session's turn, remembering where its script stands.
+
+        Returns the entry, whose provider the caller closes (that awaits), or None.
+        """
+        entry = self._scripted.pop(session_id, None)
+        if entry is None:
+            return None
+        self._script_positions.pop(session_id, None)  # re-inserted: the newest is forgotten last
+        self._script_positions[session_id] = entry.server.position
+        if len(self._script_positions) > SCRIPT_POSITIONS:
+            del self._script_positions[next(iter(self._script_positions))]
+        entry.scope.cancel()
+        return entry
+
+
+@dataclass(kw_only=True)
+class _Scripted:
+    """The scripted model of one running turn: its server, what stops it, the provider using it."""
+
+    server: scripted.ScriptedServer
+    scope: trio.CancelScope
+    provider: Provider
+
+
+async def _serve_scripted(
+    script: scripted.Script,
+    position: scripted.Position,
+    *,
+    task_status: trio.TaskStatus[tuple[scripted.ScriptedServer, trio.CancelScope]],
+) -> None:
+    # Under a scope of its own, so that the turn's end stops this server alone.
+    with trio.CancelScope() as scope:
+        started = _Started(task_status, scope)
+        await scripted.serve(script, position=position, task_status=started)
+
+
+class _Started:
+    """Hands the caller of ``nursery.start`` the server and the scope that stops it."""
+
+    def __init__(self, task_status: Any, scope: trio.CancelScope) -> None:
+        self.task_status, self.scope = task_status, scope
+
+    def started(self, server: scripted.ScriptedServer) -> None:
+        self.task_status.started((server, self.scope))
 
 
 @dataclass(kw_only=True)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, sdnotify
-from .rpc import paths
+from .rpc import paths, trust
 
 # Exit status when another daemon already serves the socket: not an error.
 EXIT_ALREADY_RUNNING = 0
@@ -32,6 +32,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def _logging(state_dir: Path, level: str) -> Path:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / "mmd.log"
+    # 0600, like the store: the log names prompts' sessions, commands and paths. An existing
+    # log made by an older mm (0644) is tightened too.
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
     handlers: list[logging.Handler] = [logging.FileHandler(log_path)]
     if sys.stderr.isatty() or _stderr_is_journal():
         handlers.append(logging.StreamHandler())
@@ -71,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     from .transport import AlreadyRunning
 
     state_dir = args.state_dir or paths.state_dir()
+    try:
+        # Before the log is opened there: a folder another user controls could redirect it.
+        trust.ensure_private_dir(state_dir, fix=trust.STATE_FIX)
+    except PermissionError as exc:
+        print(f"mmd: {exc}", file=sys.stderr)
+        return 1
     _logging(state_dir, args.log_level)
     # Under systemd: the socket it bound for us (socket activation) and where to say "ready".
     notifier = sdnotify.Notifier.from_environ()

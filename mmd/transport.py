@@ -1,10 +1,13 @@
 """The daemon's Unix socket: binding it safely, one daemon per socket, peer checks.
 
-Binding follows three rules. The directory is private (0700) and the socket
-is 0600 from the moment it exists (bound under a restrictive umask). One
-daemon per socket: a lock file next to the socket is held for the daemon's
-life, so two daemons started at once cannot both bind. A socket file left by
-a dead daemon is removed only after a connect attempt shows nothing answers.
+Binding follows four rules. The directory is private (0700) and the socket
+is 0600 from the moment it exists (bound under a restrictive umask). The
+directory, the lock and a socket file found there must be this user's: one
+another user prepared (a squatter in ``/tmp``) is refused with a message
+naming MM_SOCKET, never waited on (see ``mmd.rpc.trust``). One daemon per
+socket: a lock file next to the socket is held for the daemon's life, so two
+daemons started at once cannot both bind. A socket file left by a dead daemon
+is removed only after a connect attempt shows nothing answers.
 """
 
 from __future__ import annotations
@@ -14,12 +17,9 @@ import errno
 import fcntl
 import os
 import socket
-import stat
-import struct
 from pathlib import Path
 
-# struct ucred from <sys/socket.h>: pid_t pid, uid_t uid, gid_t gid.
-_UCRED = struct.Struct("3i")
+from .rpc import trust
 
 
 class AlreadyRunning(Exception):
@@ -27,29 +27,28 @@ class AlreadyRunning(Exception):
 
 
 def ensure_private_dir(path: Path) -> None:
-    """Create *path* with mode 0700 or check an existing one is ours and private.
+    """Create *path* with mode 0700, or check an existing one is ours (or root's) and only we can write it.
 
     Errors:
-        PermissionError: the directory belongs to another user.
+        trust.UnsafePath: another user owns it, or others can write it; the message names MM_SOCKET.
     """
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise PermissionError(
-            f"{path} belongs to uid {st.st_uid}, not to you; set MM_SOCKET to a path of yours"
-        )
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        path.chmod(0o700)
+    trust.ensure_private_dir(path)
 
 
 def _answers(path: Path) -> bool:
+    """Whether a daemon of this user answers on *path*.
+
+    Errors:
+        trust.UnsafePath: a process of another user answers there.
+    """
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    else:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+        trust.check_peer(probe, path)
         return True
     finally:
         probe.close()
@@ -62,9 +61,10 @@ def lock_socket(path: Path) -> int:
 
     Errors:
         AlreadyRunning: another process holds the lock.
+        trust.UnsafePath: the folder, or the lock file, is not this user's (a symbolic link is refused).
     """
     ensure_private_dir(path.parent)
-    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = trust.open_lock(path.with_name(path.name + ".lock"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -83,8 +83,9 @@ def bind_unix(path: Path, backlog: int = 64) -> socket.socket:
     Errors:
         AlreadyRunning: something answers on *path* already (a daemon that
         does not use the lock, e.g. one started by systemd).
+        trust.UnsafePath: the file at *path* belongs to another user: it is refused, not removed.
     """
-    if path.exists() or path.is_symlink():
+    if trust.check_socket_file(path) or path.is_symlink():
         if _answers(path):
             raise AlreadyRunning(f"a daemon already answers on {path}")
         path.unlink()
@@ -104,7 +105,7 @@ def bind_unix(path: Path, backlog: int = 64) -> socket.socket:
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     """(pid, uid, gid) of the process at the other end of a Unix socket."""
-    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return trust.peer_credentials(sock)
 
 
 def remove_socket(path: Path) -> None:

@@ -51,6 +51,19 @@ def test_public_surface():
 AGENT_ERRORS = [
     # yaml, line, field, message after "mm.yaml:"
     (
+        "pass_env:\n  - GITHUB_TOKEN\n  - ${OPENAI_API_KEY}\n",
+        3,
+        "pass_env[1]",
+        "3: pass_env[1]: expected the name of an environment variable, like GITHUB_TOKEN, "
+        'found a string ("${OPENAI_API_KEY}")',
+    ),
+    (
+        "pass_env: GITHUB_TOKEN\n",
+        1,
+        "pass_env",
+        None,
+    ),
+    (
         "system: hi\nyolo: true\nmodel: 3\n",
         3,
         "model",
@@ -60,14 +73,14 @@ AGENT_ERRORS = [
         "yolo: false\nmodle: x\n",
         2,
         "modle",
-        "2: modle: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, phases, schema, skills, system, temperature, tools, yolo"
+        "2: modle: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tools, yolo"
         ' — did you mean "model"?',
     ),
     (
         "zzz: 1\n",
         1,
         "zzz",
-        "1: zzz: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, phases, schema, skills, system, temperature, tools, yolo"
+        "1: zzz: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tools, yolo"
         " — remove it, or check its spelling",
     ),
     ("yolo: yes please\n", 1, "yolo", '1: yolo: expected true or false, found a string ("yes please")'),
@@ -104,7 +117,7 @@ AGENT_ERRORS = [
         "- model: x\n",
         1,
         "",
-        "1: expected a map with the keys builtins, hooks, loop, max_steps, mcp, model, phases, schema, skills, system, temperature, tools, yolo, found a list"
+        "1: expected a map with the keys builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tools, yolo, found a list"
         " — write one `key: value` per line",
     ),
     ("just words\n", 1, "", None),
@@ -477,3 +490,51 @@ def test_error_without_line_or_field():
     err = ConfigError(file="environment", line=None, field="KEY", found="not set", expected="the key")
     assert str(err) == "environment: KEY: expected the key, found not set"
     assert os.fspath(Path(ConfigError(file=Path("a.yaml"), line=2, field="", problem="bad").file)) == "a.yaml"
+
+
+def test_secret_variables_name_the_keys_and_the_mcp_credentials(tmp_path):
+    from mmd.config.user import secret_variables
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "providers:\n"
+        "  cloud: {kind: anthropic, base_url: 'https://x', api_key_env: MY_LLM_ACCESS}\n"
+        "  local: {kind: openai, base_url: 'http://127.0.0.1:1/v1'}\n"
+        "mcp:\n"
+        "  rel: {url: 'https://r/mcp', headers: {Authorization: 'Bearer ${REL_AUTH}', X-Org: '${ORG:-a}'}}\n"
+        "  gh: {command: gh-mcp, env: {GITHUB_PERSONAL_ACCESS_TOKEN: '${GH_ACCESS}', PATH: '${PATH}:/opt'}}\n"
+    )
+    assert secret_variables(load_user_config(path)) == {"MY_LLM_ACCESS", "REL_AUTH", "ORG", "GH_ACCESS"}
+
+
+def test_a_file_past_one_mebibyte_is_refused_at_the_line_where_it_passes(tmp_path):
+    from mmd.config.loader import MAX_FILE_BYTES
+
+    path = tmp_path / "mm.yaml"
+    raw = "system: x\n" + ("# " + "c" * 97 + "\n") * (MAX_FILE_BYTES // 100 + 10)  # comments past 1 MiB
+    path.write_text(raw)
+    line = raw.encode()[:MAX_FILE_BYTES].count(b"\n") + 1
+    with pytest.raises(ConfigError) as caught:
+        load_agent_file(path)
+    assert (caught.value.line, caught.value.field) == (line, "")
+    assert f"the file is {len(raw.encode()):,} bytes; the limit is 1,048,576 bytes (1 MiB)" in str(
+        caught.value
+    )
+
+
+def test_a_fifo_or_folder_in_place_of_the_file_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # nobody writes it: opening it for reading must not wait
+    with pytest.raises(ConfigError, match=r"fifo\.yaml: not a regular file"):
+        parse(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        parse(tmp_path)
+
+
+def test_nesting_and_aliases_past_the_limits_name_their_line():
+    with pytest.raises(ConfigError, match=r"^x\.yaml:2: maps and lists nested more than 64 levels deep"):
+        parse("x.yaml", "model: m\nsystem: " + "[" * 65 + "]" * 65 + "\n")
+    parse("x.yaml", "model: m\nsystem: " + "[" * 63 + "]" * 63 + "\n")  # 64 with the top map
+    bomb = "a: &a [" + "x, " * 99 + "x]\n" + "b: [" + "*a, " * 300 + "*a]\n"
+    with pytest.raises(ConfigError, match=r"^x\.yaml:2: more than 20,000 values .*the alias \*a here"):
+        parse("x.yaml", bomb)

@@ -647,3 +647,12 @@ DESCRIBED = [
 @pytest.mark.parametrize(("args", "kwargs", "expected"), DESCRIBED)
 def test_render_description(args: tuple[str], kwargs: dict[str, Any], expected: str) -> None:
     assert render_description(*args, **kwargs) == expected
+
+
+def test_a_string_unpacked_past_the_depth_limit_is_answered_with_its_field():
+    schema = {"type": "object", "properties": {"items": {"type": "array"}}}
+    packed = "[" * 100 + "]" * 100
+    with pytest.raises(InvalidArguments) as caught:
+        validate(schema, parse_arguments(json.dumps({"items": packed})))
+    assert (caught.value.code, caught.value.field) == ("too_deep", "items")
+    assert caught.value.reason == "items is nested too deep: 100 levels; the limit is 64."

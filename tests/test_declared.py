@@ -182,13 +182,46 @@ REFUSED = [
     ),
     # A value that begins a longer entry still begins the argument: -rf.txt is an option.
     pytest.param(["p", "{{s}}.txt"], {"s": {}}, {"s": "-rf"}, "leading_dash", id="dash-begins-entry"),
+    # The argument as built counts, not the first placeholder: an empty value before moves the start.
+    pytest.param(
+        ["p", "{{d}}{{e}}"],
+        {"e": {}, "d": {}},
+        {"d": "", "e": "--force"},
+        "leading_dash",
+        id="dash-after-empty",
+    ),
+    pytest.param(
+        ["p", "{{d}}-{{e}}"],
+        {"d": {}, "e": {}},
+        {"d": "", "e": "x"},
+        "leading_dash",
+        id="empty-leaves-literal-dash",
+    ),
+    # A number may begin an argument, but nothing of the model's may join it: -1rf is options.
+    pytest.param(
+        ["p", "{{e}}{{n}}{{e}}"],
+        {"e": {}, "n": {"type": "integer"}},
+        {"n": -1, "e": ""},
+        None,
+        id="negative-number-alone-passes",
+    ),
+    pytest.param(
+        ["p", "{{n}}{{e}}"],
+        {"e": {}, "n": {"type": "integer"}},
+        {"n": -1, "e": "rf"},
+        "leading_dash",
+        id="num-joined",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("command", "parameters", "args", "code"), REFUSED)
 def test_build_argv_refuses(
-    command: list[str], parameters: dict[str, Any], args: dict[str, Any], code: str
+    command: list[str], parameters: dict[str, Any], args: dict[str, Any], code: str | None
 ) -> None:
+    if code is None:  # a case beside the refusals that must pass
+        assert argv_for(command, parameters, args)[1].startswith("-")
+        return
     with pytest.raises(ToolError) as info:
         argv_for(command, parameters, args)
     err = info.value
@@ -511,6 +544,36 @@ tools:
         "tools[0].example",
         ["does not fit the parameters", "chanel is not a parameter"],
         id="example-with-unknown-field",
+    ),
+    pytest.param(
+        """
+tools:
+  - name: rm
+    description: Remove.
+    command: ["./rm", "{{target}}"]
+    parameters:
+      target: {type: string}
+    example: {target: "-rf"}  # <-
+""",
+        "tools[0].example",
+        ["would be refused when the tool runs", "target starts with '-'"],
+        id="example-refused-by-the-dash-rule",
+    ),
+    pytest.param(
+        """
+tools:
+  - name: ls
+    description: List.
+    command:
+      - ./ls
+      - "{{flags}}{{path}}"  # <-
+    parameters:
+      flags: {type: string, allow_dash: true, enum: ["-l", "-a"]}
+      path: {type: string}
+""",
+        "tools[0].command[1]",
+        ["{{flags}} has allow_dash and may begin this entry, and {{path}} follows it", "entry of its own"],
+        id="allow-dash-value-joined-by-another",
     ),
     pytest.param(
         """

@@ -120,3 +120,19 @@ def test_malformed_messages(obj, answerable):
     with pytest.raises(ProtocolError) as info:
         decode_message(msgspec.msgpack.encode(obj))
     assert (info.value.msgid == 9) is answerable
+
+
+@pytest.mark.parametrize("limit", [1, 5, 128])
+def test_a_frame_is_refused_exactly_past_its_depth_limit_however_it_arrives(limit):
+    ok = b"\x91" * limit + b"\xc0"
+    deep = b"\x81\xa1k" * (limit + 1) + b"\xc0"  # maps count as levels too
+    assert Splitter(max_depth=limit).feed(ok) == [ok]
+    splitter = Splitter(max_depth=limit)
+    with pytest.raises(FrameError, match=f"frame nested more than {limit} levels deep; the limit is {limit}"):
+        for i in range(len(deep)):  # one byte at a time: each rescan sees the same depth
+            splitter.feed(deep[i : i + 1])
+
+
+def test_depth_counts_nesting_not_siblings():
+    wide = msgspec.msgpack.encode([[[1]] * 1000, {"a": [[2]]} | {str(i): [i] for i in range(500)}])
+    assert Splitter(max_depth=4).feed(wide) == [wide]

@@ -462,3 +462,21 @@ def test_guard_as_claude_code_runs_it(tool, command, code):
     done = subprocess.run([str(GUARD)], input=json.dumps(payload), capture_output=True, text=True, timeout=30)
     assert done.returncode == code, done.stderr
     assert ("Blocked by guard.sh" in done.stderr) == (code == 2)
+
+
+@pytest.mark.parametrize(
+    ("stdout", "error"),
+    [
+        ('{"a":' * 5000 + "1" + "}" * 5000, "stdout is JSON nested too deep: 5,000 levels; the limit is 128"),
+        (
+            '{"hookSpecificOutput": {"updatedInput": {"command": ' + "[" * 70 + '"ls"' + "]" * 70 + "}}}",
+            "updatedInput is nested too deep: 71 levels; the limit is 64",
+        ),
+    ],
+)
+def test_an_answer_nested_too_deep_is_a_hook_error_and_never_decoded(stdout, error):
+    from mmd.policy.hooks import HookRun, read_verdict
+
+    verdict = read_verdict(HookRun(exit_code=0, stdout=stdout, stderr=""))
+    assert verdict.error == f"{error}; the answer was ignored"
+    assert (verdict.decision, verdict.updated_input) == (None, None)

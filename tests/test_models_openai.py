@@ -403,3 +403,16 @@ async def test_any_text_arrives_unchanged(text: str) -> None:
         nursery.cancel_scope.cancel()
     assert result.text == text
     assert "".join(rec.deltas) == text
+
+
+async def test_an_answer_past_the_size_limits_is_refused_not_kept(start: Any) -> None:
+    from mmd.models._http import MAX_ANSWER_CHARS
+
+    body = '{"choices": [{"message": {"content": "' + "x" * (MAX_ANSWER_CHARS + 1) + '"}}]}'
+    _, provider = await start({"raw": body})
+    with pytest.raises(ModelError, match=f"passed {MAX_ANSWER_CHARS:,} characters of text and tool-call"):
+        await complete(provider, Recorder())
+    deep = '{"choices": [{"message": {"content": ' + "[" * 2000 + "]" * 2000 + "}}]}"
+    _, provider = await start({"raw": "data: " + deep + "\n\n", "content_type": "text/event-stream"})
+    with pytest.raises(ModelError, match="answer is nested too deep: 2,004 levels; the limit is 128"):
+        await complete(provider, Recorder())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import trio
 
 from mmd.models.openai import OpenAIProvider
-from mmd.models.scripted import Script, ScriptError, load_script, serve
+from mmd.models.scripted import Position, Script, ScriptError, load_script, serve
 
 
 @pytest.fixture
@@ -123,6 +124,21 @@ async def test_openai_stream_shape(nursery: trio.Nursery, client: httpx.AsyncCli
     assert chunks[-3]["choices"][0]["finish_reason"] == "tool_calls"
     assert chunks[-2]["choices"] == []
     assert chunks[-2]["usage"]["completion_tokens"] > 0
+
+
+async def test_a_new_server_goes_on_from_another_ones_position(
+    nursery: trio.Nursery, client: httpx.AsyncClient
+) -> None:
+    steps = [{"tool_calls": [{"name": "a"}]}, {"text": "second"}, {"tool_calls": [{"name": "c"}]}]
+    first = await nursery.start(serve, steps)
+    await client.post(first.url + "/v1/chat/completions", json=CHAT)
+    await client.post(first.url + "/v1/chat/completions", json=CHAT)
+    assert first.position == Position(step=2, call=2)
+    second = await nursery.start(functools.partial(serve, steps, position=first.position))
+    answer = (await client.post(second.url + "/v1/chat/completions", json=CHAT)).json()
+    [call] = answer["choices"][0]["message"]["tool_calls"]
+    assert (call["id"], call["function"]["name"]) == ("call_2", "c")  # ids never repeat in a session
+    assert second.steps_used == 3 and second.position == Position(step=3, call=3)
 
 
 async def test_openai_whole_answer(nursery: trio.Nursery, client: httpx.AsyncClient) -> None:

@@ -171,6 +171,29 @@ def test_append_event_unknown_session(store):
         store.append_event("nope", "text", {})
 
 
+def test_open_turns_are_those_without_their_turn_ended(store):
+    ended, open_, reopened, empty = (new_session(store) for _ in range(4))
+    for row in (ended, open_, reopened):
+        store.append_event(row.id, "turn_started", {"prompt": "p"})
+        store.append_event(row.id, "text", {"text": "t"})
+    for row in (ended, reopened):
+        store.append_event(row.id, "turn_ended", {"status": "ok", "text": "t", "error": None})
+    store.append_event(reopened.id, "turn_started", {"prompt": "again"})
+    assert sorted(store.open_turns()) == sorted([open_.id, reopened.id])  # no events: no turn
+    store.append_event(open_.id, "turn_ended", {"status": "interrupted", "text": "", "error": "e"})
+    assert store.open_turns() == [reopened.id]
+    assert store.turn_endings(empty.id) == [] and store.turn_endings(empty.id, last=True) == []
+
+
+def test_turn_endings_oldest_first_or_the_last(store):
+    row = new_session(store)
+    for status in ("ok", "interrupted", "cancelled"):
+        store.append_event(row.id, "turn_started", {"prompt": "p"})
+        store.append_event(row.id, "turn_ended", {"status": status, "text": "", "error": None})
+    assert [t["status"] for t in store.turn_endings(row.id)] == ["ok", "interrupted", "cancelled"]
+    assert [t["status"] for t in store.turn_endings(row.id, last=True)] == ["cancelled"]
+
+
 # -- messages ---------------------------------------------------------------
 
 
@@ -224,6 +247,15 @@ MATCHES = [
     ("prefix", "git status", "git status\rrm -rf ~", False),
     ("prefix", "echo", "echo ok;", False),
     ("unknown", "ls", "ls", False),
+    # A path rule covers the folder and what is inside it, by whole path components.
+    ("path", "/etc", "/etc", True),
+    ("path", "/etc", "/etc/passwd", True),
+    ("path", "/etc/", "/etc/ssh/sshd_config", True),
+    ("path", "/etc", "/etcetera/x", False),
+    ("path", "/etc", "/", False),
+    ("path", "/", "/home/me/.bash_history", True),
+    ("path", "/etc", "etc/passwd", False),
+    ("path", "/etc", None, False),
 ]
 
 
@@ -297,6 +329,31 @@ def test_find_consent_kinds(store):
     assert find(store, None, tool="edit_file") is None
 
 
+def test_find_consent_path_rules(store):
+    rule = add(store, tool="outside:read", kind="path", rule="/srv/data")
+    assert find(store, "/srv/data/a/b.txt", tool="outside:read") == rule
+    assert find(store, "/srv/database", tool="outside:read") is None
+    assert find(store, "/srv/data/a/b.txt", tool="outside:write") is None  # reads only
+
+
+def test_migration_3_keeps_the_ledger_and_allows_path_rules(tmp_path):
+    path = tmp_path / "mm.db"
+    conn = sqlite3.connect(path)
+    for number, script in enumerate(_MIGRATIONS[:2]):
+        conn.executescript(f"BEGIN;{script}PRAGMA user_version = {number + 1};COMMIT;")
+    conn.execute(
+        "INSERT INTO consents (tool, kind, rule, scope, scope_key, created, origin)"
+        " VALUES ('bash', 'exact', 'ls', 'global', '', 1.0, 'old')"
+    )
+    conn.commit()
+    conn.close()
+    with Store.open(path) as s:
+        [old] = s.list_consents()
+        assert (old.id, old.tool, old.rule, old.origin) == (1, "bash", "ls", "old")
+        new = add(s, tool="outside:read", kind="path", rule="/srv")
+        assert new.id == 2 and find(s, "/srv/x", tool="outside:read") == new
+
+
 def test_deny_wins_then_newest(store):
     add(store)
     newer = add(store)
@@ -314,6 +371,8 @@ def test_deny_wins_then_newest(store):
         {"kind": "prefix", "rule": " "},
         {"kind": "prefix", "rule": "git status;"},
         {"kind": "glob", "rule": "*"},
+        {"kind": "path", "rule": "relative/dir"},
+        {"kind": "path", "rule": None},
         {"scope": "project", "scope_key": "relative/dir"},
         {"scope": "session", "scope_key": ""},
         {"scope": "global", "scope_key": "/p"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -13,7 +14,7 @@ import pytest
 import trio
 
 import mmd.procs
-from mmd.procs import ProcResult, run_tool_process, supervised_process
+from mmd.procs import ProcResult, environ, run_tool_process, supervised_process
 
 # Short grace: the trees below ignore SIGTERM on purpose, so each stop waits all of it.
 GRACE = 0.3
@@ -137,6 +138,62 @@ async def test_env_cwd_and_stdin(tmp_path: Path) -> None:
     env = {"MM_SESSION_ID": "s-1", "MM_TOOL_CALL_ID": "c-7"}
     result = await run(py(code), tmp_path, env=env)
     assert result.output.splitlines() == ["s-1 c-7 True True", str(tmp_path.resolve()), "/dev/null"]
+
+
+# What the children print of a few variables: present or not, and the value when present.
+SHOW_ENV = "import os, json; print(json.dumps({k: os.environ.get(k) for k in %r}))"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_SESSION_TOKEN", True),
+        ("PGPASSWORD", True),
+        ("MY_APIKEY", True),
+        ("DB_PASSWD", True),
+        ("GH_PAT", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("anthropic_api_key", True),
+        ("PATH", False),
+        ("HOME", False),
+        ("KEYTIMEOUT", False),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("SSH_AUTH_SOCK", False),
+        ("PWD", False),
+        ("XKB_DEFAULT_KEYMAP", False),
+    ],
+)
+def test_secret_looking_names(name: str, secret: bool) -> None:
+    assert environ.looks_secret(name) is secret
+
+
+def test_child_environment_withholds_secrets_and_passes_what_is_named() -> None:
+    source = {"PATH": "/bin", "OPENAI_API_KEY": "k", "MY_LLM": "v", "PLAIN": "p"}
+    environ.withhold(["MY_LLM", "PATH"])  # PATH is essential: never withheld
+    got = environ.child_environment({"MM_IDEMPOTENCY_KEY": "mm-1"}, environ=source)
+    assert got == {"PATH": "/bin", "PLAIN": "p", "MM_IDEMPOTENCY_KEY": "mm-1"}  # mm's own key stays
+    passed = environ.child_environment({}, environ=source, pass_env=["OPENAI_API_KEY"])
+    assert passed == {"PATH": "/bin", "PLAIN": "p", "OPENAI_API_KEY": "k"}
+    bare = environ.child_environment({"X": "1"}, inherit=False, environ=source, pass_env=["MY_LLM", "NOPE"])
+    assert bare == {"MY_LLM": "v", "X": "1"}
+
+
+async def test_children_never_inherit_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMTEST_SUPERVISOR_TOKEN", "tok-1")
+    monkeypatch.setenv("MMTEST_SUPERVISOR_PLAIN", "plain")
+    names = ["MMTEST_SUPERVISOR_TOKEN", "MMTEST_SUPERVISOR_PLAIN"]
+    result = await run(py(SHOW_ENV % names), tmp_path)
+    assert json.loads(result.output) == {names[0]: None, names[1]: "plain"}
+    result = await run(py(SHOW_ENV % names), tmp_path, pass_env=[names[0]])
+    assert json.loads(result.output) == {names[0]: "tok-1", names[1]: "plain"}
+    argv = py(SHOW_ENV % names)
+    async with supervised_process(argv, cwd=tmp_path, env={}, stdin=None, grace=GRACE) as proc:
+        out = await proc.stdout.receive_some(4096)
+        await proc.wait()
+    assert json.loads(out) == {names[0]: None, names[1]: "plain"}
 
 
 async def test_invalid_utf8_and_nul(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import click
 from mmd import __version__
 from mmd.rpc import RPCError
 
-from .connection import Client, DaemonError
+from .connection import Client, DaemonError, Untrusted
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -200,12 +200,20 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
     if not sys.stdin.isatty():
         return  # another attached client may answer; the daemon denies when none can
     bash = ask.get("command") is not None
-    always = "always this command" if bash else f"always {ask['tool']}"
-    view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}")
+    paths = ask.get("paths") or []  # a file tool that would touch paths outside the project
+    always = "always this command" if bash else "always this path" if paths else f"always {ask['tool']}"
+    if paths:
+        view.note(
+            f"  {ask['tool']} wants to {ask.get('access', 'read')} outside {ask.get('cwd', 'the project')}: "
+            f"{', '.join(paths)}"
+        )
+    else:
+        view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}")
     dry = "dry_run" in ask.get("options", [])
     choices = (
         f"[y] once  [a] {always}"
         + ("  [p] a command prefix" if bash else "")
+        + ("  [f] a folder" if paths else "")
         + ("  [d] dry run first" if dry else "")
         + "  [n] deny"
     )
@@ -221,6 +229,10 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
         elif reply == "p" and bash:
             answer["decision"] = "allow_always"
             answer["rule"] = click.prompt("  prefix to allow (e.g. git status)", err=True).strip()
+        elif reply == "f" and paths:
+            answer["decision"] = "allow_always"
+            folder = os.path.dirname(paths[0])
+            answer["rule"] = click.prompt("  folder to allow", default=folder, err=True).strip()
         elif reply in ("n", "no"):
             answer["decision"] = "deny"
             answer["reason"] = click.prompt(
@@ -233,7 +245,7 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
         client.call("consent.answer", answer)
     except RPCError as exc:
         view.error(exc.message)
-        if exc.code == "invalid_params":  # e.g. a prefix holding `;`: the ask still waits, ask again
+        if exc.code == "invalid_params":  # a prefix holding `;`, a folder not above the path: ask again
             _answer_consent(client, session_id, ask, view)
 
 
@@ -309,6 +321,9 @@ def daemon_stop() -> None:
     """
     try:
         client = Client.connect(autostart=False, check_version=False)
+    except Untrusted as exc:
+        _fail(str(exc))  # not "not running": someone else's socket is in the way
+        return
     except DaemonError:
         click.echo("mmd is not running")
         return
@@ -421,7 +436,8 @@ def sessions_list(limit: int, here: bool, as_json: bool) -> None:
         click.echo('no sessions yet: start one with mm -p "..."')
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"]))
-        state = " (running)" if row["running"] else ""
+        last = row.get("last_status")
+        state = " (running)" if row["running"] else f" ({last})" if last not in (None, "ok") else ""
         click.echo(
             f"{row['id']}  {when}  {row['title'] or '(untitled)'}{state}\n    {row['cwd']}  {row['model']}"
         )
@@ -442,8 +458,25 @@ def sessions_show(session_id: str, as_json: bool) -> None:
         return
     row = shown["session"]
     click.echo(f"session {row['id']} in {row['cwd']} ({row['model']})")
+    # Each turn starts with a user message: its ending is shown before the next one.
+    turns = iter(shown.get("turns", []))
+    users = 0
     for msg in shown["messages"]:
+        if msg["role"] == "user":
+            if users:
+                _print_turn_end(next(turns, None))
+            users += 1
         _print_message(msg)
+    if users:
+        _print_turn_end(next(turns, None) if not row["running"] else None)
+
+
+def _print_turn_end(ended: dict[str, Any] | None) -> None:
+    """The way a turn ended, when it did not end with an answer (interrupted, cancelled, error...)."""
+    if ended is None or ended.get("status") == "ok":
+        return
+    error = f": {ended['error']}" if ended.get("error") else ""
+    click.echo(click.style(f"  [turn {ended.get('status')}{error}]", fg="yellow"))
 
 
 def _print_message(msg: dict[str, Any]) -> None:

@@ -2,6 +2,12 @@
 
 The client must start fast, so this uses plain sockets and imports only the
 protocol layer (mmd.rpc, which imports nothing else of the daemon).
+
+It sends nothing until it knows the socket is the user's own mmd: the socket's
+folder belongs to the user (or root) and no one else can write it, the socket
+file is the user's, and the kernel says (SO_PEERCRED) the process listening
+runs as the user. On a shared machine another user could otherwise create
+``/tmp/mm-<uid>`` first and read every prompt (see ``mmd.rpc.trust``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from mmd.rpc import (
     decode_notification_arg,
     paths,
     request,
+    trust,
 )
 
 # Seconds a client waits for a daemon it started to answer the handshake.
@@ -35,6 +42,10 @@ START_TIMEOUT = 20.0
 
 class DaemonError(Exception):
     """The daemon cannot be reached or broke the connection; the message says what to do."""
+
+
+class Untrusted(DaemonError):
+    """The socket, its folder or the process behind it is not the user's own: nothing was sent."""
 
 
 class Client:
@@ -54,6 +65,8 @@ class Client:
         """Connect and handshake, starting a daemon first when none answers.
 
         Errors:
+            Untrusted: the socket's folder or file, or the process answering
+            on it, belongs to another user (nothing was sent to it).
             DaemonError: no daemon and none could be started, or a daemon of
             another version (restart it with ``mm daemon stop``).
         """
@@ -173,12 +186,30 @@ class Client:
 
 
 def _try_connect(path: Path) -> socket.socket | None:
+    """A connection to the user's own daemon on *path*, or None when nothing answers there.
+
+    Errors:
+        Untrusted: the folder, the socket file or the listening process is another user's.
+        DaemonError: the socket exists but cannot be connected to.
+    """
+    try:
+        trust.check_dir(path.parent)
+        if not trust.check_socket_file(path):
+            return None
+    except FileNotFoundError:
+        return None
+    except trust.UnsafePath as exc:
+        raise Untrusted(str(exc)) from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
+        trust.check_peer(sock, path)
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
+    except trust.UnsafePath as exc:
+        sock.close()
+        raise Untrusted(str(exc)) from None
     except OSError as exc:
         sock.close()
         raise DaemonError(f"cannot connect to {path}: {exc}") from None
@@ -190,10 +221,18 @@ def start_daemon(path: Path) -> socket.socket:
 
     Two clients may do this at once: the daemon's socket lock lets one win,
     the other daemon exits, and both clients connect to the winner.
+
+    Errors:
+        Untrusted: the state folder (where the log goes) or the socket is not the user's alone.
+        DaemonError: mmd exited with an error (its own message is quoted) or did not answer in time.
     """
     log_dir = paths.state_dir()
-    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        trust.ensure_private_dir(log_dir, fix=trust.STATE_FIX)
+    except trust.UnsafePath as exc:
+        raise Untrusted(str(exc)) from None
     log_path = log_dir / "mmd.log"
+    offset = _size(log_path)  # what this daemon writes to its log starts here
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mmd", "--socket", str(path)],
@@ -211,6 +250,32 @@ def start_daemon(path: Path) -> socket.socket:
             return sock
         code = proc.poll()
         if code not in (None, 0):
+            said = _daemon_said(log_path, offset)
+            if said:
+                raise DaemonError(f"mmd failed to start (exit code {code}): {said} (log: {log_path})")
             raise DaemonError(f"mmd failed to start (exit code {code}); see {log_path}")
         time.sleep(0.02)
     raise DaemonError(f"mmd did not answer on {path} within {START_TIMEOUT:.0f} s; see {log_path}")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+# The most of the log read back for the reason a daemon gave up: its last line is near the end.
+_SAID_MAX = 64 * 1024
+
+
+def _daemon_said(log_path: Path, offset: int) -> str:
+    """The last line mmd printed as ``mmd: ...`` to its stderr (the log) since *offset*, or ""."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(offset, _size(log_path) - _SAID_MAX))
+            text = log.read(_SAID_MAX).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    said = [line[len("mmd: ") :] for line in text.splitlines() if line.startswith("mmd: ")]
+    return said[-1].strip() if said else ""

@@ -220,7 +220,9 @@ class Workspace:
             try:
                 entry = json.loads(line)
                 argv = entry["argv"] if isinstance(entry, dict) else entry
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, RecursionError):
+                # RecursionError: a line nested ~1000 deep. json's C parser checks the recursion
+                # limit at each level, so it fails cleanly, in this client process only.
                 argv = ["<unreadable log line>", line]
             out.append([str(a) for a in argv])
         return out

@@ -133,6 +133,7 @@ class CallRunner:
             emit=self.session.emit,
             extra={"skills": self.setup.skills},
             idempotency_key=key,
+            pass_env=self.setup.pass_env,
         )
 
     async def _verify(

@@ -46,6 +46,8 @@ class Session:
         self.turn_done.set()
         self._scope: trio.CancelScope | None = None
         self.consent = ConsentGate(self)
+        # trio.current_time() when it last stopped being in use (a turn, a client), for unloading.
+        self.idle_since = trio.current_time()
         self._close_open_calls("the daemon stopped before this call finished")
 
     # -- events and subscribers ------------------------------------------
@@ -65,6 +67,18 @@ class Session:
         self.subscribers.pop(conn, None)
         conn.subscriptions.pop(self.id, None)
         self.consent.subscribers_changed()
+        if not self.subscribers:
+            self.idle_since = trio.current_time()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds this session has been unused (no turn, no client, no ask); 0 while in use.
+
+        An idle session can be dropped from memory and loaded again from the
+        store: everything it holds is there.
+        """
+        if self.running or self.subscribers or self.consent.pending:
+            return 0.0
+        return max(0.0, now - self.idle_since)
 
     def can_ask(self) -> bool:
         return any(self.subscribers.values())
@@ -135,6 +149,7 @@ class Session:
                 "the turn was cancelled" if status == "cancelled" else "the turn ended first"
             )
             self.running = False
+            self.idle_since = trio.current_time()
             self.daemon.store.touch_session(self.id)
             self.emit("turn_ended", {"status": status, "text": text, "error": error})
             self.turn_done.set()
@@ -146,6 +161,7 @@ class Session:
     def abort_start(self) -> None:
         """The turn could not be set up: the session is free again."""
         self.running = False
+        self.idle_since = trio.current_time()
         self.turn_done.set()
 
     async def _steps(self, setup: TurnSetup) -> tuple[str, str]:

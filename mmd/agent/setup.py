@@ -45,6 +45,8 @@ class TurnSetup:
     loop: LoopLimits = field(default_factory=LoopLimits)
     phases: list[PhaseSpec] = field(default_factory=list)  # mmd.agent.phases narrows the registry
     hooks: Any = None  # mmd.policy.hooks.Hooks: the turn's preToolCall / postToolCall hooks
+    # Secret-looking variables of the daemon's environment the agent hands on to its children.
+    pass_env: tuple[str, ...] = ()
 
     def request_messages(self, history: list[Message]) -> list[Message]:
         return [Message(role="system", content=self.system), *history]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import trio
 
 from ..agent.setup import build_tools
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
@@ -35,6 +36,8 @@ class McpTest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 def load(daemon: Daemon, cwd: Path, agent_path: str | None) -> tuple[AgentFile, UserConfig]:
     """The agent file for *cwd* and the user config, as a prompt there would read them.
 
+    Blocking (it parses YAML): the methods call it in a worker thread.
+
     Errors: RPCError("config_error") naming the file, line and field.
     """
     try:
@@ -63,7 +66,7 @@ async def list_(daemon: Daemon, conn: Connection, p: McpList) -> dict[str, Any]:
 
     Lists only: it connects nothing.
     """
-    agent, config = load(daemon, Path(p.cwd), p.agent)
+    agent, config = await trio.to_thread.run_sync(load, daemon, Path(p.cwd), p.agent)
     servers = []
     for entry in servers_for(agent, config):
         row = _describe(entry)
@@ -85,7 +88,7 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> dict[str, Any]:
     Clashes are checked against this agent's built-in and declared tools.
     """
     cwd = Path(p.cwd)
-    agent, config = load(daemon, cwd, p.agent)
+    agent, config = await trio.to_thread.run_sync(load, daemon, cwd, p.agent)
     entries = {e.name: e for e in servers_for(agent, config)}
     entry = entries.get(p.name)
     if entry is None:

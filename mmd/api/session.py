@@ -48,14 +48,27 @@ async def unsubscribe(daemon: Daemon, conn: Connection, p: SessionRef) -> dict[s
 
 async def list_(daemon: Daemon, conn: Connection, p: ListSessions) -> dict[str, Any]:
     rows = daemon.store.list_sessions(limit=p.limit, cwd=p.cwd)
-    return {"sessions": [{**_row(r), "running": _running(daemon, r.id)} for r in rows]}
+    return {
+        "sessions": [
+            {**_row(r), "running": _running(daemon, r.id), "last_status": _last_status(daemon, r.id)}
+            for r in rows
+        ]
+    }
 
 
 async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> dict[str, Any]:
     session = daemon.session(p.session_id)
+    turns = [
+        {"status": t.get("status"), "error": t.get("error")} for t in daemon.store.turn_endings(session.id)
+    ]
     out: dict[str, Any] = {
-        "session": {**_row(session.row), "running": session.running},
+        "session": {
+            **_row(session.row),
+            "running": session.running,
+            "last_status": turns[-1]["status"] if turns else None,
+        },
         "messages": daemon.store.messages(session.id),
+        "turns": turns,
     }
     if p.events:
         out["events"] = daemon.store.events_after(session.id, 0)
@@ -66,6 +79,12 @@ def _row(row: Any) -> dict[str, Any]:
     import msgspec
 
     return msgspec.structs.asdict(row)
+
+
+def _last_status(daemon: Daemon, session_id: str) -> str | None:
+    # How the newest turn that ended ended: "interrupted" when the daemon died in it.
+    ended = daemon.store.turn_endings(session_id, last=True)
+    return ended[0].get("status") if ended else None
 
 
 def _running(daemon: Daemon, session_id: str) -> bool:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import trio
 
 from ..agent.setup import build_tools
 from ..config import AgentFile, ConfigError, find_agent_file, load_agent_file
@@ -40,10 +41,11 @@ def _agent(cwd: Path, path: str | None) -> AgentFile:
 async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> dict[str, Any]:
     """Every tool the model would be offered in *cwd*, with its tier, source and exact schema."""
     cwd = Path(p.cwd)
-    agent = _agent(cwd, p.agent)
     from .mcp import load
 
-    mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, load(daemon, cwd, p.agent)[1])
+    # In a worker thread: parsing a big or hostile agent file must not stall other clients.
+    agent, config = await trio.to_thread.run_sync(load, daemon, cwd, p.agent)
+    mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config)
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     warnings = [*mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}
@@ -61,7 +63,7 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> dict[str, Any
 
 
 async def check(daemon: Daemon, conn: Connection, p: ToolsCheck) -> dict[str, Any]:
-    agent = _agent(Path(p.agent).parent, p.agent)
+    agent = await trio.to_thread.run_sync(_agent, Path(p.agent).parent, p.agent)
     return {"agent": agent.path, "tools": [t.name for t in agent.tools]}
 
 

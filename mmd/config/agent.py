@@ -17,7 +17,7 @@ import msgspec
 from ..mcp.config import McpServerSpec, check_servers
 from ..policy.spec import HooksSpec
 from .loader import ConfigError, parse
-from .tools import DeclaredToolSpec, check_tools
+from .tools import DeclaredToolSpec, check_tool_count, check_tools
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 BuiltinName = Literal["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "read_skill"]
@@ -53,6 +53,17 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     phases: list[PhaseSpec] = []
     # preToolCall / postToolCall hooks (docs/hooks.md); they run after config.yaml's.
     hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
+    # Variables of the daemon's environment handed on to tools, hooks and MCP stdio servers
+    # although they hold secrets (else withheld: mmd/procs/environ.py).
+    pass_env: list[
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                description="the name of an environment variable, like GITHUB_TOKEN",
+            ),
+        ]
+    ] = []
     # The file this was loaded from, absolute; None for the defaults. Not a key of the file.
     path: str | None = None
 
@@ -91,11 +102,14 @@ def load_agent_file(path: Path) -> AgentFile:
     """Read the agent file at ``path``; skill paths come back absolute.
 
     Errors: ConfigError naming the file, line and key of the first problem:
-    unreadable file, bad YAML, unknown key, wrong type, unknown built-in, or
-    a declared tool that fails its load-time checks (see config.tools).
+    unreadable file, bad YAML, a file past a size, nesting or value limit
+    (config.loader, mmd.untrusted), more than MAX_TOOLS declared tools,
+    unknown key, wrong type, unknown built-in, or a declared tool that fails
+    its load-time checks (see config.tools).
     """
     path = Path(path).absolute()
     doc = parse(path)
+    check_tool_count(doc)
     agent = doc.convert(AgentFile)
     check_tools(doc, agent.tools, BUILTIN_TOOLS)
     check_servers(doc, agent.mcp)

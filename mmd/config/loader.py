@@ -19,12 +19,15 @@ import difflib
 import json
 import os
 import re
+import stat
 import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 import yaml
+
+from ..untrusted import LimitedLoader, YamlLimitError
 
 T = TypeVar("T")
 # Where a value sits in a document: keys and list indexes from the top.
@@ -36,6 +39,9 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _QUOTE_MAX = 40
 # The tag of YAML's merge key, `<<`.
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# Largest agent file or config.yaml read. Both are written by hand (the biggest real ones are a
+# few kilobytes); a bigger file is refused before it is parsed, which takes ~1 s per 100 KB.
+MAX_FILE_BYTES = 1024 * 1024
 # How the leaf types read in "expected ..." texts.
 _TYPE_NAMES = {
     str: "a string",
@@ -204,15 +210,23 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
 
     An empty file, or one holding only comments or ``null``, is an empty map.
 
-    Errors: ConfigError if the file cannot be read, is not UTF-8, is not valid
-    YAML (with the line), or uses a construct mm refuses (duplicate keys,
-    non-scalar keys, recursive aliases).
+    Errors: ConfigError if the file cannot be read, is not a regular file, is
+    larger than MAX_FILE_BYTES, is not UTF-8, is not valid YAML (with the
+    line), breaks a limit of :class:`~mmd.untrusted.LimitedLoader` (nesting,
+    values built through aliases, with the line), or uses a construct mm
+    refuses (duplicate keys, non-scalar keys, recursive aliases).
     """
     name = str(file)
     if text is None:
         text = _read(Path(file))
+    else:
+        raw = text.encode("utf-8", "surrogatepass")
+        _check_size(name, raw, len(raw))
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=LimitedLoader)
+    except YamlLimitError as e:
+        line = e.problem_mark.line + 1 if e.problem_mark else None
+        raise ConfigError(file=name, line=line, field="", problem=e.problem, hint=e.hint) from None
     except yaml.YAMLError as e:
         raise _syntax_error(name, text, e) from None
     if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
@@ -228,9 +242,26 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
 
 def _read(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        # Non-blocking, so that a FIFO put in a file's place cannot hang the reader in open().
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(
+                    file=path,
+                    line=None,
+                    field="",
+                    problem="not a regular file",
+                    hint="an agent file or config.yaml must be a plain file (not a device, FIFO or folder)",
+                )
+            size = st.st_size
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                raw = f.read(MAX_FILE_BYTES + 1)  # never more than the limit, whatever the file's size
+        finally:
+            os.close(fd)
     except OSError as e:
         raise ConfigError(file=path, line=None, field="", problem=f"cannot read it: {e.strerror}") from None
+    _check_size(str(path), raw, max(size, len(raw)))
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -238,6 +269,21 @@ def _read(path: Path) -> str:
         raise ConfigError(
             file=path, line=line, field="", problem="not UTF-8 text", hint="save the file as UTF-8"
         ) from None
+
+
+def _check_size(name: str, raw: bytes, size: int) -> None:
+    # raw: at most MAX_FILE_BYTES + 1 bytes of the file; size: the whole file's.
+    if len(raw) <= MAX_FILE_BYTES:
+        return
+    line = raw[:MAX_FILE_BYTES].count(b"\n") + 1  # where the file passes the limit
+    raise ConfigError(
+        file=name,
+        line=line,
+        field="",
+        problem=f"the file is {size:,} bytes; the limit is {MAX_FILE_BYTES:,} bytes (1 MiB) "
+        "for a file written by hand",
+        hint="keep long texts (a big system prompt) in skills or files the tools read, and the file short",
+    )
 
 
 def _syntax_error(name: str, text: str, e: yaml.YAMLError) -> ConfigError:

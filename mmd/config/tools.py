@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Names the model can call: what every provider accepts.
 _TOOL_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+# Most declared tools in one agent file: OpenAI accepts 128 tools in a request and a model
+# chooses worse among many, so 256 is never reached by a real agent; checked before the
+# tools are built, it keeps loading a hostile file short.
+MAX_TOOLS = 256
 
 ParamType = Literal["string", "integer", "number", "boolean", "array"]
 Effects = Literal["read", "write", "destructive"]
@@ -71,6 +75,20 @@ def placeholders(entry: str) -> list[str]:
     return PLACEHOLDER.findall(entry)
 
 
+def check_tool_count(doc: Document) -> None:
+    """Refuse more than MAX_TOOLS entries under ``tools:``, before they are checked one by one.
+
+    Errors: ConfigError at the line of the first tool past the limit.
+    """
+    tools = doc.data.get("tools") if isinstance(doc.data, dict) else None
+    if isinstance(tools, list) and len(tools) > MAX_TOOLS:
+        raise doc.error(
+            ("tools", MAX_TOOLS),
+            problem=f"{len(tools):,} tools declared; the limit is {MAX_TOOLS}",
+            hint="keep the tools this agent needs and put the others in another agent file (--agent FILE)",
+        )
+
+
 def check_tools(doc: Document, tools: list[DeclaredToolSpec], reserved: tuple[str, ...]) -> None:
     """The load-time checks of declared tools, each error with its line.
 
@@ -78,8 +96,10 @@ def check_tools(doc: Document, tools: list[DeclaredToolSpec], reserved: tuple[st
         ConfigError: a placeholder not declared, a parameter never used, a
         placeholder in argv[0], a name taken by a built-in (reserved even when
         that built-in is off), a duplicate name, an invalid regex, an example
-        or default that does not fit its parameters, a verify tool that is not
-        a declared read tool.
+        or default that does not fit its parameters, an example whose argv
+        would be refused, an ``allow_dash`` placeholder that may begin an
+        entry another placeholder follows, a verify tool that is not a
+        declared read tool.
     """
     seen: dict[str, int] = {}
     for index, tool in enumerate(tools):
@@ -132,6 +152,7 @@ def _check_command(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) -
                         problem=f"array parameter {name} must fill a whole entry",
                         hint=f'write "{{{{{name}}}}}" as its own entry: it becomes one argv entry per item',
                     )
+            _check_dash_join(doc, (*at, key, pos), entry, tool.parameters)
     used = {name for entry in tool.command for name in placeholders(entry)}
     for name in tool.parameters:
         if name not in used:
@@ -140,6 +161,35 @@ def _check_command(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) -
                 problem="declared but never used in command",
                 hint=f"add {{{{{name}}}}} to an entry of command, or remove the parameter",
             )
+
+
+def _check_dash_join(doc: Document, where: tuple[Any, ...], entry: str, params: dict[str, ParamSpec]) -> None:
+    # A parameter with allow_dash may begin an argument with "-"; a value after it in the
+    # same entry would join its option ("-v" then "rf" is "-vrf", past the enum or pattern
+    # that held "-v"). Every such value is refused when the tool runs, so the entry can
+    # never work as written: say so now. A string value may be empty, so a placeholder
+    # after only string placeholders may begin the entry too.
+    parts = PLACEHOLDER.split(entry)  # literal, name, literal, name, ..., literal
+    can_begin = True
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            can_begin = can_begin and not part
+            continue
+        spec = params.get(part)
+        if spec is None:
+            return  # reported as an undeclared placeholder
+        # A placeholder also before it is empty whenever it begins the entry: it joins nothing.
+        earlier = parts[1:i:2]
+        later = [p for p in parts[i + 2 :: 2] if p != part and p not in earlier]
+        if can_begin and spec.allow_dash and later:
+            raise doc.error(
+                where,
+                problem=f"{{{{{part}}}}} has allow_dash and may begin this entry, and {{{{{later[0]}}}}} "
+                f"follows it: {later[0]}'s value would join {part}'s option (-v then rf makes -vrf), so "
+                f"every call with a value of {part} starting with '-' would be refused",
+                hint=f'put "{{{{{part}}}}}" in an entry of its own, or a literal before it',
+            )
+        can_begin = can_begin and spec.type == "string"
 
 
 def _check_params(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) -> None:
@@ -163,6 +213,7 @@ def _check_params(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) ->
     for key, value in (("example", tool.example),):
         if value is not None:
             _fits(doc, (*at, key), validate, schema, value)
+            _builds(doc, (*at, key), tool, validate(schema, value))
     for name, spec in tool.parameters.items():
         if spec.default is not None:
             single = {"type": "object", "properties": {name: schema["properties"][name]}}
@@ -178,6 +229,18 @@ def _fits(doc: Document, where: tuple[Any, ...], validate: Any, schema: dict[str
         validate(schema, value)
     except ToolError as err:
         raise doc.error(where, problem=f"does not fit the parameters: {err.reason}") from None
+
+
+def _builds(doc: Document, where: tuple[Any, ...], tool: DeclaredToolSpec, args: dict[str, Any]) -> None:
+    # The model copies the example: one that the argv rules refuse would teach it a refused call.
+    from ..tools.base import ToolError
+    from ..tools.declared import build_argv
+
+    for argv in (tool.command, tool.dry_run or []):
+        try:
+            build_argv(argv, tool.parameters, args)
+        except ToolError as err:
+            raise doc.error(where, problem=f"would be refused when the tool runs: {err.reason}") from None
 
 
 def _check_verify(

@@ -15,7 +15,7 @@ import msgspec
 
 from mmd.rpc import paths
 
-from ..mcp.config import McpServerSpec, check_servers
+from ..mcp.config import McpServerSpec, check_servers, credential_variables
 from ..policy.spec import HooksSpec
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
 
@@ -53,6 +53,8 @@ class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     grace: Annotated[float, msgspec.Meta(ge=0)] = 3.0  # seconds between SIGTERM and SIGKILL
     output_max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 30_000  # of tool output the model reads
     output_max_lines: Annotated[int, msgspec.Meta(ge=1)] = 400
+    # Seconds a session with no turn and no client stays in memory; it is loaded again on demand.
+    session_idle: Annotated[float, msgspec.Meta(ge=0)] = 60.0
 
 
 class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +88,19 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     _check_references(doc, config)
     check_servers(doc, config.mcp)
     return config
+
+
+def secret_variables(config: UserConfig) -> set[str]:
+    """The variables of the daemon's environment that hold this config's secrets.
+
+    Each provider's ``api_key_env`` and the credentials of its MCP servers
+    (:func:`mmd.mcp.config.credential_variables`): no child of the daemon gets
+    them unless an agent's ``pass_env`` names them.
+
+    Errors: none.
+    """
+    names = {p.api_key_env for p in config.providers.values() if p.api_key_env}
+    return names | credential_variables(config.mcp)
 
 
 def resolve_model(config: UserConfig, ref: str) -> tuple[ProviderConfig, str, str]:

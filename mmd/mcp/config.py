@@ -201,6 +201,8 @@ class ServerEntry:
     origin: str  # the file that configured it
     base_dir: Path  # where its relative paths start
     default_cwd: Path  # where a stdio server runs unless cwd: says otherwise
+    # The agent's pass_env: variables of the daemon's environment a stdio server gets too.
+    pass_env: tuple[str, ...] = ()
 
 
 def servers_for(agent: Any, config: Any) -> list[ServerEntry]:
@@ -213,14 +215,36 @@ def servers_for(agent: Any, config: Any) -> list[ServerEntry]:
     entries: dict[str, ServerEntry] = {}
     user_file = config.path or "config.yaml"
     home = Path.home()
+    passed = tuple(getattr(agent, "pass_env", ()))
     for name, spec in getattr(config, "mcp", {}).items():
         base = Path(user_file).parent
-        entries[name] = ServerEntry(name, spec, user_file, base, home)
+        entries[name] = ServerEntry(name, spec, user_file, base, home, passed)
     if agent.path:
         base = Path(agent.path).parent
         for name, spec in getattr(agent, "mcp", {}).items():
-            entries[name] = ServerEntry(name, spec, agent.path, base, base)
+            entries[name] = ServerEntry(name, spec, agent.path, base, base, passed)
     return list(entries.values())
+
+
+def credential_variables(servers: dict[str, McpServerSpec]) -> set[str]:
+    """The variables that carry credentials to *servers*: withheld from every other child.
+
+    Every ``${VAR}`` of a header (headers exist to authenticate), and every one
+    of an ``env:`` entry whose key or variable looks like a secret
+    (``GITHUB_PERSONAL_ACCESS_TOKEN: ${GH_PAT}``); ``PATH: ${PATH}:/opt`` is not one.
+
+    Errors: none.
+    """
+    from ..procs.environ import looks_secret
+
+    names: set[str] = set()
+    for spec in servers.values():
+        for value in spec.headers.values():
+            names.update(m[1] for m in REFERENCE.finditer(value))
+        for key, value in spec.env.items():
+            refs = [m[1] for m in REFERENCE.finditer(value)]
+            names.update(r for r in refs if looks_secret(key) or looks_secret(r))
+    return names
 
 
 class ExpansionError(Exception):
@@ -313,7 +337,7 @@ def resolve(entry: ServerEntry, environ: dict[str, str] | None = None) -> Resolv
         program = str((entry.base_dir / program).resolve())
     argv = [program, *(x(a, f"args[{i}]") for i, a in enumerate(spec.args))]
     source = os.environ if environ is None else environ
-    env = {k: source[k] for k in INHERITED_ENV if k in source}
+    env = {k: source[k] for k in (*INHERITED_ENV, *entry.pass_env) if k in source}
     env.update({k: x(v, f"env.{k}") for k, v in spec.env.items()})
     cwd = entry.base_dir / Path(x(spec.cwd, "cwd")).expanduser() if spec.cwd else entry.default_cwd
     key = _digest({"argv": argv, "env": env, "cwd": str(cwd)})

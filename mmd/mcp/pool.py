@@ -334,7 +334,8 @@ class Connection:
     async def _stdio(self) -> AsyncIterator[Any]:
         server = self.server
         self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.log_path, "ab") as stderr:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        with os.fdopen(os.open(self.log_path, flags, 0o600), "ab") as stderr:  # private, as every mm log
             stderr.write(f"--- mm: starting {server.target} at {time.ctime()}\n".encode())
             stderr.flush()
             self._stderr_from = stderr.tell()

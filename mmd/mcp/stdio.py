@@ -14,7 +14,9 @@ to exit by itself, then the supervisor stops the group.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import re
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 import trio
 
 from ..procs import supervised_process
+from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,14 @@ STDIN_CLOSE_WAIT = 0.5
 MAX_LINE = 64 * 1024 * 1024
 # Bytes read at once from the server's stdout.
 READ_SIZE = 65536
+# JSON-RPC's code for an error inside the server (here: an answer mm cannot read).
+_INTERNAL_ERROR = -32603
+# The key in an error's data that says mm refused the server's answer (mmd/mcp/tool.py reads it).
+REFUSED = "mm_refused"
+# A JSON string, or a bracket: the tokens that matter to nesting.
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*+"?|[\[\]{}]', re.DOTALL)
+# The key "id" and its value (a number or a string), at a token's start.
+_ID = re.compile(rb'"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")')
 
 
 @contextlib.asynccontextmanager
@@ -126,8 +137,37 @@ async def stdio_transport(
 
 def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:
     try:
+        check_json(line, what="it is", max_depth=MAX_DOCUMENT_DEPTH)  # before the SDK's parser recurses
+    except TooDeep as exc:
+        log.warning("an MCP server wrote a line that mm refused: %s", exc)
+        msgid = _top_level_id(line)
+        if msgid is None:
+            return None
+        # Answer the request now rather than let it wait for its timeout.
+        error = mcp_types.ErrorData(
+            code=_INTERNAL_ERROR, message=f"mm refused its answer: {exc}", data={REFUSED: True}
+        )
+        return session_message(mcp_types.JSONRPCError(jsonrpc="2.0", id=msgid, error=error))
+    try:
         return session_message(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError:
         # A server that logs to stdout breaks the protocol; skip the line rather than the connection.
         log.warning("an MCP server wrote a line that is not JSON-RPC: %.200r", line)
         return None
+
+
+def _top_level_id(line: bytes) -> int | str | None:
+    """The ``id`` of a JSON-RPC message too deep to decode, if it comes before the deep part."""
+    depth = 0
+    for match in _TOKEN.finditer(line):
+        char = line[match.start()]
+        if char in b"[{":
+            depth += 1
+            if depth > MAX_DOCUMENT_DEPTH:
+                return None
+        elif char in b"]}":
+            depth -= 1
+        elif depth == 1 and (key := _ID.match(line, match.start())) is not None:
+            value = json.loads(key[1])
+            return value if isinstance(value, int | str) else None
+    return None

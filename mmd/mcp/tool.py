@@ -21,6 +21,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,17 @@ from ..procs import OutputCapture
 from ..tools.base import ErrorClass, Tier, ToolContext, ToolError, ToolResult
 from ..tools.builtin.echo import EchoLimiter
 from ..tools.contract import closest
+from ..untrusted import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_DEPTH,
+    MAX_DOCUMENT_DEPTH,
+    TooDeep,
+    check_json,
+    check_value,
+    value_depth,
+)
 from .pool import McpCallError, McpUnavailable
+from .stdio import REFUSED
 
 if TYPE_CHECKING:
     from .config import ServerEntry
@@ -196,6 +207,13 @@ class McpTool:
         except McpCallError as exc:
             raise self._call_error(exc, timeout) from None
         text, is_error, structured = self._render(answer)
+        try:
+            # The SDK decodes up to ~200 levels; what mm renders stays within its own limit.
+            check_value(structured, what="its structured content is", max_depth=MAX_DOCUMENT_DEPTH)
+        except TooDeep as exc:
+            raise ToolError(
+                "bad_answer", f"The MCP server {self.server} answered badly: {exc}.", cls="terminal"
+            ) from None
         content, data = _capped(text, ctx)
         data.update({"server": self.server, "tool": self.remote_name})
         if is_error:
@@ -291,6 +309,10 @@ class McpTool:
             return ToolError(
                 "bad_answer", f"The MCP server {self.server} answered badly: {exc.message}.", cls="terminal"
             )
+        if isinstance(exc.data, dict) and exc.data.get(REFUSED):  # an answer past mm's limits
+            return ToolError(
+                "bad_answer", f"The MCP server {self.server} answered badly: {exc.message}.", cls="terminal"
+            )
         code = exc.code
         reason = f"The MCP server {self.server} refused the call: {exc.message} (JSON-RPC error {code})."
         if code == _INVALID_PARAMS:
@@ -354,8 +376,9 @@ def _capped(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
     data: dict[str, Any] = {"bytes": capture.total_bytes, "truncated": capture.truncated}
     if not capture.truncated:
         return capture.render(None), data
-    ctx.session_dir.mkdir(parents=True, exist_ok=True)
-    spill.write_bytes(raw)
+    ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(spill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
+        f.write(raw)  # 0600, as every spill file
     data["output_file"] = str(spill)
     return capture.render(str(spill)), data
 
@@ -365,7 +388,9 @@ def _declared_class(structured: Any, text: str) -> ErrorClass | None:
     candidates = [structured]
     lines = text.strip().splitlines()
     if lines:
+        # ValueError: not JSON, or too deep or big to be this line (TooDeep, TooLarge).
         with contextlib.suppress(ValueError):
+            check_json(lines[-1], max_depth=MAX_DEPTH, max_bytes=MAX_ARGUMENTS_BYTES)
             candidates.append(json.loads(lines[-1]))
     for value in candidates:
         if isinstance(value, dict):
@@ -384,8 +409,9 @@ def make_tools(entry: ServerEntry, conn: Connection) -> tuple[list[McpTool], lis
 
     Order: the server's. ``tools.include`` (when given) and ``tools.exclude``
     name the server's tool names; a name the server does not offer is a
-    warning with a did-you-mean. ``resources``/``prompts`` add two helper
-    tools each when the server has the capability.
+    warning with a did-you-mean. A tool whose inputSchema nests deeper than
+    MAX_DEPTH is left out with a warning. ``resources``/``prompts`` add two
+    helper tools each when the server has the capability.
     """
     spec, name = entry.spec, entry.name
     warnings: list[str] = []
@@ -405,6 +431,13 @@ def make_tools(entry: ServerEntry, conn: Connection) -> tuple[list[McpTool], lis
     chosen = [t for t in conn.tools if (include is None or t.name in include) and t.name not in exclude]
     tools = []
     for remote in chosen:
+        depth = value_depth(remote.input_schema, stop_past=MAX_DEPTH)
+        if depth > MAX_DEPTH:  # it would go to the model, the clients and deepcopy, one recursion a level
+            warnings.append(
+                f"MCP server {name}: tool {remote.name} is left out: its inputSchema is nested more than "
+                f"{MAX_DEPTH} levels deep, the limit (real schemas nest a few levels)"
+            )
+            continue
         tools.append(
             McpTool(
                 name=exposed_name(name, remote.name, spec.prefix),

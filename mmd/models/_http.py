@@ -9,9 +9,11 @@ a provider's JSON shapes.
 from __future__ import annotations
 
 import email.utils
+import functools
 import math
 import random
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ import msgspec
 import trio
 
 from mmd.models.base import Completion, ModelError, OnRetry, OnText, ToolCall, Usage
+from mmd.untrusted import MAX_DOCUMENT_DEPTH, check_json
 
 T = TypeVar("T")
 
@@ -36,6 +39,14 @@ CONNECT_TIMEOUT = 10.0
 # next request into a connection the server is closing ("Server disconnected without sending a
 # response"), seen here after a tool ran for about 5 s. Under 5, the race cannot happen.
 KEEPALIVE_EXPIRY = 4.0
+# Bytes read for one answer, streamed or not. A step of 128k tokens, the most any model
+# writes, streams as about 32 MB of events; the cap keeps a broken or hostile server
+# from filling the daemon's memory.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+# Characters of text and tool-call arguments in one answer: 128k tokens are about
+# 512k characters. Kept under a quarter of the RPC frame limit (16 MiB), so the events
+# that carry an answer (even in 4-byte UTF-8) always reach the clients.
+MAX_ANSWER_CHARS = 2 * 1024 * 1024
 # Statuses another attempt may fix besides 5xx: request timeout, rate limit.
 RETRY_STATUSES = frozenset({408, 429})
 # What to do about a request the server refused, by status.
@@ -71,10 +82,18 @@ def excerpt(text: str | bytes) -> str:
 
 
 def decode_json(data: str | bytes, label: str) -> Any:
-    """Parse a JSON document from the provider.
+    """Parse a JSON document from the provider, refusing one nested deeper than MAX_DOCUMENT_DEPTH.
 
-    Errors: ModelError saying the provider returned invalid JSON, with an excerpt.
+    Errors: ModelError saying the provider returned invalid or too deeply nested
+    JSON, with an excerpt.
     """
+    try:
+        check_json(data, what="the provider's answer is", max_depth=MAX_DOCUMENT_DEPTH)
+    except ValueError as exc:  # TooDeep
+        raise ModelError(
+            f"{label}: {exc} ({excerpt(data)}); no model answers like this. "
+            "Try again; if it happens again, check that base_url in config.yaml points at a server you trust."
+        ) from None
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError:
@@ -132,8 +151,9 @@ def backoff_delay(attempt: int, base: float) -> float:
 def server_message(body: str) -> str:
     """The error message inside a provider's error body, or an excerpt."""
     try:
+        check_json(body, max_depth=MAX_DOCUMENT_DEPTH)
         obj = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except ValueError:  # not JSON, or nested too deep to decode safely
         return excerpt(body) if body.strip() else "(empty body)"
     return error_message(obj) or excerpt(body)
 
@@ -221,9 +241,9 @@ class Accumulator:
             raise TypeError("a text delta is not a string")  # reported as an unexpected shape
         if not delta:
             return
+        self._count(len(delta))
         self._text.append(delta)
         self._unsent.append(delta)
-        self._chars += len(delta)
 
     def flush(self) -> None:
         """Hand the text deltas parsed since the last flush to on_text."""
@@ -233,6 +253,8 @@ class Accumulator:
                 self._on_text(delta)
 
     def start_call(self, key: int, call_id: str | None, name: str | None, fallback: str = "") -> None:
+        if key not in self._calls and fallback:
+            self._count(len(fallback))
         call = self._calls.setdefault(key, _PartialCall(fallback=fallback))
         # Some servers repeat id and name on every fragment: the first wins.
         call.id = call.id or call_id
@@ -242,8 +264,17 @@ class Accumulator:
         if not isinstance(fragment, str):
             raise TypeError("an arguments fragment is not a string")  # reported as an unexpected shape
         self.start_call(key, None, None)
+        self._count(len(fragment))
         self._calls[key].parts.append(fragment)
-        self._chars += len(fragment)
+
+    def _count(self, chars: int) -> None:
+        self._chars += chars
+        if self._chars > MAX_ANSWER_CHARS:
+            raise ModelError(
+                f"{self.label}: the answer passed {MAX_ANSWER_CHARS:,} characters of text and tool-call "
+                "arguments, the limit of one model step (no model writes that much in one step); "
+                "it was refused. Run the prompt again, or set max_tokens for this provider in config.yaml."
+            )
 
     def completion(self) -> Completion:
         """The answer collected so far."""
@@ -364,6 +395,16 @@ async def with_retries(
             await trio.sleep(wait)
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS settings of every model connection (httpx's defaults: certifi, or $SSL_CERT_FILE).
+
+    Built once: loading the CA bundle costs about 40 ms of CPU and a megabyte of C heap, which
+    each provider (one per turn of a scripted model, one per local server URL) used to pay again.
+    """
+    return httpx.create_ssl_context()
+
+
 class HttpModel:
     """One HTTP endpoint that answers a POST with a stream of events.
 
@@ -395,7 +436,9 @@ class HttpModel:
             client
             if client is not None
             else httpx.AsyncClient(
-                timeout=self._timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+                timeout=self._timeout,
+                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
+                verify=_tls_context(),
             )
         )
 
@@ -453,11 +496,11 @@ class HttpModel:
 
     async def _read(self, response: httpx.Response, parser: Accumulator) -> Completion:
         if not 200 <= response.status_code < 300:
-            text = (await response.aread()).decode("utf-8", errors="replace")
+            text = (await self._body(response)).decode("utf-8", errors="replace")
             raise status_failure(response.status_code, text, response.headers, self.label)
         if "text/event-stream" not in response.headers.get("content-type", ""):
             # A server that ignores stream=true answers with one JSON document.
-            data = await response.aread()
+            data = await self._body(response)
             self._parse(parser, data, parser.feed_body, decode_json(data, self.label))
             return parser.completion()
         if await self._read_events(response, parser) or parser.ended():
@@ -467,8 +510,11 @@ class HttpModel:
     async def _read_events(self, response: httpx.Response, parser: Accumulator) -> bool:
         decoder = SSEDecoder(self.label)
         chunks = response.aiter_bytes()
+        received = 0
         try:
             async for chunk in chunks:
+                received += len(chunk)
+                self._check_size(received)
                 for event, data in decoder.feed(chunk):
                     if self._parse(parser, data, parser.feed, event, data):
                         await _drain(chunks)
@@ -476,6 +522,21 @@ class HttpModel:
             return any(self._parse(parser, data, parser.feed, event, data) for event, data in decoder.close())
         finally:
             await _abandon(chunks)
+
+    async def _body(self, response: httpx.Response) -> bytes:
+        data = bytearray()
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            self._check_size(len(data))
+        return bytes(data)
+
+    def _check_size(self, received: int) -> None:
+        if received > MAX_RESPONSE_BYTES:
+            raise ModelError(
+                f"{self.label}: the answer passed {MAX_RESPONSE_BYTES:,} bytes, the limit of one model step "
+                "(a step of 128k tokens streams about 32 MB); it was refused. "
+                f"Check that {self.url} is the model server you meant."
+            )
 
     def _parse(self, parser: Accumulator, data: str | bytes, feed: Callable[..., T], *args: Any) -> T:
         # Parsers index into the provider's JSON freely; a document of the

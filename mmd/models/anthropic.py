@@ -16,6 +16,7 @@ import msgspec
 
 from mmd.models._http import Accumulator, HttpModel, Retry, decode_json, error_message, excerpt
 from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolSpec
+from mmd.untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, check_json
 
 # The API version this module speaks; Anthropic requires it on every request.
 ANTHROPIC_VERSION = "2023-06-01"
@@ -160,11 +161,12 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
 
 
 def _input(arguments: str) -> dict[str, Any]:
-    # tool_use input must be an object; a malformed call was already answered
-    # by the contract layer, so the history carries an empty one.
+    # tool_use input must be an object; a malformed (or too deep, too big) call was
+    # already answered by the contract layer, so the history carries an empty one.
     try:
+        check_json(arguments, max_depth=MAX_DEPTH, max_bytes=MAX_ARGUMENTS_BYTES)
         value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
+    except ValueError:  # msgspec.DecodeError, TooDeep, TooLarge
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -13,7 +13,8 @@ finds such calls in the shapes those models write:
 Refuse rather than guess: only an object whose ``name`` is a tool of the
 catalogue, that carries ``arguments`` (or ``parameters``) and nothing else but
 ``id``/``type``, is a call. A ``package.json`` in a code block, a call naming an
-unknown tool, or JSON that does not parse is left as text. The arguments are
+unknown tool, JSON that does not parse, or JSON nested deeper than
+``MAX_DOCUMENT_DEPTH`` (mmd/untrusted.py, checked before decoding) is left as text. The arguments are
 not checked here: they go through the tool's contract like any other call.
 Arguments sent as a string holding a JSON object are unpacked. The same call
 written several times in one message (a small model repeating itself until
@@ -31,6 +32,14 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..untrusted import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_DEPTH,
+    MAX_DOCUMENT_DEPTH,
+    bracket_depths,
+    check_json,
+    first_value_depth,
+)
 from .base import Completion, ToolCall
 
 # A fenced code block and its language tag.
@@ -44,6 +53,13 @@ _ARG_KEYS = ("arguments", "parameters")
 _ALLOWED_KEYS = frozenset({"name", *_ARG_KEYS, "id", "type"})
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _decoder = json.JSONDecoder()
+# How a JSON object starts: anything else after a brace fails to decode at once.
+_OBJECT_START = re.compile(r"\{\s*[\"}]")
+# An object's first key and its colon: without them a decoder stops before any nesting.
+_FIRST_KEY = re.compile(r'\{\s*"(?:[^"\\]|\\.)*+"\s*:')
+# Characters scanned for nesting from braces inside strings, over one text (a crafted text
+# can make each such scan long); a text that needs more is left as text.
+_SCAN_BUDGET = 1_000_000
 
 
 def recover(text: str, tool_names: Collection[str]) -> tuple[str, list[ToolCall]]:
@@ -109,6 +125,7 @@ def default_enabled(kind: str, base_url: str) -> bool:
 def _calls_in(body: str, names: set[str]) -> list[ToolCall]:
     """The calls of one block: a call object, or a list of them; [] unless every item is a call."""
     try:
+        check_json(body, max_depth=MAX_DOCUMENT_DEPTH)  # a block nested deeper is no clear call
         value = json.loads(body)
     except ValueError:
         return []
@@ -133,6 +150,8 @@ def _call(item: Any, names: set[str]) -> ToolCall | None:
     args = item[keys[0]]
     if isinstance(args, str):
         try:
+            # Too deep or too big: the text is kept as it is, and the contract answers it.
+            check_json(args, max_depth=MAX_DEPTH, max_bytes=MAX_ARGUMENTS_BYTES)
             unpacked = json.loads(args)
         except ValueError:
             unpacked = None
@@ -146,9 +165,28 @@ def _call(item: Any, names: set[str]) -> ToolCall | None:
 
 def _bare_objects(text: str, names: set[str]) -> list[tuple[int, int, list[ToolCall]]]:
     out = []
+    # Where the text opens a bracket: a decoder started at pos can nest no deeper than
+    # the brackets after pos, so only a start with more than the limit after it is scanned.
+    # A text with few brackets cannot nest deep anywhere; else the depth of the value at each
+    # brace outside strings is known from one pass, and a brace inside a string is scanned alone.
+    depths = bracket_depths(text) if _deep_possible(text) else None
+    scanned = 0
     pos = text.find("{")
     while pos != -1:
         try:
+            if not _OBJECT_START.match(text, pos):
+                raise ValueError("not an object")  # as raw_decode would say, before any nesting
+            if depths is not None:
+                depth = depths.get(pos)
+                if depth is None:  # inside a string: a decoder started here reads strings differently
+                    if not _FIRST_KEY.match(text, pos):
+                        raise ValueError("no key")  # raw_decode fails at once (or reads "{}")
+                    depth, stop = first_value_depth(text, pos, stop_past=MAX_DOCUMENT_DEPTH)
+                    scanned += stop - pos
+                    if scanned > _SCAN_BUDGET:
+                        break  # a text built to be scanned again and again: the rest stays text
+                if depth > MAX_DOCUMENT_DEPTH:
+                    raise ValueError("nested too deep to be a clear call")
             value, end = _decoder.raw_decode(text, pos)
         except ValueError:
             pos = text.find("{", pos + 1)
@@ -160,6 +198,10 @@ def _bare_objects(text: str, names: set[str]) -> list[tuple[int, int, list[ToolC
         else:
             pos = text.find("{", pos + 1)
     return out
+
+
+def _deep_possible(text: str) -> bool:
+    return text.count("{") + text.count("[") > MAX_DOCUMENT_DEPTH
 
 
 def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:

@@ -38,6 +38,8 @@ import msgspec
 import trio
 import yaml
 
+from mmd.untrusted import MAX_DOCUMENT_DEPTH, YamlLimitError, check_json, safe_load
+
 # The completion endpoints; each POST to one consumes a script step.
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
@@ -69,6 +71,17 @@ NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 class ScriptError(ValueError):
     """A script that cannot be replayed; the message says where and why."""
+
+
+class Position(NamedTuple):
+    """Where a server is in its script, so that a new server can go on from there."""
+
+    step: int = 0  # index of the next step to answer
+    call: int = 1  # number of the next generated call id (call_<n>)
+
+
+# The position of a new script: its first step, call_1 next.
+START = Position()
 
 
 class ScriptedCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -139,8 +152,14 @@ def load_script(path: str | os.PathLike[str]) -> Script:
     text = Path(path).read_text(encoding="utf-8")
     is_json = str(path).endswith(".json")
     try:
-        obj = msgspec.json.decode(text) if is_json else yaml.safe_load(text)
-    except (msgspec.DecodeError, yaml.YAMLError) as exc:
+        if is_json:
+            check_json(text, what="the script is", max_depth=MAX_DOCUMENT_DEPTH)  # before decoding recurses
+        # A script can come from a cloned repository's agent file: within the YAML limits too.
+        obj = msgspec.json.decode(text) if is_json else safe_load(text)
+    except YamlLimitError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise ScriptError(f"{path}:{line}: {exc.problem} — {exc.hint}") from None
+    except (ValueError, yaml.YAMLError) as exc:  # msgspec.DecodeError and TooDeep are ValueErrors
         raise ScriptError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {exc}") from None
     try:
         return Script.from_obj(obj)
@@ -406,8 +425,9 @@ def _parse_body(body: bytes) -> Any:
     if not body:
         return None
     try:
+        check_json(body, max_depth=MAX_DOCUMENT_DEPTH)
         return msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except ValueError:  # not JSON, or too deep to decode safely (msgspec.DecodeError, TooDeep)
         return body.decode("utf-8", errors="replace")
 
 
@@ -422,20 +442,25 @@ class ScriptedServer:
     the response finished) and ``connection`` (a number per connection).
     """
 
-    def __init__(self, script: Script, host: str, port: int) -> None:
+    def __init__(self, script: Script, host: str, port: int, position: Position = START) -> None:
         self.script = script
         self.host = host
         self.port = port
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         self.requests: list[dict[str, Any]] = []
-        self._next_step = 0
-        self._call_numbers = itertools.count(1)
+        self._next_step = position.step
+        self._next_call = position.call
         self._connection_numbers = itertools.count(1)
 
     @property
     def steps_used(self) -> int:
         """How many script steps were consumed so far."""
         return self._next_step
+
+    @property
+    def position(self) -> Position:
+        """Where this server is in its script: pass it to :func:`serve` to go on from there."""
+        return Position(self._next_step, self._next_call)
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one client connection until it closes; keep-alive aware.
@@ -577,13 +602,17 @@ class ScriptedServer:
         )
 
     def _call(self, call: ScriptedCall) -> _Call:
-        call_id = call.id or f"call_{next(self._call_numbers)}"
+        call_id = call.id
+        if not call_id:
+            call_id = f"call_{self._next_call}"
+            self._next_call += 1
         if isinstance(call.arguments, dict):
             return _Call(call_id, call.name, _json(call.arguments), call.arguments)
         try:
+            check_json(call.arguments, max_depth=MAX_DOCUMENT_DEPTH)
             value = msgspec.json.decode(call.arguments)
-        except msgspec.DecodeError:
-            value = call.arguments  # malformed on purpose: sent as it is
+        except ValueError:  # malformed (or nested too deep) on purpose: sent as it is
+            value = call.arguments
         return _Call(call_id, call.name, call.arguments, value)
 
 
@@ -611,13 +640,15 @@ async def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    position: Position = START,
     task_status: trio.TaskStatus[ScriptedServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``script`` on host:port (0 = any free port) until cancelled.
 
     ``script`` is a Script, a path to a script file, or decoded YAML/JSON.
     Use ``server = await nursery.start(serve, script)``; ``server`` is the
-    ScriptedServer with ``url``, ``port`` and ``requests``.
+    ScriptedServer with ``url``, ``port`` and ``requests``. ``position``
+    (another server's ``position``) starts there instead of at the first step.
 
     Errors: ValueError for a host that is not a loopback address, ScriptError
     for a bad script, OSError if the port cannot be bound.
@@ -626,7 +657,7 @@ async def serve(
     script = _as_script(script)
     listeners = await trio.open_tcp_listeners(port, host=_loopback(host))
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
-    server = ScriptedServer(script, bound_host, bound_port)
+    server = ScriptedServer(script, bound_host, bound_port, position)
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, server.handle_connection, listeners)
         task_status.started(server)

@@ -11,8 +11,10 @@ How it ends says what happens (docs/hooks.md):
   the turn (``continue: false``);
 - exit 2: the call is blocked; the hook's stderr is what the model reads;
 - any other exit, a timeout, a command that cannot start, or a stdout that
-  starts with ``{`` but is no JSON object: a hook error, logged and shown as
-  a ``hook`` event; the call goes on as if the hook had said nothing.
+  starts with ``{`` but is no JSON object (or nests deeper than 128 levels,
+  or gives an ``updatedInput`` deeper than 64: refused before decoding,
+  mmd/untrusted.py): a hook error, logged and shown as a ``hook`` event; the
+  call goes on as if the hook had said nothing.
 
 Several matching hooks run one after the other in a fixed order: the user
 config's first, then the agent file's, each in file order. Input updates
@@ -39,6 +41,7 @@ import trio
 from ..procs.supervisor import spawn_error_message, supervised_process
 from ..tools import contract
 from ..tools.base import ToolError, ToolResult
+from ..untrusted import MAX_DEPTH, MAX_DOCUMENT_DEPTH, TooDeep, check_json, check_value
 from .spec import HookSpec, HooksSpec
 
 if TYPE_CHECKING:
@@ -73,6 +76,8 @@ class Hook:
     label: str  # the command as written, for events and messages
     timeout: float
     base_dir: Path  # folder of the file that declared it
+    # Secret-looking variables of the daemon's environment the agent hands on (its pass_env).
+    pass_env: tuple[str, ...] = ()
 
     def matches(self, tool_name: str) -> bool:
         """Whether *tool_name* matches one of the ``|``-separated globs (case-insensitive)."""
@@ -111,7 +116,7 @@ def hook_argv(command: str | list[str], base_dir: Path) -> list[str]:
     return [program, *command[1:]]
 
 
-def _resolve(event: Event, specs: list[HookSpec], base_dir: Path) -> list[Hook]:
+def _resolve(event: Event, specs: list[HookSpec], base_dir: Path, pass_env: tuple[str, ...]) -> list[Hook]:
     return [
         Hook(
             event=event,
@@ -120,27 +125,31 @@ def _resolve(event: Event, specs: list[HookSpec], base_dir: Path) -> list[Hook]:
             label=s.command if isinstance(s.command, str) else " ".join(s.command),
             timeout=s.timeout,
             base_dir=base_dir,
+            pass_env=pass_env,
         )
         for s in specs
     ]
 
 
-def merged_hooks(user: HooksSpec, user_dir: Path, agent: HooksSpec, agent_dir: Path) -> Hooks:
+def merged_hooks(
+    user: HooksSpec, user_dir: Path, agent: HooksSpec, agent_dir: Path, *, pass_env: tuple[str, ...] = ()
+) -> Hooks:
     """The hooks of one turn: config.yaml's first, then the agent file's, each in file order.
 
     Relative command paths start at the folder of the file that declared them.
+    *pass_env* (the agent's) names the secret-looking variables every hook gets anyway.
     """
     return Hooks(
         pre=tuple(
             [
-                *_resolve("preToolCall", user.pre_tool_call, user_dir),
-                *_resolve("preToolCall", agent.pre_tool_call, agent_dir),
+                *_resolve("preToolCall", user.pre_tool_call, user_dir, pass_env),
+                *_resolve("preToolCall", agent.pre_tool_call, agent_dir, pass_env),
             ]
         ),
         post=tuple(
             [
-                *_resolve("postToolCall", user.post_tool_call, user_dir),
-                *_resolve("postToolCall", agent.post_tool_call, agent_dir),
+                *_resolve("postToolCall", user.post_tool_call, user_dir, pass_env),
+                *_resolve("postToolCall", agent.post_tool_call, agent_dir, pass_env),
             ]
         ),
     )
@@ -178,7 +187,8 @@ async def run_hook(
 ) -> HookRun:
     """Run *hook* with *payload* as JSON on stdin; never raises for what the hook does.
 
-    The hook runs in *cwd* with ``os.environ`` updated by *env*, in its own
+    The hook runs in *cwd* with the daemon's environment less its secrets
+    (``hook.pass_env`` kept; mmd/procs/environ.py) updated by *env*, in its own
     process group; when it exits or its timeout passes, its whole tree is
     stopped. stdout and stderr are kept up to MAX_CAPTURE bytes each.
 
@@ -200,6 +210,7 @@ async def run_hook(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     grace=grace,
+                    pass_env=hook.pass_env,
                 ) as proc,
                 trio.open_nursery() as nursery,
             ):
@@ -277,6 +288,10 @@ def read_verdict(run: HookRun) -> Verdict:
     if not text.startswith("{"):
         return Verdict()  # plain text on stdout is only shown in the hook event
     try:
+        check_json(text, what="stdout is JSON", max_depth=MAX_DOCUMENT_DEPTH)  # before json.loads recurses
+    except TooDeep as exc:
+        return Verdict(error=f"{exc}; the answer was ignored")
+    try:
         obj = json.loads(text)
     except ValueError as exc:
         return Verdict(error=f"stdout starts with {{ but is not valid JSON: {exc}")
@@ -308,6 +323,11 @@ def _fields(obj: dict[str, Any]) -> Verdict:
     updated = pick("updatedInput")
     if updated is not None and not isinstance(updated, dict):
         return Verdict(error="updatedInput is not a JSON object")
+    if updated is not None:
+        try:
+            check_value(updated, what="updatedInput is", max_depth=MAX_DEPTH)  # as the model's arguments
+        except TooDeep as exc:
+            return Verdict(error=f"{exc}; the answer was ignored")
     context = pick("additionalContext")
     reason = pick("permissionDecisionReason", "reason")
     stop = None

@@ -1,6 +1,9 @@
 """Supervised child processes: every process mmd starts goes through here.
 
 Layers, bottom up:
+- ``environ``: what a child gets of the daemon's environment: everything but its
+  secrets, unless passed on by name (``pass_env``). The supervisor's one spawn
+  function uses it for every child.
 - ``output``: no processes, no files opened; turns a child's reads into echo
   text, spill-file bytes, and the bounded head/tail view the model reads.
 - ``supervisor``: spawns a child in its own session, records its descendants,

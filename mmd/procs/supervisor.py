@@ -38,7 +38,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ import msgspec
 import psutil
 import trio
 
+from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,13 @@ async def run_tool_process(
     grace: float = 3.0,
     max_bytes: int = 30_000,
     max_lines: int = 400,
+    pass_env: Collection[str] = (),
 ) -> ProcResult:
     """Run ``argv`` for one tool call and return how it ended and its output.
 
-    The child runs in ``cwd`` with ``os.environ`` updated by ``env`` (the caller
-    passes MM_SESSION_ID and MM_TOOL_CALL_ID) and TAG_VAR, stdin from
+    The child runs in ``cwd`` with the daemon's environment less its secrets
+    (see :mod:`mmd.procs.environ`; the names in ``pass_env`` are kept) updated
+    by ``env`` (the caller passes MM_SESSION_ID and MM_TOOL_CALL_ID) and TAG_VAR, stdin from
     /dev/null, in a new session and process group. Its stdout and stderr are
     read concurrently; each read, decoded as UTF-8 (invalid bytes as U+FFFD, NUL
     as ``\\0``), is passed to ``on_output(stream, text)`` and its raw bytes are
@@ -127,13 +130,15 @@ async def run_tool_process(
     up to ``grace`` seconds, the spill file is deleted, then Cancelled goes on.
     """
     started = time.monotonic()
-    spill_path.parent.mkdir(parents=True, exist_ok=True)
+    spill_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     keep = False
-    with open(spill_path, "wb") as spill:
+    # 0600: a spill file holds whatever the command printed (tokens, file contents).
+    spill_fd = os.open(spill_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(spill_fd, "wb") as spill:
         try:
             capture = OutputCapture(spill, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
             try:
-                tree = await _spawn(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+                tree = await _spawn(argv, cwd=cwd, env=env, pass_env=pass_env, stdin=subprocess.DEVNULL)
             except (OSError, ValueError) as exc:
                 return _unstarted(_spawn_error(exc, argv, cwd), started)
             timed_out = await _collect(tree, capture, timeout, grace)
@@ -155,18 +160,19 @@ async def supervised_process(
     stderr: Any = None,
     grace: float = 3.0,
     inherit_env: bool = True,
+    pass_env: Collection[str] = (),
 ) -> AsyncIterator[trio.Process]:
     """Run a long-lived child (MCP stdio server, llama-server, hook) for the block.
 
     Yields the :class:`trio.Process`, started like :func:`run_tool_process`
-    starts one (new session and group, ``os.environ`` updated by ``env``, in
-    ``cwd``) with the given ``stdin``, ``stdout`` and ``stderr`` (PIPE,
-    DEVNULL, a file descriptor, or None to inherit the daemon's). Its
-    descendants are recorded while the block runs; when the block is left, the
-    whole tree is stopped and the pipes closed. The child may exit, and be
-    waited for, before that. With ``inherit_env=False`` the child's environment
-    is ``env`` alone (plus TAG_VAR): a third-party server never sees the daemon's
-    API keys.
+    starts one (new session and group, the daemon's environment less its
+    secrets updated by ``env``, in ``cwd``) with the given ``stdin``,
+    ``stdout`` and ``stderr`` (PIPE, DEVNULL, a file descriptor, or None to
+    inherit the daemon's). Its descendants are recorded while the block runs;
+    when the block is left, the whole tree is stopped and the pipes closed. The
+    child may exit, and be waited for, before that. With ``inherit_env=False``
+    the child's environment is ``env`` alone (plus TAG_VAR and the ``pass_env``
+    names): a third-party server never sees the daemon's API keys.
 
     Errors: OSError (or ValueError for a NUL in ``argv``) if the child cannot
     start; :func:`spawn_error_message` turns it into a sentence.
@@ -175,7 +181,14 @@ async def supervised_process(
     scope (up to ``grace`` seconds), then Cancelled goes on.
     """
     tree = await _spawn(
-        argv, cwd=cwd, env=env, inherit_env=inherit_env, stdin=stdin, stdout=stdout, stderr=stderr
+        argv,
+        cwd=cwd,
+        env=env,
+        inherit_env=inherit_env,
+        pass_env=pass_env,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
     )
     try:
         yield tree.proc
@@ -291,15 +304,23 @@ class _Tree:
 
 
 async def _spawn(
-    argv: list[str], *, cwd: Path, env: dict[str, str], inherit_env: bool = True, **stdio: Any
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    inherit_env: bool = True,
+    pass_env: Collection[str] = (),
+    **stdio: Any,
 ) -> _Tree:
+    # The one place a child's environment is built: every child, present or future,
+    # goes without the daemon's secrets unless its caller passes one on by name.
     if not argv:
         raise ValueError("empty command")
     tag = f"{_owner}.{secrets.token_hex(8)}"
     proc = await trio.lowlevel.open_process(
         argv,
         cwd=cwd,
-        env={**(os.environ if inherit_env else {}), **env, TAG_VAR: tag},
+        env=child_environment({**env, TAG_VAR: tag}, inherit=inherit_env, pass_env=pass_env),
         start_new_session=True,
         **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio},
     )

@@ -4,7 +4,7 @@ Imports nothing else of mmd, so thin clients can use it without pulling in
 trio or the daemon.
 """
 
-from .framing import DEFAULT_MAX_FRAME, FrameError, Splitter
+from .framing import DEFAULT_MAX_DEPTH, DEFAULT_MAX_FRAME, FrameError, Splitter
 from .messages import (
     PROTOCOL_VERSION,
     Notification,
@@ -21,6 +21,7 @@ from .messages import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_FRAME",
     "PROTOCOL_VERSION",
     "FrameError",

@@ -4,13 +4,20 @@ msgpack-RPC as Neovim speaks it has no length prefix: messages are msgpack
 objects written back to back. msgspec decodes whole objects only, so this
 module finds where each object ends by walking the msgpack headers. It never
 decodes values, it only skips over them, and it refuses a frame larger than
-the configured limit as soon as a header announces it (before buffering it).
+the configured limit as soon as a header announces it (before buffering it),
+and a frame nested deeper than its depth limit as soon as the walk gets there
+(decoding it would recurse once per level).
 """
 
 from __future__ import annotations
 
 # Largest frame accepted by default: a prompt with a big buffer attached fits.
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+# Deepest nesting of arrays and maps in a frame. The deepest real frame is a consent ask
+# quoting tool arguments at their own limit of 64 levels (mmd/untrusted.py) inside ~5
+# levels of envelope; msgspec decodes with one C recursion per level, and Python's limit
+# of 1000 frames is near at about 900 levels, so a deeper frame is refused before decoding.
+DEFAULT_MAX_DEPTH = 128
 
 
 class FrameError(Exception):
@@ -66,7 +73,7 @@ class _Incomplete(Exception):
         self.need = need
 
 
-def _scan(buf: bytearray, start: int, max_frame: int) -> int:
+def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int = DEFAULT_MAX_DEPTH) -> int:
     """Return the end offset of the object that starts at *start*.
 
     Raises _Incomplete with the least total buffer length worth waiting for,
@@ -74,21 +81,29 @@ def _scan(buf: bytearray, start: int, max_frame: int) -> int:
     """
     pos = start
     pending = 1  # objects still to skip
+    # Objects still to skip in the innermost open array or map (at first: the frame
+    # itself), and the same count of each one around it: len(outer) are open.
+    remaining = 1
+    outer: list[int] = []
     end = len(buf)
     limit = start + max_frame
     while pending:
         if pos >= end:
             raise _Incomplete(pos + pending)
+        while not remaining:
+            remaining = outer.pop()
+        remaining -= 1
         b = buf[pos]
         pending -= 1
+        items = -1  # objects inside, when b starts an array or a map
         if b <= 0x7F or b >= 0xE0:  # positive or negative fixint
             pos += 1
         elif b <= 0x8F:  # fixmap
             pos += 1
-            pending += 2 * (b & 0x0F)
+            items = 2 * (b & 0x0F)
         elif b <= 0x9F:  # fixarray
             pos += 1
-            pending += b & 0x0F
+            items = b & 0x0F
         elif b <= 0xBF:  # fixstr
             pos += 1 + (b & 0x1F)
         elif b in _FIXED:
@@ -103,10 +118,16 @@ def _scan(buf: bytearray, start: int, max_frame: int) -> int:
             width, per = _CONTAINERS[b]
             if pos + 1 + width > end:
                 raise _Incomplete(pos + 1 + width)
-            pending += per * int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+            items = per * int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
             pos += 1 + width
         else:  # 0xC1 is never used by msgpack
             raise FrameError(f"byte 0x{b:02x} at offset {pos - start} is not msgpack")
+        if items >= 0:  # an array or a map starts, one level deeper than those open
+            if len(outer) >= max_depth:
+                raise FrameError(f"frame nested more than {max_depth} levels deep; the limit is {max_depth}")
+            outer.append(remaining)
+            remaining = items
+            pending += items
         # Every pending object needs at least one more byte.
         if pos + pending > limit:
             raise FrameError(f"frame larger than the limit of {max_frame} bytes")
@@ -122,13 +143,15 @@ class Splitter:
     far, each as ``bytes`` ready for ``msgspec.msgpack.decode``.
 
     Errors:
-        FrameError: on a byte that cannot start a msgpack object or on a frame
-        whose headers announce more than ``max_frame`` bytes. The splitter is
-        unusable afterwards.
+        FrameError: on a byte that cannot start a msgpack object, on a frame
+        whose headers announce more than ``max_frame`` bytes, or on one that
+        nests arrays and maps more than ``max_depth`` levels deep. The
+        splitter is unusable afterwards.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
         self.max_frame = max_frame
+        self.max_depth = max_depth
         self._buf = bytearray()
         self._need = 0  # skip rescanning until the buffer holds this much
 
@@ -145,7 +168,7 @@ class Splitter:
         start = 0
         while start < len(self._buf):
             try:
-                stop = _scan(self._buf, start, self.max_frame)
+                stop = _scan(self._buf, start, self.max_frame, self.max_depth)
             except _Incomplete as inc:
                 self._need = inc.need - start
                 break

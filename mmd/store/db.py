@@ -29,7 +29,7 @@ from mmd.models.base import Message
 from mmd.rpc import paths
 from mmd.rpc.methods import Event
 
-ConsentKind = Literal["tool", "exact", "prefix"]
+ConsentKind = Literal["tool", "exact", "prefix", "path"]
 ConsentScope = Literal["session", "project", "global"]
 Decision = Literal["allow", "deny"]
 
@@ -108,6 +108,26 @@ _MIGRATIONS = [
     );
     CREATE INDEX tool_calls_by_tool ON tool_calls (tool);
     """,
+    # 3: consent rules of kind 'path' (a folder the file tools may touch outside the project).
+    # SQLite cannot change a CHECK constraint in place: the table is rebuilt, rows and ids kept.
+    """
+    CREATE TABLE consents_new (
+        id INTEGER PRIMARY KEY,
+        tool TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('tool', 'exact', 'prefix', 'path')),
+        rule TEXT,
+        scope TEXT NOT NULL CHECK (scope IN ('session', 'project', 'global')),
+        scope_key TEXT NOT NULL DEFAULT '',
+        decision TEXT NOT NULL DEFAULT 'allow' CHECK (decision IN ('allow', 'deny')),
+        created REAL NOT NULL,
+        origin TEXT NOT NULL DEFAULT ''
+    );
+    INSERT INTO consents_new SELECT id, tool, kind, rule, scope, scope_key, decision, created, origin
+        FROM consents;
+    DROP TABLE consents;
+    ALTER TABLE consents_new RENAME TO consents;
+    CREATE INDEX consents_by_tool ON consents (tool);
+    """,
 ]
 
 _SESSION_COLUMNS = "id, created, updated, cwd, agent, model, title, turns"
@@ -157,7 +177,9 @@ def command_matches(kind: str, rule: str | None, command: str | None) -> bool:
     to ``rule``. ``prefix`` covers ``rule`` itself and ``rule`` followed by a
     space and arguments, but only when the command holds none of
     :data:`SHELL_CONTROL`: ``git status`` must never approve
-    ``git status; rm -rf ~``. An empty prefix covers nothing.
+    ``git status; rm -rf ~``. An empty prefix covers nothing. ``path`` covers
+    the absolute, resolved path ``command`` when it is ``rule`` or inside it
+    (``/etc`` covers ``/etc/passwd``, never ``/etcetera``).
 
     Errors: none; an unknown kind covers nothing.
     """
@@ -167,6 +189,8 @@ def command_matches(kind: str, rule: str | None, command: str | None) -> bool:
         return False
     if kind == "exact":
         return command == rule
+    if kind == "path":
+        return os.path.isabs(command) and os.path.isabs(rule) and _inside(command, rule)
     if kind != "prefix":
         return False
     prefix = rule.strip()
@@ -421,6 +445,36 @@ class Store:
         row = self._conn.execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone()
         return row[0] or 0
 
+    def open_turns(self) -> list[str]:
+        """The sessions whose newest event is not a ``turn_ended``: a turn began and never ended.
+
+        Every event belongs to a turn and a turn's last event is its
+        ``turn_ended``, so these are the turns of a daemon that died (killed,
+        crashed, power cut). One primary-key lookup per session.
+
+        Errors: none.
+        """
+        rows = self._conn.execute(
+            """SELECT s.id FROM sessions AS s JOIN events AS e ON e.session_id = s.id
+               AND e.seq = (SELECT max(seq) FROM events WHERE session_id = s.id)
+               WHERE e.kind != 'turn_ended' ORDER BY s.updated"""
+        )
+        return [session_id for (session_id,) in rows]
+
+    def turn_endings(self, session_id: str, *, last: bool = False) -> list[dict[str, Any]]:
+        """The data of the session's ``turn_ended`` events (status, text, error), oldest first.
+
+        With ``last``, only the newest one (or none).
+
+        Errors: none; an unknown session has none.
+        """
+        rows = self._conn.execute(
+            "SELECT data FROM events WHERE session_id = ? AND kind = 'turn_ended'"
+            f" ORDER BY seq {'DESC LIMIT 1' if last else ''}",
+            (session_id,),
+        )
+        return [msgspec.msgpack.decode(data) for (data,) in rows]
+
     # -- messages -----------------------------------------------------------
 
     def append_message(self, session_id: str, msg: Message) -> int:
@@ -471,7 +525,8 @@ class Store:
 
         Errors: ValueError for a rule that could never match or would match
         too much: a ``tool`` kind with a rule, an ``exact``/``prefix`` kind
-        without one, a prefix holding shell control characters, a project
+        without one, a prefix holding shell control characters, a ``path``
+        kind whose rule is not an absolute path, a project
         scope whose key is not an absolute path, a session scope without an id.
         """
         _check_consent(kind, rule, scope, scope_key)
@@ -638,14 +693,16 @@ def _consent_row(row: tuple[Any, ...]) -> ConsentRow:
 
 def _check_consent(kind: str, rule: str | None, scope: str, scope_key: str) -> None:
     # Each refusal here is a rule that would never match or would match too much.
-    if kind not in ("tool", "exact", "prefix"):
-        raise ValueError(f"unknown consent kind {kind!r}; expected tool, exact or prefix")
+    if kind not in ("tool", "exact", "prefix", "path"):
+        raise ValueError(f"unknown consent kind {kind!r}; expected tool, exact, prefix or path")
     if kind == "tool" and rule is not None:
         raise ValueError("a consent of kind 'tool' covers the whole tool; give rule=None")
     if kind != "tool" and not (rule and rule.strip()):
         raise ValueError(f"a consent of kind {kind!r} needs the command as rule")
     if kind == "prefix" and not SHELL_CONTROL.isdisjoint(rule or ""):
         raise ValueError(f"prefix rule {rule!r} holds shell control characters; it would never match")
+    if kind == "path" and not os.path.isabs(rule or ""):
+        raise ValueError(f"a path rule needs an absolute path, not {rule!r}")
     if scope not in ("session", "project", "global"):
         raise ValueError(f"unknown consent scope {scope!r}; expected session, project or global")
     if scope == "project" and not os.path.isabs(scope_key):

@@ -84,9 +84,12 @@ class ToolContext:
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the skills catalogue
     # Minted by the harness for write and destructive calls, never by the model.
     idempotency_key: str | None = None
+    # Variables of the daemon's environment handed on to the call's processes although
+    # they look like secrets: the agent file's pass_env (mmd/procs/environ.py).
+    pass_env: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
-        """Variables every child of this call gets on top of the daemon's environment."""
+        """Variables every child of this call gets on top of the daemon's environment (less its secrets)."""
         env = {"MM_SESSION_ID": self.session_id, "MM_TOOL_CALL_ID": self.call_id}
         if self.idempotency_key:
             env["MM_IDEMPOTENCY_KEY"] = self.idempotency_key

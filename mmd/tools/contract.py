@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from mmd.tools.base import ToolError, ToolResult
+from mmd.untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, TooDeep, TooLarge, check_json
 
 # Text of a JSON number, and of a JSON integer: a quoted number is accepted
 # only when unquoting it gives exactly that JSON value.
@@ -106,7 +107,20 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _loads(text: str) -> Any:
+    # Checked before decoding: json.loads recurses once per level (mmd/untrusted.py).
+    check_json(text, what="the arguments are", max_depth=MAX_DEPTH, max_bytes=MAX_ARGUMENTS_BYTES)
     return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_refuse_constant)
+
+
+def _limit_problem(e: TooDeep | TooLarge, field: str | None) -> Problem:
+    what = f"{field} is" if field else "The arguments are"
+    if isinstance(e, TooDeep):
+        reason = f"{what} nested too deep: {e.depth:,} levels; the limit is {e.limit}."
+        fix = "Send a flatter object: one field per parameter, each value as simple as its type."
+        return Problem("too_deep", field, reason, fix)
+    reason = f"{what} too large: {e.size:,} bytes; the limit is {e.limit:,} bytes."
+    fix = "Send less in one call: split the work into several smaller calls."
+    return Problem("too_large", field, reason, fix)
 
 
 def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -116,7 +130,9 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
     object (stringified JSON, which small models send) is unpacked once.
 
     Errors: :class:`InvalidArguments` with code ``malformed_json`` (saying where
-    the text broke), ``duplicate_field`` or ``not_an_object``.
+    the text broke), ``duplicate_field``, ``not_an_object``, ``too_deep``
+    (nested deeper than MAX_DEPTH, 64 levels) or ``too_large`` (more than
+    MAX_ARGUMENTS_BYTES, 1 MiB): the last two are checked before decoding.
     """
     sample = _compact(example) if example else '{"name": "value"}'
     fix = f"Send the arguments as one JSON object, e.g. {sample}"
@@ -127,6 +143,8 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
         if isinstance(value, str) and value.lstrip().startswith("{"):
             value = _loads(value)
         _compact(value).encode()  # a lone surrogate escape like "\udd00" is not text (UnicodeEncodeError)
+    except (TooDeep, TooLarge) as e:
+        raise InvalidArguments([_limit_problem(e, None)], example=example) from None
     except _Duplicate as e:
         reason = f"{e.key} is given twice; it is not clear which value is meant."
         problem = Problem("duplicate_field", e.key, reason, f"Give {e.key} once.")
@@ -198,7 +216,8 @@ def validate(
 
     Errors: :class:`InvalidArguments` listing every problem; codes
     ``unknown_field``, ``missing_required``, ``wrong_type``, ``not_in_enum``,
-    ``pattern_mismatch``, ``out_of_range`` (numbers and lengths).
+    ``pattern_mismatch``, ``out_of_range`` (numbers and lengths), and
+    ``too_deep``/``too_large`` for a string that would unpack past the limits.
     A schema ``pattern`` that is not a valid regex raises ``re.error``.
     """
     props: dict[str, Any] = schema.get("properties", {})
@@ -246,7 +265,10 @@ def _missing(name: str, prop: dict[str, Any], example: dict[str, Any] | None) ->
 def _check(name: str, prop: dict[str, Any], value: Any, sample: str | None) -> tuple[Problem | None, Any]:
     """Convert and check one value; return (problem, value)."""
     kind = prop.get("type")
-    converted = _CONVERT[kind](value) if kind in _CONVERT else value
+    try:
+        converted = _CONVERT[kind](value) if kind in _CONVERT else value
+    except (TooDeep, TooLarge) as e:  # a string holding JSON nested too deep to unpack
+        return _limit_problem(e, name), value
     if converted is _NO:
         return _wrong_type(name, kind, value, sample), value
     value = converted
@@ -400,6 +422,8 @@ def _container(kind: type) -> Any:
         if isinstance(value, str):
             try:
                 value = _loads(value)
+            except (TooDeep, TooLarge):
+                raise
             except (ValueError, _Duplicate):
                 return _NO
         return value if isinstance(value, kind) else _NO

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import yaml
 
+from ..untrusted import YamlLimitError, safe_load
+
+# Largest front matter read: it holds a name, a description and keywords (a few hundred bytes).
+MAX_FRONT_MATTER = 64 * 1024
 # A skill's name: lowercase letters and digits, hyphens between them.
 _NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 # The line that closes the front matter.
@@ -155,13 +159,19 @@ def parse_skill(folder: Path) -> Skill:
 
 
 def _front_matter(text: str) -> dict:
+    if len(text) > MAX_FRONT_MATTER:
+        raise SkillError(
+            f"the front matter is {len(text):,} characters; the limit is {MAX_FRONT_MATTER:,}: "
+            "keep name, description and keywords there, and the rest in the body"
+        )
     try:
-        meta = yaml.safe_load(text)
+        meta = safe_load(text)  # within mm's nesting and alias limits (mmd/untrusted.py)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""  # +1 for 1-based, +1 for the --- line
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SkillError(f"bad YAML in the front matter{where}: {problem}") from None
+        hint = f"; {e.hint}" if isinstance(e, YamlLimitError) else ""
+        raise SkillError(f"bad YAML in the front matter{where}: {problem}{hint}") from None
     if not isinstance(meta, dict):
         raise SkillError("the front matter must be a mapping with name: and description:")
     return meta

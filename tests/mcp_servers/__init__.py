@@ -1,4 +1,8 @@
-"""Real MCP servers for the tests (see seed_server.py) and helpers to read what they received."""
+"""Real MCP servers for the tests (see seed_server.py) and helpers to read what they received.
+
+env_server.py shows the environment a stdio server was started with (the secrets tests).
+deep_server.py answers every call with one line nested deeper than mm reads (the nesting tests).
+"""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class Bash:
         return f"$ {args.get('command', '')}"
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        ctx.session_dir.mkdir(parents=True, exist_ok=True)
+        ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         spill = ctx.session_dir / f"output-{ctx.call_id}.log"
         echo = EchoLimiter(ctx, spill)
         result = await run_tool_process(
@@ -52,6 +52,7 @@ class Bash:
             grace=ctx.limits.grace,
             max_bytes=ctx.limits.max_bytes,
             max_lines=ctx.limits.max_lines,
+            pass_env=ctx.pass_env,
         )
         return process_answer(result)
 

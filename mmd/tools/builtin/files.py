@@ -75,6 +75,10 @@ class ReadFile:
         span = "" if (offset, limit) == (1, READ_LIMIT) else f":{offset}-{offset + limit - 1}"
         return f"read_file {args.get('path', '')}{span}"
 
+    def paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+        """The file this call reads (the consent gate asks when it is outside the project)."""
+        return [resolve(ctx, args["path"])]
+
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         shown = args["path"]
         p = resolve(ctx, shown)
@@ -131,6 +135,10 @@ class WriteFile:
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"write_file {args.get('path', '')} ({len(str(args.get('content', '')).encode())} bytes)"
+
+    def paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+        """The file this call writes (the consent gate asks when it is outside the project)."""
+        return [resolve(ctx, args["path"])]
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         shown = args["path"]
@@ -189,6 +197,10 @@ class EditFile:
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"edit_file {args.get('path', '')}" + (" (every match)" if args.get("replace_all") else "")
+
+    def paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+        """The file this call changes (the consent gate asks when it is outside the project)."""
+        return [resolve(ctx, args["path"])]
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         shown = args["path"]

@@ -26,6 +26,7 @@ from typing import Any
 
 import trio
 
+from mmd.procs.environ import child_environment
 from mmd.tools.base import ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
 
@@ -80,6 +81,10 @@ class ListFiles:
     def echo(self, args: dict[str, Any]) -> str:
         path = args.get("path", ".")
         return f"list_files {args.get('pattern', '**/*')}" + ("" if path == "." else f" in {path}")
+
+    def paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+        """The folder this call lists (the consent gate asks when it is outside the project)."""
+        return [resolve(ctx, args["path"])]
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         shown, pattern = args["path"], args["pattern"]
@@ -197,6 +202,10 @@ class Grep:
             parts += ["--glob", shlex.quote(args["glob"])]
         return " ".join(parts + (["-i"] if args.get("ignore_case") else []))
 
+    def paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+        """The file or folder this call searches (the consent gate asks when it is outside the project)."""
+        return [resolve(ctx, args["path"])]
+
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         shown = args["path"]
         root = resolve(ctx, shown)
@@ -242,8 +251,14 @@ async def _grep_rg(rg: str, args: dict[str, Any], ctx: ToolContext) -> tuple[lis
     cmd += ["--regexp", args["pattern"], "--", str(resolve(ctx, path)) if path.startswith("~") else path]
     try:
         with trio.fail_after(ctx.limits.timeout):
+            # Like every child: the daemon's environment without its secrets.
             proc = await trio.run_process(
-                cmd, cwd=ctx.cwd, capture_stdout=True, capture_stderr=True, check=False
+                cmd,
+                cwd=ctx.cwd,
+                env=child_environment({}, pass_env=ctx.pass_env),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
             )
     except trio.TooSlowError:
         raise ToolError(
@@ -287,7 +302,11 @@ def _grep_python(root: Path, args: dict[str, Any]) -> list[str]:
 
 
 def _files_under(root: Path) -> Iterator[tuple[str, Path]]:
-    """(path relative to root, path) of each file, sorted, hidden ones left out; "" for root itself."""
+    """(path relative to root, path) of each file, sorted, hidden ones left out; "" for root itself.
+
+    Symbolic links met on the way are not followed, as ripgrep does not: a link in the
+    project may point outside it, where reading needs consent (the gate checked ``root``).
+    """
     if not root.is_dir():
         yield "", root
         return
@@ -295,7 +314,8 @@ def _files_under(root: Path) -> Iterator[tuple[str, Path]]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(f for f in files if not f.startswith(".")):
             path = Path(top, name)
-            yield path.relative_to(root).as_posix(), path
+            if not path.is_symlink():
+                yield path.relative_to(root).as_posix(), path
 
 
 def _grep_file(path: Path, shown: str, regex: re.Pattern[str], most: int) -> list[str]:

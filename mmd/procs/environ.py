@@ -1,0 +1,103 @@
+"""What a child of the daemon gets of the daemon's environment: everything but the secrets.
+
+The daemon holds the provider API keys in its environment (README: "keys never
+go in files, logs or the store"). A child that inherited them could print them
+(``env``), and what a tool prints goes to the store and to the next model
+request. So every child's environment is built here, by the supervisor's one
+spawn function, and leaves out every variable that holds a secret:
+
+- the names mm itself uses for secrets, registered with :func:`withhold` when a
+  config is read: each provider's ``api_key_env``, the variables MCP headers
+  and credential-looking MCP ``env:`` entries refer to;
+- the names that look like secrets (:func:`looks_secret`): a ``_``-separated
+  word KEY, TOKEN, SECRET, PASSWORD, CREDENTIALS... (``OPENAI_API_KEY``,
+  ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``), or PASSWORD, PASSWD, SECRET,
+  APIKEY inside a word (``PGPASSWORD``). Codex leaves out ``*KEY*``,
+  ``*SECRET*`` and ``*TOKEN*`` by default; matching whole words instead keeps
+  ``KEYTIMEOUT`` or ``TOKENIZERS_PARALLELISM`` while catching the same keys.
+
+An agent hands one on explicitly with ``pass_env: [NAME]``. The variables mm
+sets for the call (``MM_SESSION_ID``, ``MM_IDEMPOTENCY_KEY``...) and a declared
+tool's literal ``env:`` are added after the filter: they are mm's own, not the
+daemon's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping
+
+# Words of a variable's name (split at "_", upper-cased) that mark it as holding a secret.
+SECRET_WORDS = frozenset(
+    {
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWORDS",
+        "PASSWD",
+        "PASSPHRASE",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "COOKIE",
+        "COOKIES",
+        "PAT",
+    }
+)
+# Parts that mark a secret even inside a longer word: PGPASSWORD, MYSECRET, OPENAIAPIKEY.
+SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
+# Never withheld, whatever a config names: no child works without them, and none holds a secret.
+ESSENTIAL = frozenset({"PATH", "HOME", "PWD", "SHELL", "USER", "LOGNAME", "TERM", "LANG", "TMPDIR", "TZ"})
+
+# Names a config read by this daemon uses for secrets. It only grows: a name that
+# held a key once stays withheld for the daemon's life, even after the config changes.
+_withheld: set[str] = set()
+
+
+def looks_secret(name: str) -> bool:
+    """Whether the variable *name* looks like it holds a secret (see the module docstring)."""
+    upper = name.upper()
+    if upper in ESSENTIAL:
+        return False
+    return any(word in SECRET_WORDS for word in upper.split("_")) or any(p in upper for p in SECRET_PARTS)
+
+
+def withhold(names: Iterable[str]) -> None:
+    """Leave the variables *names* out of every child spawned from now on (unless passed on).
+
+    Errors: none; essential names (PATH, HOME...) are never withheld.
+    """
+    _withheld.update(n for n in names if n and n not in ESSENTIAL)
+
+
+def is_secret(name: str) -> bool:
+    """Whether *name* is left out of a child's environment unless passed on explicitly."""
+    return name in _withheld or looks_secret(name)
+
+
+def child_environment(
+    extra: Mapping[str, str],
+    *,
+    inherit: bool = True,
+    pass_env: Collection[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of one child: the daemon's without its secrets, then *extra*.
+
+    With ``inherit=False`` nothing of the daemon's environment is taken (an MCP
+    stdio server builds its own small one) except the names in *pass_env*.
+    A name in *pass_env* is handed on even when it looks like a secret: the
+    agent file asked for it. *environ* defaults to ``os.environ``.
+
+    Errors: none.
+    """
+    source = os.environ if environ is None else environ
+    if inherit:
+        base = {k: v for k, v in source.items() if k in pass_env or not is_secret(k)}
+    else:
+        base = {k: source[k] for k in pass_env if k in source}
+    return {**base, **extra}

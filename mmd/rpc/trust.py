@@ -1,0 +1,171 @@
+"""Is this folder, socket or peer the user's own? The checks shared by mmd and its clients.
+
+On a shared machine, ``/tmp`` and every folder other users can write are theirs to prepare: another
+user can create ``/tmp/mm-<uid>`` before you, bind a socket in it and read every prompt a client
+sends, or plant a symbolic link where mm will open a file. So, as OpenSSH does with its key files,
+mm trusts a folder only when it belongs to the user (or root) and no one else can write it, a socket
+file only when it is the user's, and a peer only when the kernel says (``SO_PEERCRED``) it runs as
+the user. Anything else is refused with a message that says what is wrong and how to fix it.
+
+Only the standard library is used: the thin client imports this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+# struct ucred from <sys/socket.h>: pid_t pid, uid_t uid, gid_t gid (uid_t and gid_t are unsigned).
+_UCRED = struct.Struct("iII")
+
+# Root may own a folder on the way (``/run/mm`` made by an administrator): root can read everything anyway.
+ROOT_UID = 0
+
+# What to do when the socket's place cannot be trusted: the daemon's and the client's messages end so.
+SOCKET_FIX = "or set MM_SOCKET (or XDG_RUNTIME_DIR) to a path in a folder only you can write"
+
+# The same for mm's state folder (store, sessions, logs).
+STATE_FIX = "or set XDG_STATE_HOME (mmd --state-dir) to a folder only you can write"
+
+
+class UnsafePath(PermissionError):
+    """A folder, file or peer of mm's that another user could control; the message says how to fix it."""
+
+
+def _me(uid: int | None) -> int:
+    return os.getuid() if uid is None else uid
+
+
+def check_dir(path: Path, *, uid: int | None = None, fix: str = SOCKET_FIX) -> os.stat_result:
+    """Check that *path* is a folder of *uid* (default: this process's) that no one else can write.
+
+    A symbolic link is followed only when it belongs to *uid* or root. Returns the folder's stat.
+
+    Errors:
+        FileNotFoundError: *path* does not exist.
+        UnsafePath: another user owns it or its link, others can write it, or it is not a folder;
+        the message ends with *fix*.
+    """
+    me = _me(uid)
+    link = path.lstat()
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, ROOT_UID):
+        raise UnsafePath(
+            f"{path} is a symbolic link made by uid {link.st_uid}, not you ({me}): "
+            f"someone else created it; remove it, {fix}"
+        )
+    try:
+        st = path.stat() if stat.S_ISLNK(link.st_mode) else link
+    except FileNotFoundError:
+        raise UnsafePath(f"{path} is a symbolic link to nothing; remove it, {fix}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{path} is not a folder; remove it, {fix}")
+    if st.st_uid not in (me, ROOT_UID):
+        raise UnsafePath(
+            f"{path} belongs to uid {st.st_uid}, not you ({me}): someone else created it; remove it, {fix}"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise UnsafePath(
+            f"{path} can be written by other users (mode {mode:04o}): anyone could put their own "
+            f"files or socket there; make it private with `chmod 700 {path}`, {fix}"
+        )
+    return st
+
+
+def ensure_private_dir(path: Path, *, uid: int | None = None, fix: str = SOCKET_FIX) -> None:
+    """Create *path* (mode 0700) or check an existing one with :func:`check_dir`; tighten it to 0700.
+
+    A folder of the user's that others could read (0755) is made 0700; one others could write is
+    refused, since they may already have put something in it.
+
+    Errors:
+        UnsafePath: as :func:`check_dir`.
+        OSError: the folder cannot be created.
+    """
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)
+    st = check_dir(path, uid=uid, fix=fix)
+    if st.st_uid == _me(uid) and stat.S_IMODE(st.st_mode) != 0o700 and not path.is_symlink():
+        path.chmod(0o700)
+
+
+def check_socket_file(path: Path, *, uid: int | None = None) -> bool:
+    """Whether a socket (or other file) exists at *path*; when one does, check it belongs to *uid*.
+
+    A symbolic link to it may also belong to root. A link to nothing is checked and reported absent.
+
+    Errors:
+        UnsafePath: the file, or a link to it, belongs to another user.
+    """
+    me = _me(uid)
+    try:
+        owner = path.lstat().st_uid
+        if owner in (me, ROOT_UID):
+            owner = path.stat().st_uid
+    except FileNotFoundError:
+        return False
+    if owner != me:
+        raise UnsafePath(
+            f"{path} belongs to uid {owner}, not you ({me}): someone else created it; "
+            f"remove it (`rm {path}`), {SOCKET_FIX}"
+        )
+    return True
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket, from the kernel."""
+    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+
+
+def check_peer(sock: socket.socket, path: Path, *, uid: int | None = None) -> None:
+    """Check that the process listening on *path*, connected through *sock*, runs as *uid*.
+
+    Call it before anything is sent: a process of another user must learn nothing.
+
+    Errors:
+        UnsafePath: the peer runs as another user.
+    """
+    me = _me(uid)
+    pid, peer, _ = peer_credentials(sock)
+    if peer != me:
+        raise UnsafePath(
+            f"the process answering on {path} (pid {pid}) runs as uid {peer}, not you ({me}): it is not "
+            f"your mmd, so nothing was sent to it; remove {path}, {SOCKET_FIX}"
+        )
+
+
+def open_lock(path: Path, *, uid: int | None = None) -> int:
+    """Open (creating it 0600) the lock file *path* without following a symbolic link; return its fd.
+
+    Never truncated, never a FIFO's blocking open: a file planted there cannot be clobbered or hang mmd.
+
+    Errors:
+        UnsafePath: *path* is a symbolic link, not a regular file, or another user's.
+        OSError: it cannot be opened.
+    """
+    me = _me(uid)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise UnsafePath(
+            f"{path} is a symbolic link: mm does not follow it (it could point at any file of "
+            f"yours); remove it (`rm {path}`), {SOCKET_FIX}"
+        ) from None
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = f"{path} is not a regular file"
+    elif st.st_uid != me:
+        problem = f"{path} belongs to uid {st.st_uid}, not you ({me}): someone else created it"
+    if problem is not None:
+        os.close(fd)
+        raise UnsafePath(f"{problem}; remove it (`rm {path}`), {SOCKET_FIX}")
+    return fd

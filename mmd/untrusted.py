@@ -1,0 +1,357 @@
+"""How deep and how big input mm did not write may be, checked before anything decodes it.
+
+A model's answer and its tool-call arguments, a hook's stdout, an MCP server's
+or a declared tool's output, a cloned repository's agent file: each may be
+hostile. Python's decoders (json, msgspec, PyYAML's composer) recurse once per
+level of nesting, so a few kilobytes of ``[[[[…`` raise RecursionError deep in
+the daemon, and a YAML alias that repeats an alias that repeats … grows without
+bound. Every decoder of such input goes through one of these checks first:
+
+- :func:`check_json` scans the raw text for the nesting of brackets outside
+  strings, in C-speed passes (no recursion, linear time), and its size;
+- :func:`check_value` walks an already decoded value without recursion;
+- :func:`bracket_depths` and :func:`first_value_depth` are the scans for a
+  decoder that starts in the middle of a text (``JSONDecoder.raw_decode`` at
+  each ``{`` of a model's prose);
+- :class:`LimitedLoader` is PyYAML's SafeLoader with a depth limit, a cap on
+  the values a file builds (counting each repetition through an alias), and no
+  alias to a value that contains it.
+
+Each refusal is a :class:`TooDeep`, :class:`TooLarge` or :class:`YamlLimitError`
+whose text names what was too deep or too big, how much, and the limit; the
+caller turns it into an answer to the model, an RPC error or a ConfigError
+with file and line. The limits are far above real use and far below the point
+where Python's recursion limit (1000 frames) is near (docs/protocol.md,
+docs/tools.md, docs/hooks.md, docs/mcp.md, docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import accumulate
+from typing import Any
+
+import yaml
+
+# Deepest JSON value taken from outside: tool-call arguments, a hook's updatedInput, a
+# tool's last line. Real tool schemas nest 2 to 5 levels; every later walk of the value
+# (validation, json.dumps, deepcopy) then stays a few hundred frames below the limit.
+MAX_DEPTH = 64
+# Deepest whole JSON document from outside: a model's answer, a hook's stdout, an MCP
+# answer. Room for a value at MAX_DEPTH inside its envelope (a few levels).
+MAX_DOCUMENT_DEPTH = 128
+# Largest tool-call arguments: a model writes at most about 128k tokens (about 512 KB)
+# in one step, so a megabyte is never reached by a real call.
+MAX_ARGUMENTS_BYTES = 1024 * 1024
+# Deepest nesting of maps and lists in a YAML file; an agent file uses about six levels.
+MAX_YAML_DEPTH = 64
+# Most values (keys, items, scalars) one YAML file may build, counted again each time an
+# alias repeats them. An agent file at the tool cap (256 tools of ~30 values) builds under
+# 8,000; PyYAML composes about 15,000 values a second here, so a refusal takes 2 s at most
+# (in a worker thread of the daemon).
+MAX_YAML_VALUES = 20_000
+
+# A JSON string as a decoder reads it: to its first unescaped quote. Possessive, so a
+# text of many quotes and backslashes is still scanned in linear time; an unterminated
+# string runs to the end of the text (a decoder stops there too).
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*+"?', re.DOTALL)
+_STRING_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*+"?', re.DOTALL)
+# Anything but a bracket, once strings are gone.
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NOT_BRACKET_BYTES = re.compile(rb"[^\[\]{}]+")
+# The tokens that matter to nesting, for a scan that starts in the middle of a text.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"?|[\[\]{}]', re.DOTALL)
+# +1 for an opening bracket, -1 for a closing one; str characters and bytes values.
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1, 0x5B: 1, 0x7B: 1, 0x5D: -1, 0x7D: -1}
+
+
+class TooDeep(ValueError):
+    """Input nested deeper than its limit. A ValueError, so "not valid JSON" handlers refuse it too.
+
+    ``what`` starts the text ("the arguments are"), ``depth`` is the depth found.
+    """
+
+    def __init__(self, what: str, depth: int, limit: int) -> None:
+        self.what = what
+        self.depth = depth
+        self.limit = limit
+        super().__init__(f"{what} nested too deep: {depth:,} levels; the limit is {limit}")
+
+
+class TooLarge(ValueError):
+    """Input larger than its limit; ``what`` starts the text, ``size`` and ``limit`` are in bytes."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        self.what = what
+        self.size = size
+        self.limit = limit
+        super().__init__(f"{what} too large: {size:,} bytes; the limit is {limit:,} bytes")
+
+
+def json_depth(data: str | bytes | bytearray) -> int:
+    """How deeply the JSON text *data* nests arrays and objects (``[]`` is 1, a scalar 0).
+
+    Brackets inside strings do not count. For a text that is not valid JSON
+    the result is at least as deep as any decoder reading it from its start
+    gets before it fails. Linear time, no recursion.
+
+    Errors: none.
+    """
+    is_text = isinstance(data, str)
+    opening = data.count("[") + data.count("{") if is_text else data.count(b"[") + data.count(b"{")
+    if opening == 0:
+        return 0
+    if is_text:
+        brackets: Any = _NOT_BRACKET.sub("", _STRING.sub("", data))
+    else:
+        brackets = _NOT_BRACKET_BYTES.sub(b"", _STRING_BYTES.sub(b"", data))
+    if not brackets:
+        return 0
+    return max(0, max(accumulate(map(_STEP.__getitem__, brackets))))
+
+
+def check_json(
+    data: str | bytes | bytearray,
+    *,
+    what: str = "the JSON is",
+    max_depth: int = MAX_DOCUMENT_DEPTH,
+    max_bytes: int | None = None,
+) -> None:
+    """Refuse the JSON text *data* before decoding it if it is too big or nests too deep.
+
+    Cheap when it passes: a text with at most *max_depth* opening brackets is
+    not scanned further.
+
+    Errors:
+        TooLarge: longer than *max_bytes* (UTF-8) when given.
+        TooDeep: nested deeper than *max_depth*, with the depth found.
+    """
+    if max_bytes is not None:
+        size = text_bytes(data)
+        if size > max_bytes:
+            raise TooLarge(what, size, max_bytes)
+    is_text = isinstance(data, str)
+    opening = data.count("[") + data.count("{") if is_text else data.count(b"[") + data.count(b"{")
+    if opening <= max_depth:
+        return
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise TooDeep(what, depth, max_depth)
+
+
+def text_bytes(data: str | bytes | bytearray) -> int:
+    """The size of *data* in bytes, a str counted as UTF-8 (encoded only when it is not ASCII).
+
+    Errors: none.
+    """
+    if not isinstance(data, str) or data.isascii():  # isascii is a flag lookup for a str
+        return len(data)
+    return len(data.encode("utf-8", "surrogatepass"))
+
+
+def first_value_depth(text: str, start: int, *, stop_past: int) -> tuple[int, int]:
+    """How deep the JSON value that starts at *text[start]* nests, and where the scan stopped.
+
+    For decoders that start in the middle of a text (``raw_decode(text, start)``):
+    the scan reads strings from *start* as such a decoder does, stops where the
+    first value ends, and stops early, with a depth of ``stop_past + 1``, once
+    deeper than *stop_past*. Returns ``(depth, offset after the last token
+    read)``. Time proportional to the tokens read, no recursion.
+
+    Errors: none.
+    """
+    start = len(text) - len(text[start:].lstrip(" \t\r\n")) if text[start : start + 1].isspace() else start
+    if text[start : start + 1] not in ("[", "{", '"'):
+        return 0, start  # a number, true, false, null: no nesting (or not JSON)
+    depth = deepest = 0
+    stop = start
+    for match in _TOKEN.finditer(text, start):
+        char = text[match.start()]
+        stop = match.end()
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > stop_past:
+                    break
+        elif char in "]}":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif depth == 0:  # a string is the whole value
+            break
+    return deepest, stop
+
+
+def bracket_depths(text: str) -> dict[int, int]:
+    """For each ``[`` and ``{`` outside strings, how deep the value it opens nests.
+
+    One pass over the whole text: where a decoder started at such a bracket
+    reads strings just as a decoder started at the beginning does, so the
+    depth of every start is known at once. A closing bracket closes the
+    innermost open one whatever its kind (a decoder would fail there), and a
+    bracket never closed counts what follows it. Time linear in the number of
+    strings and brackets, no recursion.
+
+    Errors: none.
+    """
+    depths: dict[int, int] = {}
+    open_: list[list[int]] = []  # [offset, depth below so far], innermost last
+    for match in _TOKEN.finditer(text):
+        char = text[match.start()]
+        if char in "[{":
+            open_.append([match.start(), 1])
+        elif char in "]}" and open_:
+            offset, depth = open_.pop()
+            depths[offset] = depth
+            if open_ and open_[-1][1] <= depth:
+                open_[-1][1] = depth + 1
+    while open_:
+        offset, depth = open_.pop()
+        depths[offset] = depth
+        if open_ and open_[-1][1] <= depth:
+            open_[-1][1] = depth + 1
+    return depths
+
+
+def value_depth(value: Any, *, stop_past: int | None = None) -> int:
+    """How deeply a decoded value nests lists, tuples and dicts (``[]`` is 1, a scalar 0).
+
+    Walks with its own stack, not recursion; with *stop_past* it returns as
+    soon as the depth passes it (which also ends the walk of a value that
+    contains itself).
+
+    Errors: none.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > deepest:
+            deepest = depth
+            if stop_past is not None and deepest > stop_past:
+                return deepest
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
+    return deepest
+
+
+def check_value(value: Any, *, what: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse a decoded value nested deeper than *max_depth*.
+
+    Errors: TooDeep, with the exact depth.
+    """
+    depth = value_depth(value, stop_past=None)
+    if depth > max_depth:
+        raise TooDeep(what, depth, max_depth)
+
+
+# -- YAML -----------------------------------------------------------------------------------
+
+
+class YamlLimitError(yaml.MarkedYAMLError):
+    """A YAML file that breaks one of :class:`LimitedLoader`'s limits.
+
+    ``problem`` says which and how much, ``problem_mark`` where (its ``line``
+    is 0-based), ``hint`` what to do.
+    """
+
+    def __init__(self, problem: str, mark: Any, hint: str) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+        self.hint = hint
+
+
+class LimitedLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader that refuses, with the line, before a file can exhaust the daemon.
+
+    - maps and lists nested deeper than MAX_YAML_DEPTH, counting what an alias
+      brings in at the depth where it is used;
+    - more than MAX_YAML_VALUES values built in all, each alias counted for
+      every value it repeats (a "billion laughs" file stops at the first
+      alias past the cap, after a few kilobytes of work);
+    - an alias to a map or list that contains it (a cycle no value can hold).
+
+    Use it with ``yaml.compose(text, Loader=LimitedLoader)`` or ``yaml.load``.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._open_anchors: set[str] = set()
+        self._extents: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth) of its subtree
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if event.anchor in self._open_anchors:
+                raise YamlLimitError(
+                    f"the alias *{event.anchor} refers to itself (to the value that contains it)",
+                    event.start_mark,
+                    "write the value out instead of referring to itself",
+                )
+            values, depth = self._extent(node)
+            self._count(values, event.start_mark, alias=event.anchor)
+            if self._depth + depth > MAX_YAML_DEPTH:
+                raise self._too_deep(event.start_mark, alias=event.anchor)
+            return node
+        self._count(1, event.start_mark)
+        container = isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent)
+        if not container:
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise self._too_deep(event.start_mark)
+        self._depth += 1
+        if event.anchor is not None:
+            self._open_anchors.add(event.anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(event.anchor)
+
+    def _count(self, values: int, mark: Any, alias: str | None = None) -> None:
+        self._values += values
+        if self._values > MAX_YAML_VALUES:
+            through = f" (the alias *{alias} here repeats {values:,} values)" if alias else ""
+            raise YamlLimitError(
+                f"more than {MAX_YAML_VALUES:,} values in the file{through}; the limit is {MAX_YAML_VALUES:,}",
+                mark,
+                "write the file out with fewer values and fewer aliases; "
+                "an agent file or config is written by hand",
+            )
+
+    def _too_deep(self, mark: Any, alias: str | None = None) -> YamlLimitError:
+        through = f" (through the alias *{alias})" if alias else ""
+        return YamlLimitError(
+            f"maps and lists nested more than {MAX_YAML_DEPTH} levels deep{through}; "
+            f"the limit is {MAX_YAML_DEPTH}",
+            mark,
+            "flatten the structure",
+        )
+
+    def _extent(self, node: yaml.Node) -> tuple[int, int]:
+        # Recursion is bounded: every node composed so far nests at most MAX_YAML_DEPTH.
+        key = id(node)
+        if key not in self._extents:
+            if isinstance(node, yaml.ScalarNode):
+                self._extents[key] = (1, 0)
+            else:
+                pairs = node.value if isinstance(node, yaml.MappingNode) else [(item,) for item in node.value]
+                parts = [self._extent(child) for pair in pairs for child in pair]
+                self._extents[key] = (1 + sum(v for v, _ in parts), 1 + max((d for _, d in parts), default=0))
+        return self._extents[key]
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` within :class:`LimitedLoader`'s limits.
+
+    Errors: yaml.YAMLError for invalid YAML; YamlLimitError (one of them) for a limit.
+    """
+    return yaml.load(text, Loader=LimitedLoader)  # a SafeLoader subclass: no arbitrary objects
