@@ -317,15 +317,20 @@ def test_mm_eval_on_the_real_model_runs_the_action_with_the_expected_argv(mm_hom
         f.write("temperature: 0\n")  # greedy, so the test does not depend on sampling luck
     result = run_mm(
         "eval", str(fixture), "-m", "local/qwen2.5-coder-0.5b", "--mode", "declared", "--case", "status",
-        "--lang", "en", "-n", "2", "--timeout", "120", "--json", cwd=mm_home / "work", timeout=600,
+        "--lang", "en", "-n", "1", "--no-warmup", "--timeout", "90", "--json", cwd=mm_home / "work",
+        timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    for run in out["runs"]:
-        assert run["model"] == "local/qwen2.5-coder-0.5b"
-        assert run["status"] in ("ok", "loop"), run  # it may repeat the call until the detector stops it
-        assert run["argv"] and all(argv == ["status", "billing"] for argv in run["argv"]), run
-        assert run["ok"]
+    [run] = out["runs"]
+    assert run["model"] == "local/qwen2.5-coder-0.5b"
+    # What the 0.5B does after its right call depends on the build: greedy decoding follows the SIMD
+    # path's rounding. Measured with the AVX-512 build it echoed the tool's "[exit code 0]" back as a
+    # parameter, was refused by the contract, then wrote the error as text up to its 1024-token limit
+    # (~50 s a step on 2 cores) until the run's timeout. The eval judges the argv log either way.
+    assert run["status"] in ("ok", "loop", "timeout"), run
+    assert run["argv"] and all(argv == ["status", "billing"] for argv in run["argv"]), run
+    assert run["ok"]
 
 
 @needs_stack
