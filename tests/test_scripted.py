@@ -312,3 +312,23 @@ def test_cli_refuses_non_loopback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "loopback" in done.stderr
     assert done.stdout == ""
+
+
+async def test_a_failure_inside_the_server_ends_one_connection_not_its_host(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served inside mmd: an unexpected error must not escape handle_connection into the daemon."""
+    from mmd.models import scripted
+
+    server = await nursery.start(serve, [{"text": "a"}, {"text": "b"}])
+
+    async def broken(self: Any, conn: Any) -> bool:
+        raise KeyError("a bug")
+
+    with monkeypatch.context() as m:
+        m.setattr(scripted.ScriptedServer, "_serve_next", broken)
+        async with httpx.AsyncClient() as http:
+            with pytest.raises(httpx.HTTPError):
+                await http.get(f"{server.url}/health")
+    async with httpx.AsyncClient() as http:  # the server still serves
+        assert (await http.get(f"{server.url}/health")).status_code == 200

@@ -24,6 +24,7 @@ import contextlib
 import functools
 import ipaddress
 import itertools
+import logging
 import os
 import re
 import signal
@@ -39,6 +40,8 @@ import trio
 import yaml
 
 from mmd.untrusted import MAX_DOCUMENT_DEPTH, YamlLimitError, check_json, safe_load
+
+log = logging.getLogger("mmd.scripted")
 
 # The completion endpoints; each POST to one consumes a script step.
 OPENAI_PATH = "/v1/chat/completions"
@@ -475,6 +478,10 @@ class ScriptedServer:
             await self._reject(conn, exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away mid-response
+        except Exception:
+            # Served inside mmd for `scripted:` models: a bug here ends this connection (the model
+            # call fails and is retried or reported), never the daemon with every running turn.
+            log.exception("scripted model server: connection %d failed", conn.number)
         finally:
             await stream.aclose()
 
