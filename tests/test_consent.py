@@ -552,6 +552,38 @@ def _read_to_eof(fd: int, buf: bytearray, timeout: float = 60) -> None:
     raise AssertionError(f"the pty did not reach EOF within {timeout} s; got {bytes(buf)!r}")
 
 
+def run_on_pty(args: list[str], cwd: Path, dialogue: list[tuple[str, str | None]]) -> tuple[int, str]:
+    """Run ``mm ARGS`` on a pseudo-terminal, answering its prompts; its exit code and all it printed.
+
+    *dialogue* is (text to wait for, line to type, or None to type nothing) in order.
+    """
+    master, slave = os.openpty()
+    mm = subprocess.Popen(
+        [sys.executable, "-m", "mm.cli", *args],
+        cwd=cwd,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    out = bytearray()
+    try:
+        pos = 0
+        for wait_for, typed in dialogue:
+            pos = _expect(master, wait_for.encode(), out, pos)
+            if typed is not None:
+                os.write(master, typed.encode() + b"\n")
+        _read_to_eof(master, out)
+        code = mm.wait(timeout=30)
+    finally:
+        os.close(master)
+        if mm.poll() is None:
+            mm.send_signal(signal.SIGKILL)
+            mm.wait()
+    return code, out.decode(errors="replace")
+
+
 COMMAND = "echo pty-ran > pty.txt"
 
 
@@ -575,32 +607,8 @@ def test_the_cli_asks_on_its_terminal(mm_home, scripted, daemon, dialogue, ran, 
     """`mm -p` on a terminal: the CLI itself asks, reads the answer from its stdin and sends it."""
     work = mm_home / "work"
     server = scripted([bash(COMMAND), {"text": "finished"}])
-    master, slave = os.openpty()
-    mm = subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", "-p", "write the file"],
-        cwd=work,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
-    out = bytearray()
-    try:
-        pos = 0
-        for wait_for, typed in dialogue:
-            pos = _expect(master, wait_for.encode(), out, pos)
-            if typed is not None:
-                os.write(master, typed.encode() + b"\n")
-        assert f"bash (write) wants to run: $ {COMMAND}".encode() in out
-        _read_to_eof(master, out)
-        code = mm.wait(timeout=30)
-    finally:
-        os.close(master)
-        if mm.poll() is None:
-            mm.send_signal(signal.SIGKILL)
-            mm.wait()
-    text = out.decode(errors="replace")
+    code, text = run_on_pty(["-p", "write the file"], work, dialogue)
+    assert f"bash (write) wants to run: $ {COMMAND}" in text
     assert code == 0, text
     assert "finished" in text
     assert (work / "pty.txt").exists() is ran

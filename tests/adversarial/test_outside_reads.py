@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,14 +25,13 @@ from mmd.rpc import RPCError
 
 from ..conftest import run_mm
 from ..test_consent import (
-    _expect,
-    _read_to_eof,
     always,
     connect,
     events_until_end,
     no_ask,
     prompt,
     rules,
+    run_on_pty,
     run_turn,
 )
 from .serves import assert_daemon_serves
@@ -278,30 +274,8 @@ def test_the_cli_asks_naming_the_path_and_takes_a_folder(
     scripted([call("read_file", path=str(outside / "deeper" / "more.txt")), {"text": "finished"}])
     dialogue = [("allow?", "f"), ("folder to allow", str(mm_home / "sibling"))] if bad_folder_first else []
     dialogue += [("allow?", "f"), ("folder to allow", str(outside))]
-    master, slave = os.openpty()
-    mm = subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", "-p", "read it"],
-        cwd=work,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
-    out = bytearray()
-    try:
-        pos = 0
-        for wait_for, typed in dialogue:
-            pos = _expect(master, wait_for.encode(), out, pos)
-            os.write(master, typed.encode() + b"\n")
-        _read_to_eof(master, out)
-        code = mm.wait(timeout=30)
-    finally:
-        os.close(master)
-        if mm.poll() is None:
-            mm.send_signal(signal.SIGKILL)
-            mm.wait()
-    text = " ".join(out.decode(errors="replace").split())
+    code, printed = run_on_pty(["-p", "read it"], work, dialogue)
+    text = " ".join(printed.split())
     assert code == 0, text
     assert f"read_file wants to read outside {work}: {outside / 'deeper' / 'more.txt'}" in text
     assert "[a] always this path [f] a folder" in text and "finished" in text
