@@ -572,7 +572,8 @@ def _server_state(built: dict | None, tests: dict[str, dict | None]) -> tuple[bo
 
 
 def status(*, run_checks: bool = False) -> dict:
-    names = [*MODELS, *catalog.added_models()]
+    added = catalog.added_models()
+    names = [*MODELS, *added]
     if run_checks and catalog.server_built():
         for name in names:
             if catalog.model_ready(name):
@@ -594,7 +595,6 @@ def status(*, run_checks: bool = False) -> dict:
         },
         "models": {},
     }
-    added = catalog.added_models()
     for name in names:
         path = catalog.model_path(name)
         out["models"][name] = {
