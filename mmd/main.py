@@ -8,8 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, sdnotify
-from .rpc import paths, trust
+from . import __version__, paths
+from .rpc import trust
+from .server import sdnotify
 
 # Exit status when another daemon already serves the socket: not an error.
 EXIT_ALREADY_RUNNING = 0
@@ -74,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     import trio
 
-    from .daemon import Daemon
-    from .transport import AlreadyRunning
+    from .server.daemon import Daemon
+    from .server.transport import AlreadyRunning
 
     state_dir = args.state_dir or paths.state_dir()
     try:

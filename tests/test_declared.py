@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from mmd.config import ConfigError, load_agent_file
 from mmd.config.agent import BUILTIN_TOOLS
-from mmd.config.tools import DeclaredToolSpec, VerifySpec
+from mmd.config.declared import DeclaredToolSpec, VerifySpec
 from mmd.tools import contract
 from mmd.tools.base import Limits, ToolContext, ToolError
 from mmd.tools.declared import (

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from mm.connection import Client
 
-from mmd.agent.calls import idempotency_key
 from mmd.rpc import RPCError
+from mmd.turn.calls import idempotency_key
 
 from .conftest import run_mm
 

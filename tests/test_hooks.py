@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from mmd.agent.calls import StopTurn
 from mmd.config import load_agent_file, load_user_config
 from mmd.config.loader import ConfigError
 from mmd.models.base import ToolCall
@@ -24,6 +23,7 @@ from mmd.policy.hooks import Hooks, hook_argv, merged_hooks, run_post_hooks, run
 from mmd.policy.spec import HookSpec, HooksSpec
 from mmd.tools.base import ToolResult
 from mmd.tools.builtins import make_builtins
+from mmd.turn.calls import StopTurn
 
 ROOT = Path(__file__).resolve().parent.parent
 GUARD = ROOT / "contrib" / "hooks" / "guard.sh"

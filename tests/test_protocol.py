@@ -12,11 +12,11 @@ import pytest
 import trio
 
 from mmd import __version__
-from mmd.daemon import Daemon
 from mmd.models import scripted
 from mmd.rpc import PROTOCOL_VERSION, RPCError, Splitter, decode_message, decode_notification_arg, request
 from mmd.rpc.messages import Notification, Response
-from mmd.transport import AlreadyRunning
+from mmd.server.daemon import Daemon
+from mmd.server.transport import AlreadyRunning
 
 from .conftest import socket_of, write_config
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from mm import service
 
-from mmd.sdnotify import ActivationError, Notifier, activated_socket
+from mmd.server.sdnotify import ActivationError, Notifier, activated_socket
 
 from .conftest import ROOT, daemon_pids, run_mm, socket_of, stop_daemon
 

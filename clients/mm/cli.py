@@ -863,7 +863,7 @@ def _local_setup(*args: str) -> int:
     # A subprocess of the standard-library-only setup module: the client imports no daemon code.
     import subprocess
 
-    return subprocess.call([sys.executable, "-m", "mmd.local.setup", *args])
+    return subprocess.call([sys.executable, "-m", "mmd.local.install", *args])
 
 
 @local.command("setup")
@@ -947,7 +947,7 @@ def local_status(as_json: bool, check: bool) -> None:
     """
     import subprocess
 
-    argv = [sys.executable, "-m", "mmd.local.setup", "--status", *(["--check"] if check else [])]
+    argv = [sys.executable, "-m", "mmd.local.install", "--status", *(["--check"] if check else [])]
     proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         _fail("could not read the local status")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mmd import __version__
+from mmd import __version__, paths
 from mmd.rpc import (
     PROTOCOL_VERSION,
     FrameError,
@@ -31,7 +31,6 @@ from mmd.rpc import (
     Splitter,
     decode_message,
     decode_notification_arg,
-    paths,
     request,
     trust,
 )

@@ -10,8 +10,8 @@ from ..rpc import RPCError
 from ..rpc.methods import ConsentAnswer, ConsentList, ConsentRevoke
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..daemon import Daemon
+    from ..server.connection import Connection
+    from ..server.daemon import Daemon
 
 
 async def answer(daemon: Daemon, conn: Connection, p: ConsentAnswer) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from ..rpc import PROTOCOL_VERSION, RPCError
 from ..rpc.methods import Empty, Handshake
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..daemon import Daemon
+    from ..server.connection import Connection
+    from ..server.daemon import Daemon
 
 # What this daemon can do beyond the protocol version, for clients to test.
 CAPABILITIES = ["events", "consent", "replay"]

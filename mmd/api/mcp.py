@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from ..agent.setup import build_tools
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
 from ..config.loader import did_you_mean
 from ..mcp.config import ExpansionError, ServerEntry, resolve, servers_for
@@ -16,10 +15,11 @@ from ..mcp.pool import McpCallError, McpUnavailable
 from ..mcp.tool import admit, estimate_tokens, make_tools, taken_names
 from ..rpc import RPCError
 from ..tools.registry import Registry
+from ..turn.plan import build_tools
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..daemon import Daemon
+    from ..server.connection import Connection
+    from ..server.daemon import Daemon
 
 
 class McpList(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

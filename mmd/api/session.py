@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from ..rpc.methods import ListSessions, Prompt, SessionRef, ShowSession, Subscribe
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..daemon import Daemon
+    from ..server.connection import Connection
+    from ..server.daemon import Daemon
 
 
 async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> dict[str, Any]:

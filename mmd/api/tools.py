@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from ..agent.setup import build_tools
 from ..config import AgentFile, ConfigError, find_agent_file, load_agent_file
 from ..rpc import RPCError
+from ..turn.plan import build_tools
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..daemon import Daemon
+    from ..server.connection import Connection
+    from ..server.daemon import Daemon
 
 
 class ToolsList(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -16,8 +16,8 @@ import msgspec
 
 from ..mcp.config import McpServerSpec, check_servers
 from ..policy.spec import HooksSpec
+from .declared import DeclaredToolSpec, check_tool_count, check_tools
 from .loader import ConfigError, parse
-from .tools import DeclaredToolSpec, check_tool_count, check_tools
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 BuiltinName = Literal["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "read_skill"]

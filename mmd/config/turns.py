@@ -1,8 +1,8 @@
 """``loop:`` and ``phases:`` of the agent file: how a turn watches for loops and exposes tools.
 
-``loop:`` sets the loop detector's thresholds (mmd.agent.loops); ``phases:``
+``loop:`` sets the loop detector's thresholds (mmd.turn.loops); ``phases:``
 splits the tools into phases, only the current one's offered to the model
-(mmd.agent.phases). See docs/loops-and-recovery.md.
+(mmd.turn.phases). See docs/loops-and-recovery.md.
 """
 
 from __future__ import annotations

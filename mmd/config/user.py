@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
-from mmd.rpc import paths
+from mmd import paths
 
 from ..mcp.config import McpServerSpec, check_servers, credential_variables
 from ..policy.spec import HooksSpec

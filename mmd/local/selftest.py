@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..rpc import paths
+from .. import paths
 from ..untrusted import check_json
 from . import catalog, cpu
 

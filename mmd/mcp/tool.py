@@ -3,7 +3,7 @@
 An :class:`McpTool` implements the :class:`~mmd.tools.base.Tool` protocol, so
 it goes through the registry, the contract (local validation against the
 server's inputSchema before anything is sent), consent, hooks and telemetry
-like every tool (mmd/agent/calls.py). Its ``run`` sends the validated
+like every tool (mmd/turn/calls.py). Its ``run`` sends the validated
 arguments to the shared connection and turns the answer into a
 :class:`ToolResult` (text passed on, images and other blobs summarised,
 truncated and spilled exactly as ``bash`` output is) or a :class:`ToolError`

@@ -2,7 +2,7 @@
 
 A provider streams one model step. Text deltas go to a callback as they
 arrive; the completed step (text plus tool calls) is returned. The turn loop
-in mmd.agent owns everything else: tools, consent, storage.
+in mmd.turn owns everything else: tools, consent, storage.
 """
 
 from __future__ import annotations

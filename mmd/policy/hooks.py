@@ -426,7 +426,7 @@ async def _one(
     if verdict.system_message:
         session.emit("warning", {"message": f"{hook.event} hook {hook.label}: {verdict.system_message}"})
     if verdict.stop is not None:
-        from ..agent.calls import StopTurn
+        from ..turn.calls import StopTurn
 
         raise StopTurn("denied", f"Stopped by the {hook.event} hook {hook.label}: {verdict.stop}")
     return verdict

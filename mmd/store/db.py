@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from mmd import paths
 from mmd.models.base import Message
-from mmd.rpc import paths
 from mmd.rpc.methods import Event
 
 ConsentKind = Literal["tool", "exact", "prefix", "path"]

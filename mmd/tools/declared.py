@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config.tools import PLACEHOLDER, DeclaredToolSpec, ParamSpec, VerifySpec
+from ..config.declared import PLACEHOLDER, DeclaredToolSpec, ParamSpec, VerifySpec
 from ..procs import run_tool_process
 from ..untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, check_json
 from .base import ToolContext, ToolError, ToolResult

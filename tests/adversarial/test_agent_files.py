@@ -25,8 +25,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mmd.config.declared import MAX_TOOLS
 from mmd.config.loader import MAX_FILE_BYTES, ConfigError, parse
-from mmd.config.tools import MAX_TOOLS
 from mmd.untrusted import MAX_YAML_DEPTH, MAX_YAML_VALUES
 
 from ..conftest import run_mm, socket_of, spawn_mm, stop_daemon, wait_for_socket, write_config

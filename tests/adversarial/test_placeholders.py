@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mmd.config import ConfigError, load_agent_file
-from mmd.config.tools import PLACEHOLDER, DeclaredToolSpec
+from mmd.config.declared import PLACEHOLDER, DeclaredToolSpec
 from mmd.tools import contract
 from mmd.tools.base import Limits, ToolContext, ToolError
 from mmd.tools.declared import DeclaredTool, build_argv, parameters_schema

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .rpc import (
+from ..rpc import (
     FrameError,
     Notification,
     ProtocolError,
@@ -203,7 +203,7 @@ class Connection:
             self.push(response(req.msgid, None, result))
 
     async def _call(self, req: Request) -> Any:
-        from .api import METHODS, unknown_method
+        from ..api import METHODS, unknown_method
 
         method = METHODS.get(req.method)
         if method is None:

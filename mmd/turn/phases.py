@@ -21,8 +21,8 @@ from ..tools.base import Tier, ToolContext, ToolResult
 from ..tools.registry import Registry
 
 if TYPE_CHECKING:
+    from .plan import TurnSetup
     from .session import Session
-    from .setup import TurnSetup
 
 NEXT_PHASE = "next_phase"
 PHASE_CHANGED = "phase_changed"

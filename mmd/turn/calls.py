@@ -14,14 +14,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..models.base import ToolCall
+from ..policy.consent import Denied
 from ..policy.hooks import run_post_hooks, run_pre_hooks
 from ..tools import contract
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
-from .consent import Denied
 
 if TYPE_CHECKING:
+    from .plan import TurnSetup
     from .session import Session
-    from .setup import TurnSetup
 
 
 class StopTurn(Exception):

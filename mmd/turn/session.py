@@ -16,16 +16,16 @@ import trio
 
 from ..models.base import Completion, Message, ModelError
 from ..models.recovery import recover_completion
+from ..policy.consent import ConsentGate
 from ..rpc.methods import ConsentAnswer, Event
 from . import phases
 from .calls import CallRunner, StopTurn
-from .consent import ConsentGate
 from .loops import LoopDetector, call_key, error_code
-from .setup import TurnSetup
+from .plan import TurnSetup
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..daemon import Daemon
+    from ..server.connection import Connection
+    from ..server.daemon import Daemon
     from ..store import SessionRow
 
 log = logging.getLogger(__name__)

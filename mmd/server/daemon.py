@@ -29,10 +29,8 @@ from typing import Any
 
 import trio
 
-from . import procs, transport
-from .agent.session import Session
-from .agent.setup import TurnSetup, build_tools, system_prompt
-from .config import (
+from .. import paths, procs
+from ..config import (
     AgentFile,
     ConfigError,
     DaemonConfig,
@@ -40,21 +38,24 @@ from .config import (
     load_agent_file,
     load_user_config,
 )
-from .config.user import secret_variables
+from ..config.user import secret_variables
+from ..local import catalog as local_catalog
+from ..local.server import LocalServerError, LocalServers
+from ..mcp.config import credential_variables
+from ..mcp.pool import McpPool
+from ..models import scripted
+from ..models.base import Provider
+from ..models.factory import ModelRef
+from ..policy.hooks import merged_hooks
+from ..procs.environ import withhold
+from ..rpc import DEFAULT_MAX_FRAME, RPCError, trust
+from ..rpc.methods import Prompt
+from ..store import Store, StoreError
+from ..tools.base import Limits
+from ..turn.plan import TurnSetup, build_tools, system_prompt
+from ..turn.session import Session
+from . import transport
 from .connection import Connection
-from .local import catalog as local_catalog
-from .local.server import LocalServerError, LocalServers
-from .mcp.config import credential_variables
-from .mcp.pool import McpPool
-from .models import scripted
-from .models.base import Provider
-from .models.factory import ModelRef
-from .policy.hooks import merged_hooks
-from .procs.environ import withhold
-from .rpc import DEFAULT_MAX_FRAME, RPCError, paths, trust
-from .rpc.methods import Prompt
-from .store import Store, StoreError
-from .tools.base import Limits
 
 log = logging.getLogger("mmd")
 
@@ -509,6 +510,6 @@ class _Plan:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..config import AgentFile
 from ..config.turns import LoopLimits, PhaseSpec
 from ..mcp.tool import McpTool, admit, taken_names
 from ..models.base import Message, Provider
-from ..rpc import paths
 from ..tools.base import Limits
 from ..tools.builtins import make_builtins
 from ..tools.declared import declared_tools
@@ -43,7 +43,7 @@ class TurnSetup:
     # Loops, text-written calls and phases (docs/loops-and-recovery.md).
     recover_tool_calls: bool = False  # the model's; see mmd.models.recovery
     loop: LoopLimits = field(default_factory=LoopLimits)
-    phases: list[PhaseSpec] = field(default_factory=list)  # mmd.agent.phases narrows the registry
+    phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
     hooks: Any = None  # mmd.policy.hooks.Hooks: the turn's preToolCall / postToolCall hooks
     # Secret-looking variables of the daemon's environment the agent hands on to its children.
     pass_env: tuple[str, ...] = ()

@@ -19,7 +19,7 @@ import os
 import socket
 from pathlib import Path
 
-from .rpc import trust
+from ..rpc import trust
 
 
 class AlreadyRunning(Exception):

@@ -1,6 +1,6 @@
 """`mm local setup`, `mm local add`, `mm local status`: build llama-server, assemble models, self-test.
 
-Run as ``python -m mmd.local.setup [--model 0.5b|1.5b|all|NAME] [--skip-build] [--rebuild] [--portable]
+Run as ``python -m mmd.local.install [--model 0.5b|1.5b|all|NAME] [--skip-build] [--rebuild] [--portable]
 [--cmake-flag F]... [--no-check]``; the client runs it so that it needs nothing but the standard library.
 The build and the model download run at the same time; then the built server answers one real question
 (mmd.local.selftest) before anything is called ready, and a build that crashes or answers wrong is rebuilt

@@ -29,10 +29,10 @@ from ..store import SHELL_CONTROL, ConsentRow
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 
 if TYPE_CHECKING:
-    from ..connection import Connection
     from ..models.base import ToolCall
-    from .session import Session
-    from .setup import TurnSetup
+    from ..server.connection import Connection
+    from ..turn.plan import TurnSetup
+    from ..turn.session import Session
 
 # Status and reason of a call denied because nobody could answer.
 NO_ONE_TO_ASK = "no one to ask"
