@@ -1,6 +1,6 @@
 """Connect time an MCP server costs, and what the daemon's warm connections save per prompt.
 
-Run ``python bench/bench_mcp.py [--runs N]``. For the test seed server (tests/mcp_servers/
+Run ``python bench/bench_mcp.py [--runs N]``. For the test seed server (tests/e2e/mcp_servers/
 seed_server.py, written with the SDK's server side) over stdio and over streamable HTTP, it
 times ``mm -p`` prompts whose turn makes one MCP call (a scripted model asks for ``status``):
 
@@ -39,7 +39,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.mcp_servers import SEED, HttpServer, handshakes, starts  # noqa: E402
+from tests.e2e.mcp_servers import SEED, HttpServer, handshakes, starts  # noqa: E402
 
 PY = sys.executable
 MM = [PY, "-m", "mm.cli"]

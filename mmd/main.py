@@ -8,9 +8,14 @@ import os
 import sys
 from pathlib import Path
 
+import trio
+
 from . import __version__, paths
+from .api import METHODS
 from .rpc import trust
 from .server import sdnotify
+from .server.daemon import Daemon
+from .server.transport import AlreadyRunning
 
 # Exit status when another daemon already serves the socket: not an error.
 EXIT_ALREADY_RUNNING = 0
@@ -73,11 +78,6 @@ class _Ready:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    import trio
-
-    from .server.daemon import Daemon
-    from .server.transport import AlreadyRunning
-
     state_dir = args.state_dir or paths.state_dir()
     try:
         # Before the log is opened there: a folder another user controls could redirect it.
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         bound = sdnotify.socket_address(listen_sock)
         socket_path = Path(bound) if bound else socket_path
         logging.getLogger("mmd").info("socket activated by systemd: %s", bound or "(unnamed)")
-    daemon = Daemon(socket_path=socket_path, state_dir=state_dir, config_path=args.config)
+    daemon = Daemon(methods=METHODS, socket_path=socket_path, state_dir=state_dir, config_path=args.config)
     daemon.on_stopping = lambda: notifier.notify("STOPPING=1")
     try:
         trio.run(

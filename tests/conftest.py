@@ -1,212 +1,29 @@
-"""Shared fixtures: a private mm home per test, real daemons, real scripted model servers.
+"""What both tiers share (tests/README.md): no test leaves a process behind; the examples budget.
 
-Every test that starts processes checks at teardown that none of them (nor
-their children) survived.
+The end-to-end tier's fixtures (a private mm home, real daemons, scripted model servers) are in
+tests/e2e/conftest.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
+import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def mm_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private XDG tree and socket for one test, set in os.environ.
-
-    Unix socket paths are limited to 108 bytes, so this lives in a short
-    folder under /tmp rather than in pytest's tmp_path.
-    """
-    home = Path(tempfile.mkdtemp(prefix="mm-", dir="/tmp"))
-    for var, sub in (
-        ("XDG_RUNTIME_DIR", "run"),
-        ("XDG_STATE_HOME", "state"),
-        ("XDG_CONFIG_HOME", "config"),
-        ("XDG_DATA_HOME", "data"),
-    ):
-        (home / sub).mkdir(mode=0o700)
-        monkeypatch.setenv(var, str(home / sub))
-    monkeypatch.delenv("MM_SOCKET", raising=False)
-    (home / "work").mkdir()
-    yield home
-    # Daemons that a client started detached are not our children: stop them by socket.
-    leftovers = [psutil.Process(pid) for pid in daemon_pids(home)]
-    for proc in leftovers:
-        proc.terminate()
-    _, alive = psutil.wait_procs(leftovers, timeout=15)
-    for proc in alive:
-        proc.kill()
-    shutil.rmtree(home, ignore_errors=True)
-    assert not alive, "a daemon did not stop within 15 s of SIGTERM"
+from . import budget
+from .paths import TESTS
 
 
-def socket_of(home: Path) -> Path:
-    return home / "run" / "mm" / "mmd.sock"
-
-
-def write_config(home: Path, config: dict[str, Any]) -> Path:
-    path = home / "config" / "mm" / "config.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-class ScriptedServer:
-    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
-        self.proc = proc
-        self.url = url
-
-    def requests(self) -> list[dict[str, Any]]:
-        import httpx
-
-        return httpx.get(f"{self.url}/_mm/requests", timeout=5).json()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-@pytest.fixture
-def scripted(mm_home: Path) -> Iterator[Any]:
-    """``scripted(steps)`` starts a scripted model server process and makes it the default model."""
-    servers: list[ScriptedServer] = []
-
-    def start(steps: list[dict[str, Any]], *, default: bool = True) -> ScriptedServer:
-        script = mm_home / f"script-{len(servers)}.json"
-        script.write_text(json.dumps({"responses": steps}))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mmd.models.scripted", str(script)],
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("listening "), line
-        server = ScriptedServer(proc, line.split(" ", 1)[1])
-        servers.append(server)
-        if default:
-            write_config(
-                mm_home,
-                {
-                    "providers": {
-                        "script": {"kind": "openai", "base_url": f"{server.url}/v1", "max_retries": 3}
-                    },
-                    "default_model": "script/scripted",
-                },
-            )
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def run_mm(
-    *args: str, cwd: Path | None = None, input: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run the real ``mm`` CLI as a child process (its stdin is not a TTY)."""
-    return subprocess.run(
-        [sys.executable, "-m", "mm.cli", *args],
-        cwd=cwd,
-        input=input if input is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def spawn_mm(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    """Start the real ``mm`` CLI without waiting for it (to signal it, or to race two of them)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", *args],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def daemon_pids(home: Path) -> list[int]:
-    sock = str(socket_of(home))
-    pids = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "mmd" in cmd and sock in cmd:
-            pids.append(proc.pid)
-    return pids
-
-
-def start_mmd(home: Path) -> subprocess.Popen[bytes]:
-    """A real mmd process on the test's private socket, once it answers."""
-    sock = socket_of(home)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mmd", "--socket", str(sock)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    wait_for_socket(sock, proc)
-    return proc
-
-
-@pytest.fixture
-def daemon(mm_home: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A real mmd process on the test's private socket, stopped (and checked) at teardown."""
-    proc = start_mmd(mm_home)
-    yield proc
-    stop_daemon(proc)
-
-
-def wait_for_socket(sock: Path, proc: subprocess.Popen[Any] | None = None, timeout: float = 20) -> None:
-    import socket as socket_mod
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"mmd exited with {proc.returncode}")
-        with contextlib.closing(socket_mod.socket(socket_mod.AF_UNIX)) as s:
-            try:
-                s.connect(str(sock))
-                return
-            except OSError:
-                time.sleep(0.02)
-    raise AssertionError(f"no daemon answered on {sock}")
-
-
-def stop_daemon(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError("mmd did not stop within 15 s of SIGTERM") from None
+def pytest_configure(config: pytest.Config) -> None:
+    """The unit tier run on its own is the quick run: generated tests run a tenth of their examples."""
+    unit = TESTS / "unit"
+    paths = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    alone = bool(paths) and all(path.is_relative_to(unit) for path in paths)
+    budget.quick = alone and os.environ.get("MM_TEST_EXAMPLES") != "all"
 
 
 @pytest.fixture(autouse=True)
@@ -239,13 +56,3 @@ def _cmd(p: psutil.Process) -> str:
         return " ".join(p.cmdline())
     except psutil.Error:
         return "?"
-
-
-def wait_for_file(path: Path, timeout: float = 30) -> None:
-    """Wait until a process under test has written *path* (a pid file, an argv record)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{path} was not written within {timeout} s")

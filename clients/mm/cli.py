@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -21,10 +21,13 @@ from mmd.rpc import RPCError
 from .connection import Client, DaemonError, Untrusted
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
 
+if TYPE_CHECKING:  # imported when used: mm must start fast
+    from . import eval as ev
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _fail(message: str, code: int = EXIT_ERROR) -> None:
+def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     click.echo(f"mm: {message}", err=True)
     sys.exit(code)
 
@@ -199,9 +202,18 @@ def _follow(client: Client, session_id: str, after_seq: int, view: View) -> dict
 def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: View) -> None:
     if not sys.stdin.isatty():
         return  # another attached client may answer; the daemon denies when none can
-    bash = ask.get("command") is not None
+    _describe_ask(ask, view)
+    answer = {"session_id": session_id, "request_id": ask["request_id"], **_decide(ask)}
+    try:
+        client.call("consent.answer", answer)
+    except RPCError as exc:
+        view.error(exc.message)
+        if exc.code == "invalid_params":  # a prefix holding `;`, a folder not above the path: ask again
+            _answer_consent(client, session_id, ask, view)
+
+
+def _describe_ask(ask: dict[str, Any], view: View) -> None:
     paths = ask.get("paths") or []  # a file tool that would touch paths outside the project
-    always = "always this command" if bash else "always this path" if paths else f"always {ask['tool']}"
     if paths:
         view.note(
             f"  {ask['tool']} wants to {ask.get('access', 'read')} outside {ask.get('cwd', 'the project')}: "
@@ -209,7 +221,14 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
         )
     else:
         view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}")
+
+
+def _decide(ask: dict[str, Any]) -> dict[str, Any]:
+    """Ask until the reply is one of the choices offered: the decision, with its rule or reason."""
+    bash = ask.get("command") is not None
+    paths = ask.get("paths") or []
     dry = "dry_run" in ask.get("options", [])
+    always = "always this command" if bash else "always this path" if paths else f"always {ask['tool']}"
     choices = (
         f"[y] once  [a] {always}"
         + ("  [p] a command prefix" if bash else "")
@@ -217,36 +236,33 @@ def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: 
         + ("  [d] dry run first" if dry else "")
         + "  [n] deny"
     )
-    answer: dict[str, Any] = {"session_id": session_id, "request_id": ask["request_id"]}
     while True:
         reply = click.prompt(f"  allow? {choices}", default="n", show_default=False, err=True).strip().lower()
-        if reply in ("y", "yes"):
-            answer["decision"] = "allow_once"
-        elif reply in ("a", "always"):
-            answer["decision"] = "allow_always"
-        elif reply == "d" and dry:
-            answer["decision"] = "dry_run"
-        elif reply == "p" and bash:
-            answer["decision"] = "allow_always"
-            answer["rule"] = click.prompt("  prefix to allow (e.g. git status)", err=True).strip()
-        elif reply == "f" and paths:
-            answer["decision"] = "allow_always"
-            folder = os.path.dirname(paths[0])
-            answer["rule"] = click.prompt("  folder to allow", default=folder, err=True).strip()
-        elif reply in ("n", "no"):
-            answer["decision"] = "deny"
-            answer["reason"] = click.prompt(
-                "  reason for the model (optional)", default="", show_default=False, err=True
-            )
-        else:
-            continue
-        break
-    try:
-        client.call("consent.answer", answer)
-    except RPCError as exc:
-        view.error(exc.message)
-        if exc.code == "invalid_params":  # a prefix holding `;`, a folder not above the path: ask again
-            _answer_consent(client, session_id, ask, view)
+        answer = _decision(reply, bash=bash, paths=paths, dry=dry)
+        if answer is not None:
+            return answer
+
+
+def _decision(reply: str, *, bash: bool, paths: list[str], dry: bool) -> dict[str, Any] | None:
+    """The answer a reply stands for (asking for the rule or reason it needs), or None for no choice offered."""
+    if reply in ("y", "yes"):
+        return {"decision": "allow_once"}
+    if reply in ("a", "always"):
+        return {"decision": "allow_always"}
+    if reply == "d" and dry:
+        return {"decision": "dry_run"}
+    if reply == "p" and bash:
+        return {
+            "decision": "allow_always",
+            "rule": click.prompt("  prefix to allow (e.g. git status)", err=True).strip(),
+        }
+    if reply == "f" and paths:
+        folder = click.prompt("  folder to allow", default=os.path.dirname(paths[0]), err=True).strip()
+        return {"decision": "allow_always", "rule": folder}
+    if reply in ("n", "no"):
+        reason = click.prompt("  reason for the model (optional)", default="", show_default=False, err=True)
+        return {"decision": "deny", "reason": reason}
+    return None
 
 
 def _chat(**opts: Any) -> int:
@@ -676,78 +692,100 @@ def eval_(
     """
     from . import eval as ev
 
-    try:
-        fix = ev.load_fixture(fixture)
-        runs = ev.plan(
-            fix,
-            list(models) or [""],
-            runs=opts["runs"],
-            modes=list(opts["modes"]),
-            cases=list(opts["cases"]),
-            langs=list(opts["langs"]),
-        )
-    except ev.FixtureError as exc:
-        _fail(str(exc))
-    timeout = opts["timeout"] or fix.spec.timeout
     client = _connect()
+    fix, runs = _eval_plan(client, fixture, list(models) or [""], opts)
     ws = ev.Workspace(fix, keep=keep)
-    results: list[ev.RunResult] = []
-    failures: list[str] = []
+    results = _eval_run(client, ws, runs, timeout=opts["timeout"] or fix.spec.timeout, warmup=not no_warmup)
+    client.close()
+    ws.close()
+    if as_json:
+        kept = ws.path if keep else None
+        click.echo(json.dumps(ev.as_json(fix, results, kept), indent=2, ensure_ascii=False))
+        return
+    _eval_report(results)
+    if keep:
+        click.echo(f"\nscratch copy kept: {ws.path}")
+
+
+def _eval_plan(
+    client: Client, fixture: str, models: list[str], opts: dict[str, Any]
+) -> tuple[ev.Fixture, list[ev.Run]]:
+    """The fixture, as the daemon checked it, and every run it asks for; exits on a bad one."""
+    from . import eval as ev
+
+    try:
+        fix = ev.load_fixture(client, fixture)
+        choices = {key: list(opts[key]) for key in ("modes", "cases", "langs")}
+        return fix, ev.plan(fix, models, runs=opts["runs"], **choices)
+    except (ev.FixtureError, DaemonError) as exc:
+        _fail(str(exc))
+
+
+def _eval_run(
+    client: Client, ws: ev.Workspace, runs: list[ev.Run], *, timeout: float, warmup: bool
+) -> list[ev.RunResult]:
+    """Every run, with a progress bar (one line per run on stderr without a terminal)."""
+    from . import eval as ev
+
     with click.progressbar(
         length=len(runs), label="mm eval", file=sys.stderr, show_pos=True, item_show_func=lambda x: x
     ) as bar:
-
-        def start(run: ev.Run, what: str) -> None:
-            model = run.model or "default model"
-            bar.update(0, f"{what}: {model} {run.mode} {run.case}/{run.lang} #{run.run}")
-
-        def done(r: ev.RunResult) -> None:
-            results.append(r)
-            if not r.ok:
-                failures.append(ev.describe_failure(r))
-            bar.update(1)
-            if not sys.stderr.isatty():  # no bar in a log: one line per run instead
-                verdict = "ok" if r.ok else "failed" + (f" ({r.status})" if r.status != "ok" else "")
-                click.echo(
-                    f"mm eval: {len(results)}/{len(runs)} {r.model} {r.mode} {r.case}/{r.lang} #{r.run}: "
-                    f"{verdict}, {r.seconds:.1f} s",
-                    err=True,
-                )
-
+        progress = _EvalProgress(bar, len(runs))
         try:
             ev.run_all(
                 client,
                 ws,
                 runs,
                 timeout=timeout,
-                warmup=not no_warmup,
-                on_start=start,
-                on_result=done,
+                warmup=warmup,
+                on_start=progress.start,
+                on_result=progress.done,
                 on_warning=lambda w: click.echo(f"\nmm eval: warning: {w}", err=True),
             )
         except (ev.EvalError, DaemonError) as exc:
             ws.close()
-            _fail(f"{exc}\n(the eval stopped after {len(results)} of {len(runs)} runs)")
+            _fail(f"{exc}\n(the eval stopped after {len(progress.results)} of {len(runs)} runs)")
         except KeyboardInterrupt:
             ws.close()
-            click.echo(f"\nmm eval: interrupted after {len(results)} of {len(runs)} runs", err=True)
+            click.echo(f"\nmm eval: interrupted after {len(progress.results)} of {len(runs)} runs", err=True)
             sys.exit(EXIT_INTERRUPTED)
-    client.close()
-    ws.close()
-    if as_json:
-        click.echo(
-            json.dumps(ev.as_json(fix, results, ws.path if keep else None), indent=2, ensure_ascii=False)
-        )
-        return
+    return progress.results
+
+
+class _EvalProgress:
+    """What mm eval shows while it runs: the bar's label, and a line per run when stderr is no terminal."""
+
+    def __init__(self, bar: Any, total: int) -> None:
+        self.bar, self.total = bar, total
+        self.results: list[ev.RunResult] = []
+
+    def start(self, run: ev.Run, what: str) -> None:
+        model = run.model or "default model"
+        self.bar.update(0, f"{what}: {model} {run.mode} {run.case}/{run.lang} #{run.run}")
+
+    def done(self, r: ev.RunResult) -> None:
+        self.results.append(r)
+        self.bar.update(1)
+        if not sys.stderr.isatty():  # no bar in a log: one line per run instead
+            verdict = "ok" if r.ok else "failed" + (f" ({r.status})" if r.status != "ok" else "")
+            click.echo(
+                f"mm eval: {len(self.results)}/{self.total} {r.model} {r.mode} {r.case}/{r.lang} #{r.run}: "
+                f"{verdict}, {r.seconds:.1f} s",
+                err=True,
+            )
+
+
+def _eval_report(results: list[ev.RunResult]) -> None:
+    from . import eval as ev
+
     click.echo(ev.report(results))
+    failures = [ev.describe_failure(r) for r in results if not r.ok]
     if failures:
         click.echo(f"\nFailed runs ({len(failures)}):")
         for line in failures[:30]:
             click.echo(f"  {line}")
         if len(failures) > 30:
             click.echo(f"  … and {len(failures) - 30} more (--json has them all)")
-    if keep:
-        click.echo(f"\nscratch copy kept: {ws.path}")
 
 
 # -- MCP servers ----------------------------------------------------------------------------

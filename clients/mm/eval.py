@@ -23,97 +23,43 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
-
-from mmd.rpc import RPCError
+from mmd.rpc import ProtocolError, RPCError, decode_result
+from mmd.rpc.results import EvalFixture
 
 from .connection import Client, DaemonError
 
-FIXTURE_FILE = "eval.yaml"
 # After a run's timeout the turn is cancelled; it must end within this many seconds.
 CANCEL_GRACE = 30.0
-
-
-class CaseSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    name: Annotated[str, msgspec.Meta(min_length=1, description="a short name like release")]
-    expect: Annotated[
-        list[str],
-        msgspec.Meta(min_length=1, description="the argv the action must receive, program name first"),
-    ]
-    prompts: Annotated[
-        dict[str, str], msgspec.Meta(min_length=1, description="a map of language to prompt, like en: ...")
-    ]
-
-
-class FixtureSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    runs: Annotated[int, msgspec.Meta(ge=1)] = 5
-    modes: Annotated[
-        dict[str, str], msgspec.Meta(min_length=1, description="a map of mode name to agent file")
-    ]
-    cases: Annotated[list[CaseSpec], msgspec.Meta(min_length=1)]
-    log: str = "argv.log"  # the file the actions append their argv to, in the working directory
-    timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0  # seconds per run
 
 
 @dataclass
 class Fixture:
     root: Path  # the folder holding eval.yaml
     file: Path
-    spec: FixtureSpec
+    spec: EvalFixture
 
 
 class FixtureError(Exception):
     """The fixture cannot be used; the message names the file, line and field."""
 
 
-def load_fixture(path: str | os.PathLike[str]) -> Fixture:
-    """Read and check a fixture: a folder with eval.yaml, or the yaml file itself.
+def load_fixture(client: Client, path: str | os.PathLike[str]) -> Fixture:
+    """Have the daemon read and check a fixture: a folder with eval.yaml, or the yaml file itself.
 
     Every mode's agent file is loaded too, so a broken variant is reported
     before the first run, with its own file and line.
 
-    Errors: FixtureError.
+    Errors: FixtureError; DaemonError when the connection breaks or the answer is malformed.
     """
-    from mmd.config import ConfigError, load_agent_file
-    from mmd.config.loader import parse
-
-    path = Path(path).absolute()
-    file = path / FIXTURE_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise FixtureError(
-            f"{path}: no {FIXTURE_FILE} here; a fixture is a folder with an {FIXTURE_FILE} "
-            "(docs/eval.md; contrib/eval is an example)"
-        )
     try:
-        doc = parse(file)
-        spec = doc.convert(FixtureSpec)
-        seen: dict[str, int] = {}
-        for index, case in enumerate(spec.cases):
-            if case.name in seen:
-                raise doc.error(
-                    ("cases", index, "name"),
-                    problem=f'"{case.name}" is used twice; the first is cases[{seen[case.name]}]',
-                    hint="give each case its own name",
-                )
-            seen[case.name] = index
-        if os.sep in spec.log or spec.log in ("", ".", ".."):
-            raise doc.error(
-                ("log",), problem=f"{spec.log!r} is not a file name", expected="a name like argv.log"
-            )
-        for mode, agent in spec.modes.items():
-            agent_path = file.parent / agent
-            if not agent_path.is_file():
-                raise doc.error(
-                    ("modes", mode),
-                    problem=f"the agent file {agent_path} does not exist",
-                    hint="give a path relative to the fixture's folder",
-                )
-            load_agent_file(agent_path)
-    except ConfigError as exc:
-        raise FixtureError(str(exc)) from None
-    return Fixture(root=file.parent, file=file, spec=spec)
+        spec = decode_result(client.call("eval.load", {"path": str(Path(path).absolute())}), EvalFixture)
+    except RPCError as exc:
+        raise FixtureError(exc.message) from None
+    except ProtocolError as exc:
+        raise DaemonError(str(exc)) from None
+    return Fixture(root=Path(spec.root), file=Path(spec.file), spec=spec)
 
 
 @dataclass

@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..rpc import RPCError
 from ..rpc.methods import ConsentAnswer, ConsentList, ConsentRevoke
+from ..rpc.results import ConsentRule, ConsentRules, Done, Revoked
 
 if TYPE_CHECKING:
     from ..server.connection import Connection
     from ..server.daemon import Daemon
 
 
-async def answer(daemon: Daemon, conn: Connection, p: ConsentAnswer) -> dict[str, Any]:
+async def answer(daemon: Daemon, conn: Connection, p: ConsentAnswer) -> Done:
     daemon.session(p.session_id).answer_consent(conn, p)
-    return {}
+    return Done()
 
 
-async def list_(daemon: Daemon, conn: Connection, p: ConsentList) -> dict[str, Any]:
-    return {"rules": [msgspec.structs.asdict(r) for r in daemon.store.list_consents(project=p.cwd)]}
+async def list_(daemon: Daemon, conn: Connection, p: ConsentList) -> ConsentRules:
+    rows = daemon.store.list_consents(project=p.cwd)
+    return ConsentRules(rules=msgspec.convert(rows, list[ConsentRule], from_attributes=True))
 
 
-async def revoke(daemon: Daemon, conn: Connection, p: ConsentRevoke) -> dict[str, Any]:
+async def revoke(daemon: Daemon, conn: Connection, p: ConsentRevoke) -> Revoked:
     if not daemon.store.revoke_consent(p.id):
         raise RPCError("no_rule", f"no consent rule {p.id}; `mm consent list` shows the rules and their ids")
-    return {"revoked": p.id}
+    return Revoked(revoked=p.id)
 
 
 METHODS = {

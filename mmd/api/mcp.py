@@ -5,47 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import trio
 
-from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
 from ..config.loader import did_you_mean
-from ..mcp.config import ExpansionError, ServerEntry, resolve, servers_for
-from ..mcp.pool import McpCallError, McpUnavailable
-from ..mcp.tool import admit, estimate_tokens, make_tools, taken_names
+from ..config.mcp import ExpansionError, ServerEntry, resolve, servers_for
+from ..mcp.errors import McpCallError, McpUnavailable
+from ..mcp.pool import McpConnection
+from ..mcp.tool import McpTool, admit, estimate_tokens, make_tools, taken_names
+from ..models.base import ToolSpec
 from ..rpc import RPCError
+from ..rpc.methods import McpList, McpTest
+from ..rpc.results import McpServerInfo, McpServers, McpServerState, McpTested, McpToolInfo
 from ..tools.registry import Registry
-from ..turn.plan import build_tools
+from ..turn import plan
 
 if TYPE_CHECKING:
     from ..server.connection import Connection
     from ..server.daemon import Daemon
-
-
-class McpList(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    cwd: str
-    agent: str | None = None
-
-
-class McpTest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    name: str
-    cwd: str
-    agent: str | None = None
-
-
-def load(daemon: Daemon, cwd: Path, agent_path: str | None) -> tuple[AgentFile, UserConfig]:
-    """The agent file for *cwd* and the user config, as a prompt there would read them.
-
-    Blocking (it parses YAML): the methods call it in a worker thread.
-
-    Errors: RPCError("config_error") naming the file, line and field.
-    """
-    try:
-        found = find_agent_file(cwd, agent_path)
-        agent = load_agent_file(found) if found else AgentFile()
-        return agent, load_user_config(daemon.config_path)
-    except ConfigError as exc:
-        raise RPCError("config_error", str(exc)) from None
 
 
 def _describe(entry: ServerEntry) -> dict[str, Any]:
@@ -61,26 +37,28 @@ def _describe(entry: ServerEntry) -> dict[str, Any]:
     }
 
 
-async def list_(daemon: Daemon, conn: Connection, p: McpList) -> dict[str, Any]:
+async def list_(daemon: Daemon, conn: Connection, p: McpList) -> McpServers:
     """The servers configured for *cwd* (config.yaml's, then the agent file's) and their connections.
 
     Lists only: it connects nothing.
     """
-    agent, config = await trio.to_thread.run_sync(load, daemon, Path(p.cwd), p.agent)
-    servers = []
-    for entry in servers_for(agent, config):
-        row = _describe(entry)
-        try:
-            found = daemon.mcp.connections.get(resolve(entry).key)
-        except ExpansionError as exc:
-            row.update(state="config_error", error=str(exc))
-        else:
-            row.update(found.status() if found is not None else {"state": "not connected", "error": None})
-        servers.append(row)
-    return {"agent": agent.path, "config": config.path, "servers": servers}
+    agent, config, _ = await trio.to_thread.run_sync(plan.load, Path(p.cwd), p.agent, daemon.config_path)
+    servers = [_state(daemon, entry) for entry in servers_for(agent, config)]
+    return McpServers(agent=agent.path, config=config.path, servers=servers)
 
 
-async def test(daemon: Daemon, conn: Connection, p: McpTest) -> dict[str, Any]:
+def _state(daemon: Daemon, entry: ServerEntry) -> McpServerState:
+    """A row of mcp.list: the connection's facts only when the daemon has one."""
+    try:
+        found = daemon.mcp.connections.get(resolve(entry).key)
+    except ExpansionError as exc:
+        return McpServerState(**_describe(entry), state="config_error", error=str(exc))
+    if found is None:
+        return McpServerState(**_describe(entry), state="not connected", error=None)
+    return McpServerState(**_describe(entry), **found.status())
+
+
+async def test(daemon: Daemon, conn: Connection, p: McpTest) -> McpTested:
     """Connect to one server and say exactly which tools its allowlist exposes, with their cost.
 
     Uses the daemon's shared connection (connecting now if it is down) and
@@ -88,7 +66,7 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> dict[str, Any]:
     Clashes are checked against this agent's built-in and declared tools.
     """
     cwd = Path(p.cwd)
-    agent, config = await trio.to_thread.run_sync(load, daemon, cwd, p.agent)
+    agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path)
     entries = {e.name: e for e in servers_for(agent, config)}
     entry = entries.get(p.name)
     if entry is None:
@@ -98,9 +76,9 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> dict[str, Any]:
             "no_server",
             f'no MCP server "{p.name}" here' + (f" — {hint}" if hint else "") + f" (configured: {known})",
         )
-    out: dict[str, Any] = {**_describe(entry), "ok": False, "tools": [], "tokens": 0, "warnings": []}
+    out = McpTested(**_describe(entry), ok=False, tools=[], tokens=0, warnings=[])
     if not entry.spec.enabled:
-        out["warnings"].append(
+        out.warnings.append(
             f"MCP server {entry.name} is disabled (enabled: false): the model is not offered its tools"
         )
     try:
@@ -109,42 +87,40 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> dict[str, Any]:
         reused = pooled.state == "ready"
         await pooled.refresh(entry.spec.connect_timeout)
     except (ExpansionError, McpUnavailable, McpCallError) as exc:
-        out["error"] = str(exc)
+        out.error = str(exc)
         return out
     except Exception as exc:  # a listing the server broke; never an RPC crash
-        out["error"] = f"{type(exc).__name__}: {exc}"
+        out.error = f"{type(exc).__name__}: {exc}"
         return out
     tools, warnings = make_tools(entry, pooled)
-    base, _, _ = build_tools(agent, cwd)
+    base, _, _ = plan.build_tools(agent, cwd)
     kept, clashes = admit(tools, taken_names(list(base.tools.values())))
     specs = Registry(kept, strict=agent.schema == "strict").specs()
-    rows = []
-    for tool, spec in zip(kept, specs, strict=True):
-        rows.append(
-            {
-                "name": tool.name,
-                "remote_name": tool.remote_name,
-                "tier": tool.tier,
-                "tokens": estimate_tokens(spec),
-                "description": spec.description,
-            }
-        )
-    info = pooled.server_info
-    out.update(
-        ok=True,
-        error=None,
-        reused=reused,
-        connect_seconds=pooled.connect_seconds,
-        connects=pooled.connects,
-        pid=pooled.pid,
-        protocol=pooled.protocol,
-        server={"name": getattr(info, "name", None), "version": getattr(info, "version", None)},
-        offered=len(pooled.tools),
-        tools=rows,
-        tokens=sum(r["tokens"] for r in rows),
-        warnings=[*out["warnings"], *warnings, *clashes],
-    )
+    _reached(out, pooled, reused, [_tool_row(tool, spec) for tool, spec in zip(kept, specs, strict=True)])
+    out.warnings = [*out.warnings, *warnings, *clashes]
     return out
+
+
+def _tool_row(tool: McpTool, spec: ToolSpec) -> McpToolInfo:
+    """One tool a test exposes (an McpTool and its ToolSpec), with its estimated cost."""
+    return McpToolInfo(
+        name=tool.name,
+        remote_name=tool.remote_name,
+        tier=tool.tier,
+        tokens=estimate_tokens(spec),
+        description=spec.description,
+    )
+
+
+def _reached(out: McpTested, pooled: McpConnection, reused: bool, rows: list[McpToolInfo]) -> None:
+    """Fill in what only a server that answered tells: its connection, its identity, the tools kept."""
+    info = pooled.server_info
+    out.ok, out.error, out.reused = True, None, reused
+    out.connect_seconds, out.connects, out.pid = pooled.connect_seconds, pooled.connects, pooled.pid
+    out.protocol = pooled.protocol
+    out.server = McpServerInfo(name=getattr(info, "name", None), version=getattr(info, "version", None))
+    out.offered = len(pooled.tools)
+    out.tools, out.tokens = rows, sum(r.tokens for r in rows)
 
 
 METHODS = {

@@ -4,81 +4,78 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..rpc.methods import ListSessions, Prompt, SessionRef, ShowSession, Subscribe
+from ..rpc.results import (
+    Cancelled,
+    ChatMessage,
+    Done,
+    Prompted,
+    SessionInfo,
+    SessionList,
+    SessionShow,
+    Subscribed,
+    TurnEnding,
+)
 
 if TYPE_CHECKING:
     from ..server.connection import Connection
     from ..server.daemon import Daemon
 
 
-async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> dict[str, Any]:
+async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> Prompted:
     session = await daemon.prompt(conn, p)
     # The turn was only scheduled: none of its events is stored yet.
-    return {"session_id": session.id, "after_seq": daemon.store.last_seq(session.id)}
+    return Prompted(session_id=session.id, after_seq=daemon.store.last_seq(session.id))
 
 
-async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> dict[str, Any]:
+async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> Cancelled:
     session = daemon.session(p.session_id)
-    return {"cancelled": session.cancel()}
+    return Cancelled(cancelled=session.cancel())
 
 
-async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> dict[str, Any]:
+async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> Subscribed:
     """Attach to a session: the stored events after ``after_seq`` come back, new ones follow as notifications."""
     session = daemon.session(p.session_id)
     session.subscribe(conn, interactive=p.interactive)
     events = daemon.store.events_after(session.id, p.after_seq)
     pending = [
-        e.data
-        for e in events
-        if e.kind == "consent_needed" and e.data["request_id"] in session.consent.pending
+        e.data for e in events if e.kind == "consent_needed" and e.data["request_id"] in session.asks.pending
     ]
-    return {
-        "session_id": session.id,
-        "events": events,
-        "running": session.running,
-        "pending_consent": pending,
-    }
+    return Subscribed(session_id=session.id, events=events, running=session.running, pending_consent=pending)
 
 
-async def unsubscribe(daemon: Daemon, conn: Connection, p: SessionRef) -> dict[str, Any]:
+async def unsubscribe(daemon: Daemon, conn: Connection, p: SessionRef) -> Done:
     session = daemon.session(p.session_id)
     session.unsubscribe(conn)
-    return {}
+    return Done()
 
 
-async def list_(daemon: Daemon, conn: Connection, p: ListSessions) -> dict[str, Any]:
+async def list_(daemon: Daemon, conn: Connection, p: ListSessions) -> SessionList:
     rows = daemon.store.list_sessions(limit=p.limit, cwd=p.cwd)
-    return {
-        "sessions": [
-            {**_row(r), "running": _running(daemon, r.id), "last_status": _last_status(daemon, r.id)}
-            for r in rows
-        ]
-    }
+    return SessionList(sessions=[_info(r, _running(daemon, r.id), _last_status(daemon, r.id)) for r in rows])
 
 
-async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> dict[str, Any]:
+async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> SessionShow:
     session = daemon.session(p.session_id)
     turns = [
-        {"status": t.get("status"), "error": t.get("error")} for t in daemon.store.turn_endings(session.id)
+        TurnEnding(status=t.get("status"), error=t.get("error"))
+        for t in daemon.store.turn_endings(session.id)
     ]
-    out: dict[str, Any] = {
-        "session": {
-            **_row(session.row),
-            "running": session.running,
-            "last_status": turns[-1]["status"] if turns else None,
-        },
-        "messages": daemon.store.messages(session.id),
-        "turns": turns,
-    }
+    out = SessionShow(
+        session=_info(session.row, session.running, turns[-1].status if turns else None),
+        messages=msgspec.convert(daemon.store.messages(session.id), list[ChatMessage], from_attributes=True),
+        turns=turns,
+    )
     if p.events:
-        out["events"] = daemon.store.events_after(session.id, 0)
+        out.events = daemon.store.events_after(session.id, 0)
     return out
 
 
-def _row(row: Any) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.structs.asdict(row)
+def _info(row: Any, running: bool, last_status: str | None) -> SessionInfo:
+    """A stored session row (mmd.store.SessionRow) with what only the daemon knows."""
+    return SessionInfo(**msgspec.structs.asdict(row), running=running, last_status=last_status)
 
 
 def _last_status(daemon: Daemon, session_id: str) -> str | None:

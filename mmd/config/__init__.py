@@ -5,12 +5,11 @@ names the file, line and field; ``agent`` and ``user`` declare the two file
 types and where they are found. Both are read afresh for every prompt.
 """
 
-from .agent import BUILTIN_TOOLS, AgentFile, find_agent_file, load_agent_file
+from .agent import AgentFile, find_agent_file, load_agent_file
 from .loader import ConfigError
 from .user import DaemonConfig, ModelAlias, ProviderConfig, UserConfig, load_user_config, resolve_model
 
 __all__ = [
-    "BUILTIN_TOOLS",
     "AgentFile",
     "ConfigError",
     "DaemonConfig",

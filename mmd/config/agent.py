@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
-from ..mcp.config import McpServerSpec, check_servers
-from ..policy.spec import HooksSpec
-from .declared import DeclaredToolSpec, check_tool_count, check_tools
+from ..tools.builtin import BUILTIN_TOOLS
+from .declared import DeclaredToolSpec
+from .declared_check import check_tool_count, check_tools
+from .hooks import HooksSpec
 from .loader import ConfigError, parse
+from .mcp import McpServerSpec, check_servers
 from .turns import LoopLimits, PhaseSpec, check_phases
 
-BuiltinName = Literal["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "read_skill"]
-# Every built-in tool, in the order the model is shown them.
-BUILTIN_TOOLS: tuple[str, ...] = get_args(BuiltinName)
+# A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
+BuiltinName = Literal[BUILTIN_TOOLS]  # type: ignore[valid-type]
 # Where the agent file is looked for in the working directory, first found wins.
 _DISCOVERED = ("mm.yaml", ".mm/agent.yaml")
 
@@ -105,7 +106,7 @@ def load_agent_file(path: Path) -> AgentFile:
     unreadable file, bad YAML, a file past a size, nesting or value limit
     (config.loader, mmd.untrusted), more than MAX_TOOLS declared tools,
     unknown key, wrong type, unknown built-in, or a declared tool that fails
-    its load-time checks (see config.tools).
+    its load-time checks (see config.declared_check).
     """
     path = Path(path).absolute()
     doc = parse(path)

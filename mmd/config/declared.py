@@ -1,23 +1,33 @@
 """``tools:`` entries of the agent file: declared tools, one argv command each.
 
 A declared tool turns one command into a typed tool with no shell: the
-command is a list, argv[0] is literal, and each ``{{param}}`` placeholder is
-replaced inside one argv entry. The checks here run when the file is loaded,
-so a mistake in the template is an error with its line, not a surprise when
-the model first calls the tool.
+command is a list. argv[0] is literal. A value replaces its
+``{{placeholder}}`` inside one entry, so it can never add an argument, chain
+a command or redirect output: ``1.4.2; rm -rf ~`` reaches the program as one
+odd version string. An array parameter that fills a whole entry becomes one
+entry per item. An optional parameter left out removes every entry that
+mentions it. Two values are refused rather than passed: a NUL byte (argv
+cannot carry it) and a value that would make an argument start with ``-``
+(the program could read it as an option): checked on the argument as built,
+so an empty value before it or another value after it counts too. A value of
+a parameter with ``allow_dash: true``, or a number, may begin an argument
+alone.
+
+This module declares the entries and computes what a call becomes (its
+argv, its arguments' schema): pure functions, used by the load-time checks
+(:mod:`mmd.config.declared_check`) and by the tool itself
+(:mod:`mmd.tools.declared`).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .loader import did_you_mean
-
-if TYPE_CHECKING:
-    from .loader import Document
+from ..contract import ToolError
 
 # {{name}}, spaces inside the braces allowed.
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -75,194 +85,133 @@ def placeholders(entry: str) -> list[str]:
     return PLACEHOLDER.findall(entry)
 
 
-def check_tool_count(doc: Document) -> None:
-    """Refuse more than MAX_TOOLS entries under ``tools:``, before they are checked one by one.
-
-    Errors: ConfigError at the line of the first tool past the limit.
-    """
-    tools = doc.data.get("tools") if isinstance(doc.data, dict) else None
-    if isinstance(tools, list) and len(tools) > MAX_TOOLS:
-        raise doc.error(
-            ("tools", MAX_TOOLS),
-            problem=f"{len(tools):,} tools declared; the limit is {MAX_TOOLS}",
-            hint="keep the tools this agent needs and put the others in another agent file (--agent FILE)",
+def parameters_schema(spec: DeclaredToolSpec) -> dict[str, Any]:
+    """The full JSON Schema of a declared tool's arguments (before rendering for the model)."""
+    props: dict[str, Any] = {}
+    for name, p in spec.parameters.items():
+        prop: dict[str, Any] = (
+            {"type": "array", "items": {"type": "string"}} if p.type == "array" else {"type": p.type}
         )
+        for key in ("description", "enum", "pattern", "minimum", "maximum", "default"):
+            value = getattr(p, key)
+            if value is not None:
+                prop[key] = value
+        props[name] = prop
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [name for name, p in spec.parameters.items() if p.required],
+        "additionalProperties": False,
+    }
 
 
-def check_tools(doc: Document, tools: list[DeclaredToolSpec], reserved: tuple[str, ...]) -> None:
-    """The load-time checks of declared tools, each error with its line.
+def render_value(value: Any) -> str:
+    """How a validated value is written into argv: JSON's spelling for booleans and numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    return str(value)
+
+
+def _no_nul(name: str, text: str) -> str:
+    if "\0" in text:
+        raise ToolError(
+            "nul_byte",
+            f"{name} contains a NUL byte, which a command-line argument cannot carry.",
+            field=name,
+            fix=f"Send {name} without the NUL character.",
+        )
+    return text
+
+
+def _dash_exempt(spec: ParamSpec) -> bool:
+    # allow_dash: the author wants such values; a number is validated, "-3" is its value.
+    return spec.allow_dash or spec.type in ("integer", "number")
+
+
+def _leading_dash(name: str, reason: str, fix: str) -> ToolError:
+    return ToolError("leading_dash", reason, field=name, fix=fix)
+
+
+def _check_dash(pieces: list[tuple[str | None, str]], params: dict[str, ParamSpec], built: str) -> None:
+    """Refuse an argument that starts with "-" unless the author meant it to.
+
+    *pieces* are the entry's parts in order: (None, literal text) or (parameter, its value).
+    The argument may start with "-" when the template entry itself starts with a literal
+    "-" (the author's option), or when the value that begins it is exempt (allow_dash, a
+    number) and no other value follows it in the argument (it would join the option:
+    "-v" then "rf" is "-vrf"). Otherwise the parameter that made it so is named: the
+    value that begins it, or the empty values that left a literal "-" at its start.
+    """
+    first = next(i for i, (_, text) in enumerate(pieces) if text)
+    name, text = pieces[first]
+    empty = [n for n, _ in pieces[:first] if n is not None]  # every piece before is an empty value
+    shown = built if len(built) <= 60 else built[:57] + "..."
+    if name is None:
+        if not empty:
+            return  # the template's own option, like --channel={{channel}}
+        names = " and ".join(empty)
+        raise _leading_dash(
+            empty[0],
+            f"{names} {'is' if len(empty) == 1 else 'are'} empty, so the argument begins with the "
+            f"literal text {text[:20]!r} and would be {shown!r}, which the program could read as an option.",
+            f"Give {empty[0]} a value that does not start with '-'.",
+        )
+    following = [n for n, t in pieces[first + 1 :] if n is not None and n != name and t]
+    if _dash_exempt(params[name]) and not following:
+        return
+    before = f" ({' and '.join(empty)} empty before it)" if empty else ""
+    if _dash_exempt(params[name]):
+        raise _leading_dash(
+            following[0],
+            f"{name} ({text!r}) begins the argument and {following[0]} follows it in the same argument, "
+            f"which would be {shown!r}: the program could read {following[0]}'s text as part of an option.",
+            f"Send {following[0]} empty, or {name} without a leading '-'.",
+        )
+    raise _leading_dash(
+        name,
+        f"{name} starts with '-' ({text!r}) and would begin the argument {shown!r}{before}, so the "
+        "program could read it as an option.",
+        f"Send {name} without the leading '-'"
+        + (f", or give {empty[0]} a value so that {name} does not begin the argument." if empty else "."),
+    )
+
+
+def build_argv(template: list[str], params: dict[str, ParamSpec], args: dict[str, Any]) -> list[str]:
+    """The argv for validated *args*: one entry per template entry, arrays expanded.
+
+    The leading-dash rule applies to each argument as it is finally built, not to one
+    placeholder: with ``{{d}}{{e}}`` and d empty, e's "-rf" would begin it (see _check_dash).
 
     Errors:
-        ConfigError: a placeholder not declared, a parameter never used, a
-        placeholder in argv[0], a name taken by a built-in (reserved even when
-        that built-in is off), a duplicate name, an invalid regex, an example
-        or default that does not fit its parameters, an example whose argv
-        would be refused, an ``allow_dash`` placeholder that may begin an
-        entry another placeholder follows, a verify tool that is not a
-        declared read tool.
+        ToolError: a value with a NUL byte, or an argument that would start with "-" because
+        of a value (code ``leading_dash``, naming the parameter).
     """
-    seen: dict[str, int] = {}
-    for index, tool in enumerate(tools):
-        at = ("tools", index)
-        if tool.name in reserved:
-            raise doc.error(
-                (*at, "name"),
-                problem=f'"{tool.name}" is the name of a built-in tool (reserved even when that built-in is off)',
-                hint="choose another name",
-            )
-        if tool.name in seen:
-            raise doc.error(
-                (*at, "name"),
-                problem=f'"{tool.name}" is declared twice; the first is tools[{seen[tool.name]}]',
-                hint="give each tool its own name",
-            )
-        seen[tool.name] = index
-        _check_command(doc, at, tool)
-        _check_params(doc, at, tool)
-    for index, tool in enumerate(tools):
-        if tool.verify is not None:
-            _check_verify(doc, ("tools", index, "verify"), tool, tools)
-
-
-def _check_command(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) -> None:
-    for key, argv in (("command", tool.command), ("dry_run", tool.dry_run)):
-        if argv is None:
+    argv: list[str] = []
+    for entry in template:
+        names = PLACEHOLDER.findall(entry)
+        if not names:
+            argv.append(entry)
             continue
-        if not argv:
-            raise doc.error((*at, key), problem="empty", expected="an argv list with the program first")
-        if PLACEHOLDER.search(argv[0]):
-            raise doc.error(
-                (*at, key, 0),
-                problem="the program must be literal: a placeholder in argv[0] would let the model choose what runs",
-                hint="move the placeholder to a later entry",
-            )
-        for pos, entry in enumerate(argv):
-            for name in placeholders(entry):
-                if name not in tool.parameters:
-                    hint = did_you_mean(name, tool.parameters) or "declare it under parameters"
-                    raise doc.error(
-                        (*at, key, pos),
-                        problem=f"placeholder {{{{{name}}}}} is not a declared parameter",
-                        hint=hint,
-                    )
-                spec = tool.parameters[name]
-                if spec.type == "array" and PLACEHOLDER.fullmatch(entry) is None:
-                    raise doc.error(
-                        (*at, key, pos),
-                        problem=f"array parameter {name} must fill a whole entry",
-                        hint=f'write "{{{{{name}}}}}" as its own entry: it becomes one argv entry per item',
-                    )
-            _check_dash_join(doc, (*at, key, pos), entry, tool.parameters)
-    used = {name for entry in tool.command for name in placeholders(entry)}
-    for name in tool.parameters:
-        if name not in used:
-            raise doc.error(
-                (*at, "parameters", name),
-                problem="declared but never used in command",
-                hint=f"add {{{{{name}}}}} to an entry of command, or remove the parameter",
-            )
-
-
-def _check_dash_join(doc: Document, where: tuple[Any, ...], entry: str, params: dict[str, ParamSpec]) -> None:
-    # A parameter with allow_dash may begin an argument with "-"; a value after it in the
-    # same entry would join its option ("-v" then "rf" is "-vrf", past the enum or pattern
-    # that held "-v"). Every such value is refused when the tool runs, so the entry can
-    # never work as written: say so now. A string value may be empty, so a placeholder
-    # after only string placeholders may begin the entry too.
-    parts = PLACEHOLDER.split(entry)  # literal, name, literal, name, ..., literal
-    can_begin = True
-    for i, part in enumerate(parts):
-        if i % 2 == 0:
-            can_begin = can_begin and not part
+        if any(args.get(name) is None for name in names):
+            continue  # an optional parameter left out removes its entry
+        if PLACEHOLDER.fullmatch(entry) and params[names[0]].type == "array":
+            for item in args[names[0]]:
+                text = _no_nul(names[0], str(item))
+                if text.startswith("-"):
+                    _check_dash([(names[0], text)], params, text)
+                argv.append(text)
             continue
-        spec = params.get(part)
-        if spec is None:
-            return  # reported as an undeclared placeholder
-        # A placeholder also before it is empty whenever it begins the entry: it joins nothing.
-        earlier = parts[1:i:2]
-        later = [p for p in parts[i + 2 :: 2] if p != part and p not in earlier]
-        if can_begin and spec.allow_dash and later:
-            raise doc.error(
-                where,
-                problem=f"{{{{{part}}}}} has allow_dash and may begin this entry, and {{{{{later[0]}}}}} "
-                f"follows it: {later[0]}'s value would join {part}'s option (-v then rf makes -vrf), so "
-                f"every call with a value of {part} starting with '-' would be refused",
-                hint=f'put "{{{{{part}}}}}" in an entry of its own, or a literal before it',
-            )
-        can_begin = can_begin and spec.type == "string"
-
-
-def _check_params(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) -> None:
-    from ..tools.contract import validate
-    from ..tools.declared import parameters_schema
-
-    for name, spec in tool.parameters.items():
-        where = (*at, "parameters", name)
-        if spec.pattern is not None:
-            try:
-                re.compile(spec.pattern)
-            except re.error as exc:
-                raise doc.error((*where, "pattern"), problem=f"invalid regular expression: {exc}") from None
-        if spec.type == "array" and spec.enum is not None:
-            raise doc.error((*where, "enum"), problem="enum applies to single values, not to arrays")
-        if spec.required and spec.default is not None:
-            raise doc.error(
-                (*where, "default"), problem="a required parameter has no default", hint="remove one of them"
-            )
-    schema = parameters_schema(tool)
-    for key, value in (("example", tool.example),):
-        if value is not None:
-            _fits(doc, (*at, key), validate, schema, value)
-            _builds(doc, (*at, key), tool, validate(schema, value))
-    for name, spec in tool.parameters.items():
-        if spec.default is not None:
-            single = {"type": "object", "properties": {name: schema["properties"][name]}}
-            _fits(doc, (*at, "parameters", name, "default"), validate, single, {name: spec.default})
-
-
-def _fits(doc: Document, where: tuple[Any, ...], validate: Any, schema: dict[str, Any], value: Any) -> None:
-    from ..tools.base import ToolError
-
-    if not isinstance(value, dict):
-        raise doc.error(where, expected="a map of parameter values", found=type(value).__name__)
-    try:
-        validate(schema, value)
-    except ToolError as err:
-        raise doc.error(where, problem=f"does not fit the parameters: {err.reason}") from None
-
-
-def _builds(doc: Document, where: tuple[Any, ...], tool: DeclaredToolSpec, args: dict[str, Any]) -> None:
-    # The model copies the example: one that the argv rules refuse would teach it a refused call.
-    from ..tools.base import ToolError
-    from ..tools.declared import build_argv
-
-    for argv in (tool.command, tool.dry_run or []):
-        try:
-            build_argv(argv, tool.parameters, args)
-        except ToolError as err:
-            raise doc.error(where, problem=f"would be refused when the tool runs: {err.reason}") from None
-
-
-def _check_verify(
-    doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec, tools: list[DeclaredToolSpec]
-) -> None:
-    assert tool.verify is not None
-    target = next((t for t in tools if t.name == tool.verify.tool), None)
-    if target is None:
-        names = [t.name for t in tools if t.effects == "read"]
-        hint = did_you_mean(tool.verify.tool, names) or f"declared read tools: {', '.join(names) or 'none'}"
-        raise doc.error((*at, "tool"), problem=f'no declared tool named "{tool.verify.tool}"', hint=hint)
-    if target.effects != "read":
-        raise doc.error(
-            (*at, "tool"),
-            problem=f'"{target.name}" has effects: {target.effects}; a verification must be a read',
-            hint="name a tool with effects: read",
-        )
-    for key, value in tool.verify.args.items():
-        for name in placeholders(value) if isinstance(value, str) else []:
-            if name not in tool.parameters:
-                raise doc.error(
-                    (*at, "args", key),
-                    problem=f"placeholder {{{{{name}}}}} is not a parameter of {tool.name}",
-                    hint=did_you_mean(name, tool.parameters) or None,
-                )
+        # PLACEHOLDER.split gives literal, name, literal, name, ..., literal.
+        parts = PLACEHOLDER.split(entry)
+        pieces: list[tuple[str | None, str]] = [
+            (part, _no_nul(part, render_value(args[part]))) if i % 2 else (None, part)
+            for i, part in enumerate(parts)
+            if i % 2 or part
+        ]
+        built = "".join(text for _, text in pieces)
+        if built.startswith("-"):
+            _check_dash(pieces, params, built)
+        argv.append(built)
+    return argv

@@ -15,10 +15,13 @@ import msgspec
 
 from mmd import paths
 
-from ..mcp.config import McpServerSpec, check_servers, credential_variables
-from ..policy.spec import HooksSpec
+from ..models import PROVIDER_KINDS
+from .hooks import HooksSpec
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
+from .mcp import McpServerSpec, check_servers
 
+# A kind of the providers' table (mmd/models/__init__.py): the API a provider speaks.
+ProviderKind = Literal[PROVIDER_KINDS]  # type: ignore[valid-type]
 # What an environment variable's name looks like; a key does not.
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Headers that carry credentials; their values come from api_key_env instead.
@@ -26,7 +29,7 @@ _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key"
 
 
 class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    kind: Literal["openai", "anthropic"]  # the API it speaks
+    kind: ProviderKind  # the API it speaks
     base_url: Annotated[str, msgspec.Meta(description='a URL like "http://127.0.0.1:8080/v1"')]
     api_key_env: Annotated[
         str | None, msgspec.Meta(description="the name of an environment variable, like OPENAI_API_KEY")
@@ -88,19 +91,6 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     _check_references(doc, config)
     check_servers(doc, config.mcp)
     return config
-
-
-def secret_variables(config: UserConfig) -> set[str]:
-    """The variables of the daemon's environment that hold this config's secrets.
-
-    Each provider's ``api_key_env`` and the credentials of its MCP servers
-    (:func:`mmd.mcp.config.credential_variables`): no child of the daemon gets
-    them unless an agent's ``pass_env`` names them.
-
-    Errors: none.
-    """
-    names = {p.api_key_env for p in config.providers.values() if p.api_key_env}
-    return names | credential_variables(config.mcp)
 
 
 def resolve_model(config: UserConfig, ref: str) -> tuple[ProviderConfig, str, str]:

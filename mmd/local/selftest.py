@@ -195,6 +195,17 @@ def _run(name: str, expect_answer: bool) -> Result:
 
 def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool) -> Result:
     base = f"http://127.0.0.1:{port}"
+    failed = _wait_loaded(proc, port, base)
+    if failed is not None:
+        return failed
+    answer = _ask(proc, base)
+    if isinstance(answer, Result):
+        return answer
+    return _judge(answer.strip(), expect_answer)
+
+
+def _wait_loaded(proc: subprocess.Popen[bytes], port: int, base: str) -> Result | None:
+    """None once the server at *base* is healthy, else why it is not."""
     deadline = time.monotonic() + LOAD_TIMEOUT
     while True:
         if proc.poll() is not None:
@@ -209,10 +220,14 @@ def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool) -> 
                     f"something else answers on 127.0.0.1:{port}, not the llama-server mm started "
                     "(another user took the port?); run the self-test again",
                 )
-            break
+            return None
         if time.monotonic() > deadline:
             return Result("no_answer", f"llama-server was not healthy after {LOAD_TIMEOUT:.0f} s")
         time.sleep(0.25)
+
+
+def _ask(proc: subprocess.Popen[bytes], base: str) -> str | Result:
+    """The server's answer to QUESTION, or why there is none."""
     body = json.dumps(
         {
             "messages": [{"role": "user", "content": QUESTION}],
@@ -229,13 +244,15 @@ def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool) -> 
             raw = resp.read(1 << 20)
         check_json(raw, what="the answer is")  # a ValueError (TooDeep) before json.loads recurses
         reply = json.loads(raw)
-        answer = reply["choices"][0]["message"].get("content") or ""
+        return reply["choices"][0]["message"].get("content") or ""
     except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError) as exc:
         if proc.poll() is not None:
             how, sig = describe_exit(proc.returncode)
             return Result("crashed", f"llama-server {how} while answering; {crash_advice(sig)}", signal=sig)
         return Result("no_answer", f"llama-server did not answer the test question: {exc}")
-    answer = answer.strip()
+
+
+def _judge(answer: str, expect_answer: bool) -> Result:
     if EXPECTED in answer:
         return Result("ok", f"answered {QUESTION!r} with {answer[:40]!r}", answer=answer)
     if not expect_answer and answer:

@@ -58,6 +58,20 @@ def _port_free(port: int) -> bool:
         return True
 
 
+def _check_servable(name: str) -> None:
+    """Errors: LocalServerError if llama-server or local/*name* is not set up, or this CPU cannot run it."""
+    binary, gguf = catalog.server_binary(), catalog.model_path(name)
+    if not catalog.server_ready():
+        raise LocalServerError(f"llama-server is not built ({binary}): run `mm local setup`")
+    if not catalog.model_ready(name):
+        raise LocalServerError(
+            f"local/{name} is not set up (model at {gguf}): run `{catalog.setup_hint(name)}`"
+        )
+    problem = selftest.cpu_problem()
+    if problem:
+        raise LocalServerError(problem)
+
+
 class LocalServers:
     def __init__(
         self,
@@ -90,16 +104,7 @@ class LocalServers:
     async def _serve(
         self, name: str, port: int | None = None, *, task_status: trio.TaskStatus[_Running]
     ) -> None:
-        binary, gguf = catalog.server_binary(), catalog.model_path(name)
-        if not catalog.server_ready():
-            raise LocalServerError(f"llama-server is not built ({binary}): run `mm local setup`")
-        if not catalog.model_ready(name):
-            raise LocalServerError(
-                f"local/{name} is not set up (model at {gguf}): run `{catalog.setup_hint(name)}`"
-            )
-        problem = selftest.cpu_problem()
-        if problem:
-            raise LocalServerError(problem)
+        _check_servable(name)
         # A restart takes the old port when it is still free, so the retries of a request
         # that was running when the server died reach the new one.
         port = port if port is not None and _port_free(port) else selftest.free_port()
@@ -126,14 +131,7 @@ class LocalServers:
                     await self._wait_healthy(proc, port, logfile, name)
                     log.info("llama-server for %s ready on port %d (pid %d)", name, port, proc.pid)
                     task_status.started(run)
-                    async with trio.open_nursery() as watch:
-                        watch.start_soon(self._idle, run, watch.cancel_scope)
-                        await proc.wait()
-                        watch.cancel_scope.cancel()
-                    crashed = not run.dead  # else stopped for being idle
-                    if crashed:
-                        how, _ = selftest.describe_exit(proc.returncode)
-                        log.warning("llama-server for %s exited with %s: %s", name, proc.returncode, how)
+                    crashed = await self._until_exit(proc, run, name)
             except OSError as exc:
                 raise LocalServerError(spawn_error_message(exc, argv, self.log_dir)) from None
             finally:
@@ -142,6 +140,18 @@ class LocalServers:
                     del self.running[name]
         if crashed:
             self.nursery.start_soon(self._restart, name, port)
+
+    async def _until_exit(self, proc: trio.Process, run: _Running, name: str) -> bool:
+        """Wait for the server to exit, or stop it once idle; whether it died by itself."""
+        async with trio.open_nursery() as watch:
+            watch.start_soon(self._idle, run, watch.cancel_scope)
+            await proc.wait()
+            watch.cancel_scope.cancel()
+        crashed = not run.dead  # else stopped for being idle
+        if crashed:
+            how, _ = selftest.describe_exit(proc.returncode)
+            log.warning("llama-server for %s exited with %s: %s", name, proc.returncode, how)
+        return crashed
 
     async def _restart(self, name: str, port: int) -> None:
         """Start a server that died again at once, unless it keeps dying (then the next turn tries)."""

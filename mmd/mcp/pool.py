@@ -1,6 +1,6 @@
 """The daemon's MCP connections, shared by every session that uses the same server.
 
-One :class:`Connection` per server configuration (its ``ResolvedServer.key``:
+One :class:`McpConnection` per server configuration (its ``ResolvedServer.key``:
 URL and headers, or argv, environment and working directory; not the tool
 filters), so two agents that allow different tools of one server share one
 connection, and a second ``mm -p`` finds it warm: no new process, no new
@@ -30,19 +30,20 @@ import importlib
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
+from .. import __version__
+from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
-from .config import ExpansionError, ResolvedServer, resolve, servers_for
+from .errors import McpCallError, McpUnavailable
 from .stdio import stdio_transport
-
-if TYPE_CHECKING:
-    from ..tools.base import Tool
+from .tool import McpTool, make_tools
 
 log = logging.getLogger(__name__)
 
@@ -55,27 +56,6 @@ BACKOFF_MAX = 30.0
 MAX_PAGES = 100
 # Bytes of a stdio server's stderr quoted in an error.
 STDERR_TAIL = 600
-
-
-class McpUnavailable(Exception):
-    """The server could not be reached; the message says why."""
-
-
-class McpCallError(Exception):
-    """A request reached no answer or an error answer.
-
-    ``kind``: ``lost`` (the connection dropped while the request was in
-    flight), ``timeout``, ``remote`` (a JSON-RPC error; ``code`` and
-    ``message`` are the server's) or ``invalid`` (an answer that breaks the
-    protocol).
-    """
-
-    def __init__(self, kind: str, message: str, *, code: int | None = None, data: Any = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.code = code
-        self.data = data
 
 
 _sdk_loaded: trio.Event | None = None
@@ -93,7 +73,7 @@ async def load_sdk() -> None:
     await _sdk_loaded.wait()
 
 
-class Connection:
+class McpConnection:
     """One server's connection: state, the cached tool list, and the task that keeps it."""
 
     def __init__(self, pool: McpPool, server: ResolvedServer) -> None:
@@ -162,6 +142,7 @@ class Connection:
         Cancellation: the request is abandoned (the SDK tells the server).
         """
         client = await self.ready(connect_timeout)
+        # The SDK, lazily: loaded by load_sdk in a worker thread, never in a daemon without MCP servers.
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
         from pydantic import ValidationError
@@ -241,10 +222,7 @@ class Connection:
     async def _session(self) -> bool:
         """One connection, from connecting until it drops or idles out; whether it got ready."""
         await load_sdk()
-        self.attempts += 1
-        self._broken, self._relist, self._exit_code, self.pid = False, False, None, None
-        self._poke = trio.Event()
-        self._set("connecting")
+        self._begin_attempt()
         started = trio.current_time()
         reached, error = False, None
         timeout = self.server.spec.connect_timeout
@@ -254,21 +232,7 @@ class Connection:
                     tools = await _list_tools(client)
                     scope.deadline = math.inf
                     reached = True
-                    self._client, self.tools = client, tools
-                    self.capabilities = client.server_capabilities
-                    self.server_info, self.protocol = client.server_info, client.protocol_version
-                    self.connects += 1
-                    self.connect_seconds = trio.current_time() - started
-                    self.connected_at = time.time()
-                    self.error = None
-                    self._set("ready")
-                    log.info(
-                        "MCP server %s connected in %.3f s (%s, %d tools)",
-                        self.server.name,
-                        self.connect_seconds,
-                        self.protocol,
-                        len(tools),
-                    )
+                    self._connected(client, tools, started)
                     await self._serve(client)
             if scope.cancelled_caught and not reached:
                 error = f"no answer within {timeout:g} s" + self._stderr_hint()
@@ -276,11 +240,39 @@ class Connection:
             error = self._explain(exc)
         finally:
             self._client = None
+        self._ended(reached, error)
+        return reached
+
+    def _begin_attempt(self) -> None:
+        self.attempts += 1
+        self._broken, self._relist, self._exit_code, self.pid = False, False, None, None
+        self._poke = trio.Event()
+        self._set("connecting")
+
+    def _connected(self, client: Any, tools: list[Any], started: float) -> None:
+        self._client, self.tools = client, tools
+        self.capabilities = client.server_capabilities
+        self.server_info, self.protocol = client.server_info, client.protocol_version
+        self.connects += 1
+        self.connect_seconds = trio.current_time() - started
+        self.connected_at = time.time()
+        self.error = None
+        self._set("ready")
+        log.info(
+            "MCP server %s connected in %.3f s (%s, %d tools)",
+            self.server.name,
+            self.connect_seconds,
+            self.protocol,
+            len(tools),
+        )
+
+    def _ended(self, reached: bool, error: str | None) -> None:
+        """Record how a session ended: dropped, failed, or (no error) closed for being idle."""
         if self._broken and error is None:
             signalled = self._exit_code is not None and self._exit_code < 0
             error = self._lost_reason() + ("" if signalled else self._stderr_hint())
         if error is None:
-            return reached  # closed for being idle
+            return  # closed for being idle
         self.error = error
         if reached:
             self.drops += 1
@@ -289,7 +281,6 @@ class Connection:
             self.failures += 1
             log.warning("MCP server %s: %s", self.server.name, error)
         self._set("failed")
-        return reached
 
     async def _serve(self, client: Any) -> None:
         while not self._broken:
@@ -309,10 +300,9 @@ class Connection:
 
     @contextlib.asynccontextmanager
     async def _client_context(self) -> AsyncIterator[Any]:
+        # The SDK, lazily (see load_sdk).
         from mcp.client.client import Client
         from mcp_types import Implementation
-
-        from .. import __version__
 
         client = Client(
             self._transport(),
@@ -410,7 +400,7 @@ class McpPool:
     def __init__(self, *, log_dir: Path, grace: float = 3.0) -> None:
         self.log_dir = log_dir
         self.grace = grace
-        self.connections: dict[str, Connection] = {}
+        self.connections: dict[str, McpConnection] = {}
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -426,15 +416,15 @@ class McpPool:
                 conn._running = False
                 conn.state = "closed"
 
-    def connection(self, server: ResolvedServer) -> Connection:
+    def connection(self, server: ResolvedServer) -> McpConnection:
         conn = self.connections.get(server.key)
         if conn is None:
-            conn = self.connections[server.key] = Connection(self, server)
+            conn = self.connections[server.key] = McpConnection(self, server)
         else:
             conn.server = server  # the same connection, perhaps under another name
         return conn
 
-    def _start(self, conn: Connection) -> None:
+    def _start(self, conn: McpConnection) -> None:
         if conn._running:
             return
         if self._nursery is None:
@@ -442,7 +432,7 @@ class McpPool:
         conn._running = True
         self._nursery.start_soon(conn.run, name=f"mcp:{conn.server.name}")
 
-    async def tools(self, agent: Any, config: Any) -> tuple[list[Tool], list[str]]:
+    async def tools(self, agent: Any, config: Any) -> tuple[list[McpTool], list[str]]:
         """The MCP tools of every enabled server of *agent* and *config*, and warnings.
 
         Servers are connected concurrently, each within its ``connect_timeout``.
@@ -450,12 +440,10 @@ class McpPool:
         warning and its tools are left out of the turn. Clashes with built-in
         and declared tools are not decided here (see ``tool.admit``).
         """
-        from .tool import make_tools
-
         entries = [e for e in servers_for(agent, config) if e.spec.enabled]
         if not entries:
             return [], []
-        results: list[tuple[list[Tool], list[str]]] = [([], [])] * len(entries)
+        results: list[tuple[list[McpTool], list[str]]] = [([], [])] * len(entries)
 
         async def one(i: int) -> None:
             entry = entries[i]
@@ -486,6 +474,7 @@ class McpPool:
 
 @contextlib.asynccontextmanager
 async def _http_transport(url: str, headers: dict[str, str], connect_timeout: float) -> AsyncIterator[Any]:
+    # The SDK and its HTTP client, lazily (see load_sdk).
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
@@ -546,8 +535,6 @@ def _exit_text(code: int | None) -> str:
     if code is None:
         return "status unknown"
     if code < 0:
-        import signal
-
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:

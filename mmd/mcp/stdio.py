@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +67,9 @@ async def stdio_transport(
     Cancellation: the process tree is stopped in a shielded scope, then
     Cancelled goes on.
     """
+    # The SDK's stream library: imported when a stdio server first starts, as the SDK is
+    # (mmd/mcp/pool.py): a daemon without MCP servers never loads either.
     import anyio
-    import mcp_types
-    from mcp.shared.message import SessionMessage
 
     async with supervised_process(
         argv,
@@ -85,54 +85,75 @@ async def stdio_transport(
         read_send, read_recv = anyio.create_memory_object_stream[Any](0)
         write_send, write_recv = anyio.create_memory_object_stream[Any](0)
 
-        async def reader() -> None:
-            buf = bytearray()
-            try:
-                async with read_send:
-                    while chunk := await proc.stdout.receive_some(READ_SIZE):
-                        buf += chunk
-                        while (end := buf.find(b"\n")) >= 0:
-                            line = bytes(buf[:end])
-                            del buf[: end + 1]
-                            if line.strip():
-                                message = _parse(line, mcp_types, SessionMessage)
-                                if message is not None:
-                                    await read_send.send(message)
-                        if len(buf) > MAX_LINE:
-                            log.warning("%s: dropped a line longer than %d bytes", argv[0], MAX_LINE)
-                            buf.clear()
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass  # the session is gone, or the pipe: either way the stream is closed
-
-        async def writer() -> None:
-            try:
-                async with write_recv:
-                    async for message in write_recv:
-                        text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                        await proc.stdin.send_all(text.encode() + b"\n")
-            except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.ClosedResourceError, OSError):
-                # The server is gone: end the read side too, so a waiting request is answered.
-                await read_send.aclose()
-
         async def watcher() -> None:
-            code = await proc.wait()
-            on_exit(code)
+            on_exit(await proc.wait())
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(reader)
-            nursery.start_soon(writer)
+            nursery.start_soon(_read, proc, read_send, argv[0])
+            nursery.start_soon(_write, proc, write_recv, read_send)
             nursery.start_soon(watcher)
             try:
                 yield read_recv, write_send
             finally:
-                with trio.CancelScope(shield=True):
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        await proc.stdin.aclose()
-                    with trio.move_on_after(min(grace, STDIN_CLOSE_WAIT)):
-                        await proc.wait()
+                await _close_stdin(proc, grace)
                 nursery.cancel_scope.cancel()
                 for stream in (read_send, read_recv, write_send, write_recv):
                     stream.close()
+
+
+async def _read(proc: Any, read_send: Any, program: str) -> None:
+    """The server's stdout onto the SDK's read stream: one JSON-RPC message a line."""
+    # The SDK and its stream library, lazily as in stdio_transport.
+    import anyio
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    buf = bytearray()
+    try:
+        async with read_send:
+            while chunk := await proc.stdout.receive_some(READ_SIZE):
+                buf += chunk
+                for line in _complete_lines(buf):
+                    message = _parse(line, mcp_types, SessionMessage)
+                    if message is not None:
+                        await read_send.send(message)
+                if len(buf) > MAX_LINE:
+                    log.warning("%s: dropped a line longer than %d bytes", program, MAX_LINE)
+                    buf.clear()
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the session is gone, or the pipe: either way the stream is closed
+
+
+def _complete_lines(buf: bytearray) -> Iterator[bytes]:
+    """Each complete, non-blank line of *buf*, taken out of it; a partial last line stays."""
+    while (end := buf.find(b"\n")) >= 0:
+        line = bytes(buf[:end])
+        del buf[: end + 1]
+        if line.strip():
+            yield line
+
+
+async def _write(proc: Any, write_recv: Any, read_send: Any) -> None:
+    """The SDK's write stream to the server's stdin, one message a line."""
+    import anyio  # lazily, as in stdio_transport
+
+    try:
+        async with write_recv:
+            async for message in write_recv:
+                text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await proc.stdin.send_all(text.encode() + b"\n")
+    except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.ClosedResourceError, OSError):
+        # The server is gone: end the read side too, so a waiting request is answered.
+        await read_send.aclose()
+
+
+async def _close_stdin(proc: Any, grace: float) -> None:
+    """The MCP shutdown: close the server's stdin and give it a moment to exit by itself."""
+    with trio.CancelScope(shield=True):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await proc.stdin.aclose()
+        with trio.move_on_after(min(grace, STDIN_CLOSE_WAIT)):
+            await proc.wait()
 
 
 def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:

@@ -1,6 +1,6 @@
 """MCP tools as mm tools: names, schemas, tiers, calls and what the model reads.
 
-An :class:`McpTool` implements the :class:`~mmd.tools.base.Tool` protocol, so
+An :class:`McpTool` is a :class:`~mmd.tools.base.Tool`, so
 it goes through the registry, the contract (local validation against the
 server's inputSchema before anything is sent), consent, hooks and telemetry
 like every tool (mmd/turn/calls.py). Its ``run`` sends the validated
@@ -21,14 +21,14 @@ import contextlib
 import copy
 import hashlib
 import json
-import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..procs import OutputCapture
-from ..tools.base import ErrorClass, Tier, ToolContext, ToolError, ToolResult
-from ..tools.builtin.echo import EchoLimiter
-from ..tools.contract import closest
+from ..config.mcp import McpServerSpec, ServerEntry
+from ..contract import closest
+from ..tools.base import ErrorClass, Tier, Tool, ToolContext, ToolError, ToolResult
+from ..tools.builtin import BUILTIN_TOOLS
+from ..tools.process import capped_text
 from ..untrusted import (
     MAX_ARGUMENTS_BYTES,
     MAX_DEPTH,
@@ -38,12 +38,22 @@ from ..untrusted import (
     check_value,
     value_depth,
 )
-from .pool import McpCallError, McpUnavailable
+from .errors import McpCallError, McpUnavailable
 from .stdio import REFUSED
 
-if TYPE_CHECKING:
-    from .config import ServerEntry
-    from .pool import Connection
+
+class Server(Protocol):
+    """What the tools need of a server's connection (mmd.mcp.pool.McpConnection): its listing, and calls."""
+
+    tools: list[Any]  # the SDK's Tool objects, as the server listed them
+    capabilities: Any
+
+    async def request(
+        self, method: str, *args: Any, timeout: float, connect_timeout: float, **kw: Any
+    ) -> Any:
+        """``client.<method>(*args, **kw)``; McpUnavailable or McpCallError when no answer comes."""
+        ...
+
 
 # Tool names providers accept: letters, digits, _ and -, at most 64.
 MAX_NAME = 64
@@ -130,6 +140,18 @@ def _walk(schema: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
         node = {**_walk(target, defs, depth + 1), **node}
     for key in ("title", "$schema", "$defs", "definitions", "$id"):
         node.pop(key, None)
+    node = _optional_unions(node, defs, depth)
+    _simplify_values(node)
+    if isinstance(node.get("properties"), dict):
+        node["properties"] = {k: _walk(v, defs, depth + 1) for k, v in node["properties"].items()}
+    for key in _SUBSCHEMAS:
+        if isinstance(node.get(key), dict):
+            node[key] = _walk(node[key], defs, depth + 1)
+    return node
+
+
+def _optional_unions(node: dict[str, Any], defs: dict[str, Any], depth: int) -> dict[str, Any]:
+    """``anyOf``/``oneOf`` of one type and ``null`` become that type; a type list loses ``null``."""
     for union in ("anyOf", "oneOf"):
         members = node.get(union)
         if isinstance(members, list):
@@ -144,21 +166,20 @@ def _walk(schema: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
             node["type"] = real_types[0]
         else:
             node.pop("type")
+    return node
+
+
+def _simplify_values(node: dict[str, Any]) -> None:
+    """``const`` becomes a one-value enum; ``null`` leaves enums, and ``default: null`` goes."""
     if "const" in node:
         node["enum"] = [node.pop("const")]
     if isinstance(node.get("enum"), list):
         node["enum"] = [v for v in node["enum"] if v is not None]
     if "default" in node and node["default"] is None:
         del node["default"]
-    if isinstance(node.get("properties"), dict):
-        node["properties"] = {k: _walk(v, defs, depth + 1) for k, v in node["properties"].items()}
-    for key in _SUBSCHEMAS:
-        if isinstance(node.get(key), dict):
-            node[key] = _walk(node[key], defs, depth + 1)
-    return node
 
 
-class McpTool:
+class McpTool(Tool):
     """One tool of an MCP server (or a resources/prompts helper), as the model sees and calls it."""
 
     idempotent = False  # never replayed by mm: the server owns its idempotency
@@ -172,7 +193,7 @@ class McpTool:
         description: str,
         parameters: dict[str, Any],
         tier: Tier,
-        conn: Connection,
+        conn: Server,
         timeout: float | None,
         connect_timeout: float,
         method: str = "call_tool",
@@ -183,7 +204,6 @@ class McpTool:
         self.description = description
         self.parameters = parameters
         self.tier = tier
-        self.example: dict[str, Any] | None = None
         self.source = f"mcp:{server}"
         self.conn = conn
         self.timeout = timeout
@@ -214,7 +234,7 @@ class McpTool:
             raise ToolError(
                 "bad_answer", f"The MCP server {self.server} answered badly: {exc}.", cls="terminal"
             ) from None
-        content, data = _capped(text, ctx)
+        content, data = capped_text(text, ctx)
         data.update({"server": self.server, "tool": self.remote_name})
         if is_error:
             cls = _declared_class(structured, text) or "fix_and_retry"
@@ -361,28 +381,6 @@ def _b64_size(data: str) -> int:
         return len(data) * 3 // 4
 
 
-def _capped(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
-    """What the model reads of *text*: bash's head/tail within the limits, the whole in a spill file."""
-    spill = ctx.session_dir / f"output-{ctx.call_id}.log"
-    capture = OutputCapture(
-        None,
-        max_bytes=ctx.limits.max_bytes,
-        max_lines=ctx.limits.max_lines,
-        on_output=EchoLimiter(ctx, spill),
-    )
-    raw = text.encode("utf-8", "replace")
-    capture.feed("stdout", raw)
-    capture.finish()
-    data: dict[str, Any] = {"bytes": capture.total_bytes, "truncated": capture.truncated}
-    if not capture.truncated:
-        return capture.render(None), data
-    ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with os.fdopen(os.open(spill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
-        f.write(raw)  # 0600, as every spill file
-    data["output_file"] = str(spill)
-    return capture.render(str(spill)), data
-
-
 def _declared_class(structured: Any, text: str) -> ErrorClass | None:
     """The error class a server gave in the seeds' shape (``{"error": {"class": ...}}``), if any."""
     candidates = [structured]
@@ -404,7 +402,7 @@ def _declared_class(structured: Any, text: str) -> ErrorClass | None:
 # -- from a server's listing to the tools of a turn ------------------------------------------
 
 
-def make_tools(entry: ServerEntry, conn: Connection) -> tuple[list[McpTool], list[str]]:
+def make_tools(entry: ServerEntry, conn: Server) -> tuple[list[McpTool], list[str]]:
     """The tools *entry*'s allowlist exposes of what *conn*'s server offers, and warnings.
 
     Order: the server's. ``tools.include`` (when given) and ``tools.exclude``
@@ -414,13 +412,36 @@ def make_tools(entry: ServerEntry, conn: Connection) -> tuple[list[McpTool], lis
     helper tools each when the server has the capability.
     """
     spec, name = entry.spec, entry.name
-    warnings: list[str] = []
-    offered = {t.name: t for t in conn.tools}
+    warnings = _unoffered(name, spec, list(dict.fromkeys(t.name for t in conn.tools)))
     include, exclude = spec.tools.include, set(spec.tools.exclude)
-    for listed, key in ((include or [], "include"), (sorted(exclude), "exclude")):
+    chosen = [t for t in conn.tools if (include is None or t.name in include) and t.name not in exclude]
+    tools = []
+    for remote in chosen:
+        if value_depth(remote.input_schema, stop_past=MAX_DEPTH) > MAX_DEPTH:
+            # It would go to the model, the clients and deepcopy, one recursion a level.
+            warnings.append(
+                f"MCP server {name}: tool {remote.name} is left out: its inputSchema is nested more than "
+                f"{MAX_DEPTH} levels deep, the limit (real schemas nest a few levels)"
+            )
+            continue
+        tools.append(_remote_tool(entry, conn, remote))
+    for tool in tools:
+        if len(_prefixed(name, tool.remote_name, spec.prefix)) > MAX_NAME:
+            warnings.append(
+                f"MCP server {name}: tool {tool.remote_name} is offered as {tool.name} (names are limited to 64 characters)"
+            )
+    helpers, missing = _helper_tools(entry, conn)
+    return [*tools, *helpers], [*warnings, *missing]
+
+
+def _unoffered(name: str, spec: McpServerSpec, offered: list[str]) -> list[str]:
+    """A warning for each tool name the agent file gives that the server does not offer."""
+    warnings = []
+    include, exclude = spec.tools.include, sorted(set(spec.tools.exclude))
+    for listed, key in ((include or [], "include"), (exclude, "exclude")):
         for wanted in listed:
             if wanted not in offered:
-                maybe = closest(wanted, list(offered))
+                maybe = closest(wanted, offered)
                 hint = f"; did you mean {maybe[0]}?" if maybe else ""
                 warnings.append(
                     f"MCP server {name}: tools.{key} names {wanted}, which the server does not offer{hint}"
@@ -428,34 +449,28 @@ def make_tools(entry: ServerEntry, conn: Connection) -> tuple[list[McpTool], lis
     for tool_name in spec.effects:
         if tool_name not in offered:
             warnings.append(f"MCP server {name}: effects names {tool_name}, which the server does not offer")
-    chosen = [t for t in conn.tools if (include is None or t.name in include) and t.name not in exclude]
-    tools = []
-    for remote in chosen:
-        depth = value_depth(remote.input_schema, stop_past=MAX_DEPTH)
-        if depth > MAX_DEPTH:  # it would go to the model, the clients and deepcopy, one recursion a level
-            warnings.append(
-                f"MCP server {name}: tool {remote.name} is left out: its inputSchema is nested more than "
-                f"{MAX_DEPTH} levels deep, the limit (real schemas nest a few levels)"
-            )
-            continue
-        tools.append(
-            McpTool(
-                name=exposed_name(name, remote.name, spec.prefix),
-                remote_name=remote.name,
-                server=name,
-                description=(remote.description or remote.name).strip(),
-                parameters=normalize_schema(remote.input_schema),
-                tier=tier_of(remote.annotations, spec.effects.get(remote.name)),
-                conn=conn,
-                timeout=spec.timeout,
-                connect_timeout=spec.connect_timeout,
-            )
-        )
-    for tool in tools:
-        if len(_prefixed(name, tool.remote_name, spec.prefix)) > MAX_NAME:
-            warnings.append(
-                f"MCP server {name}: tool {tool.remote_name} is offered as {tool.name} (names are limited to 64 characters)"
-            )
+    return warnings
+
+
+def _remote_tool(entry: ServerEntry, conn: Server, remote: Any) -> McpTool:
+    spec = entry.spec
+    return McpTool(
+        name=exposed_name(entry.name, remote.name, spec.prefix),
+        remote_name=remote.name,
+        server=entry.name,
+        description=(remote.description or remote.name).strip(),
+        parameters=normalize_schema(remote.input_schema),
+        tier=tier_of(remote.annotations, spec.effects.get(remote.name)),
+        conn=conn,
+        timeout=spec.timeout,
+        connect_timeout=spec.connect_timeout,
+    )
+
+
+def _helper_tools(entry: ServerEntry, conn: Server) -> tuple[list[McpTool], list[str]]:
+    """The resources/prompts helper tools the agent file turns on, and a warning for each the server lacks."""
+    spec, name = entry.spec, entry.name
+    tools, warnings = [], []
     caps = conn.capabilities
     for flag, helpers in (("resources", _RESOURCE_HELPERS), ("prompts", _PROMPT_HELPERS)):
         if not getattr(spec.tools, flag):
@@ -546,8 +561,6 @@ def admit(tools: list[McpTool], taken: dict[str, str]) -> tuple[list[McpTool], l
 
 def taken_names(tools: list[Any]) -> dict[str, str]:
     """The names MCP tools may not take: every built-in's (even off) and the turn's other tools'."""
-    from ..config import BUILTIN_TOOLS
-
     taken = {name: f"the built-in tool {name} (reserved even when it is off)" for name in BUILTIN_TOOLS}
     taken.update({t.name: f"the {t.source} tool {t.name}" for t in tools if t.name not in taken})
     for name in BUILTIN_TOOLS:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, resolve_model
+from ..local import catalog
+from . import provider_class
 from .base import Provider
 from .recovery import default_enabled
 
@@ -28,7 +30,7 @@ LOCAL_MAX_TOKENS = 1024
 @dataclass(frozen=True, kw_only=True)
 class ModelRef:
     label: str  # shown to the user: "provider/model"
-    kind: str  # openai | anthropic
+    kind: str  # a key of PROVIDERS (mmd/models/__init__.py)
     model: str
     base_url: str = ""
     api_key_env: str | None = None
@@ -61,46 +63,11 @@ class ModelRef:
             ConfigError: unknown provider or alias, or a missing script file.
         """
         if ref.startswith(SCRIPTED):
-            script = (base_dir / ref[len(SCRIPTED) :]).resolve()
-            if not script.is_file():
-                raise ConfigError(
-                    file=str(script),
-                    line=None,
-                    field="model",
-                    found=ref,
-                    expected="a scripted model naming an existing script file",
-                    hint="the path is relative to the agent file's folder",
-                )
-            return cls(
-                label=f"scripted/{script.name}",
-                kind="openai",
-                model="scripted",
-                script=script,
-                recover_tool_calls=True,  # served on 127.0.0.1, like a local llama-server
-            )
+            return cls._scripted(ref, base_dir)
         if ref.startswith(LOCAL) and LOCAL.rstrip("/") not in config.providers:
-            from ..local import catalog
-
-            name = ref[len(LOCAL) :]
-            if not catalog.known(name):
-                names = [*catalog.MODELS, *catalog.added_models()]
-                raise ConfigError(
-                    file="model reference",
-                    line=None,
-                    field="model",
-                    found=ref,
-                    expected="one of " + ", ".join(f"local/{m}" for m in names),
-                    hint="`mm local add PATH --name NAME` registers a GGUF file; `mm local status` lists them",
-                )
-            return cls(
-                label=ref,
-                kind="openai",
-                model=name,
-                recover_tool_calls=True,
-                max_tokens=LOCAL_MAX_TOKENS,
-                extra={"local": name},
-            )
+            return cls._local(ref)
         prov, prov_name, model_id = resolve_model(config, ref)
+        recover = prov.recover_tool_calls
         return cls(
             label=f"{prov_name}/{model_id}",
             kind=prov.kind,
@@ -111,9 +78,49 @@ class ModelRef:
             max_retries=prov.max_retries,
             max_tokens=prov.max_tokens,
             headers=tuple(sorted(prov.headers.items())),
-            recover_tool_calls=default_enabled(prov.kind, prov.base_url)
-            if prov.recover_tool_calls is None
-            else prov.recover_tool_calls,
+            recover_tool_calls=default_enabled(prov.kind, prov.base_url) if recover is None else recover,
+        )
+
+    @classmethod
+    def _scripted(cls, ref: str, base_dir: Path) -> ModelRef:
+        script = (base_dir / ref[len(SCRIPTED) :]).resolve()
+        if not script.is_file():
+            raise ConfigError(
+                file=str(script),
+                line=None,
+                field="model",
+                found=ref,
+                expected="a scripted model naming an existing script file",
+                hint="the path is relative to the agent file's folder",
+            )
+        return cls(
+            label=f"scripted/{script.name}",
+            kind="openai",
+            model="scripted",
+            script=script,
+            recover_tool_calls=True,  # served on 127.0.0.1, like a local llama-server
+        )
+
+    @classmethod
+    def _local(cls, ref: str) -> ModelRef:
+        name = ref[len(LOCAL) :]
+        if not catalog.known(name):
+            names = [*catalog.MODELS, *catalog.added_models()]
+            raise ConfigError(
+                file="model reference",
+                line=None,
+                field="model",
+                found=ref,
+                expected="one of " + ", ".join(f"local/{m}" for m in names),
+                hint="`mm local add PATH --name NAME` registers a GGUF file; `mm local status` lists them",
+            )
+        return cls(
+            label=ref,
+            kind="openai",
+            model=name,
+            recover_tool_calls=True,
+            max_tokens=LOCAL_MAX_TOKENS,
+            extra={"local": name},
         )
 
     def api_key(self) -> str | None:
@@ -133,10 +140,11 @@ class ModelRef:
         return key
 
     def build(self, *, base_url: str | None = None) -> Provider:
-        from .anthropic import AnthropicProvider
-        from .openai import OpenAIProvider
+        """The provider of this kind (mmd/models/__init__.py's table), not yet connected.
 
-        common: dict[str, Any] = {
+        Errors: ConfigError when the API key's variable is not set.
+        """
+        args: dict[str, Any] = {
             "name": self.label,
             "base_url": base_url or self.base_url,
             "model": self.model,
@@ -145,6 +153,6 @@ class ModelRef:
             "max_retries": self.max_retries,
             "headers": dict(self.headers),
         }
-        if self.kind == "anthropic":
-            return AnthropicProvider(**common, max_tokens=self.max_tokens or 4096)
-        return OpenAIProvider(**common, max_tokens=self.max_tokens)
+        if self.max_tokens is not None:  # else the provider's default (anthropic's API requires one)
+            args["max_tokens"] = self.max_tokens
+        return provider_class(self.kind)(**args)

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from .. import contract
+from ..config.hooks import HookSpec, HooksSpec
 from ..procs.supervisor import spawn_error_message, supervised_process
-from ..tools import contract
 from ..tools.base import ToolError, ToolResult
 from ..untrusted import MAX_DEPTH, MAX_DOCUMENT_DEPTH, TooDeep, check_json, check_value
-from .spec import HookSpec, HooksSpec
 
 if TYPE_CHECKING:
     from ..models.base import ToolCall
@@ -347,19 +347,46 @@ def _fields(obj: dict[str, Any]) -> Verdict:
 # --- a whole chain, for one call --------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Site:
+    """Where the hooks of a call run: the session's id and working directory."""
+
+    session_id: str
+    cwd: Path
+
+
 @dataclass
-class PreOutcome:
+class Outcome:
+    """What a chain of hooks decided, and what it reports; the call pipeline acts on it.
+
+    ``events`` are the ``hook`` and ``warning`` records to publish, in order; ``stop``
+    is set when a hook answered ``continue: false``: the turn ends with that text.
+    """
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    stop: str | None = None
+    context: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PreOutcome(Outcome):
     """What the preToolCall hooks decided for one call."""
 
-    args: dict[str, Any]  # the arguments to run with (updated by the hooks, validated)
+    args: dict[str, Any] = field(default_factory=dict)  # to run with (updated by the hooks, validated)
     decision: str | None = None  # allow or ask for the consent gate; deny is ``answer``
     updated: bool = False
     answer: ToolResult | None = None  # set when the call must not run: what the model reads
-    context: list[str] = field(default_factory=list)
 
     def with_context(self, result: ToolResult) -> ToolResult:
         """*result* with the hooks' additional context appended to what the model reads."""
         return add_context(result, self.context)
+
+
+@dataclass
+class PostOutcome(Outcome):
+    """What the postToolCall hooks made of a result: ``result`` is what the model reads."""
+
+    result: ToolResult = field(default_factory=lambda: ToolResult(ok=True, content=""))
 
 
 def add_context(result: ToolResult, context: list[str]) -> ToolResult:
@@ -369,11 +396,11 @@ def add_context(result: ToolResult, context: list[str]) -> ToolResult:
 
 
 def _payload(
-    event: Event, session: Any, call: ToolCall, tool_name: str, args: dict[str, Any]
+    event: Event, site: Site, call: ToolCall, tool_name: str, args: dict[str, Any]
 ) -> dict[str, Any]:
     return {
-        "session_id": session.id,
-        "cwd": str(session.cwd),
+        "session_id": site.session_id,
+        "cwd": str(site.cwd),
         "hook_event_name": CLAUDE_EVENT[event],
         "mm_event": event,
         "tool_name": tool_name,
@@ -382,92 +409,102 @@ def _payload(
     }
 
 
-def _env(event: Event, hook: Hook, session: Any, call: ToolCall, tool_name: str) -> dict[str, str]:
+def _env(event: Event, hook: Hook, site: Site, call: ToolCall, tool_name: str) -> dict[str, str]:
     return {
-        "MM_SESSION_ID": session.id,
+        "MM_SESSION_ID": site.session_id,
         "MM_TOOL_CALL_ID": call.id,
         "MM_TOOL_NAME": tool_name,
         "MM_HOOK_EVENT": event,
         "MM_HOOK_DIR": str(hook.base_dir),
-        "CLAUDE_PROJECT_DIR": str(session.cwd),
+        "CLAUDE_PROJECT_DIR": str(site.cwd),
+    }
+
+
+def _record(hook: Hook, run: HookRun, verdict: Verdict, call: ToolCall, tool_name: str) -> dict[str, Any]:
+    return {
+        "event": hook.event,
+        "hook": hook.label,
+        "call_id": call.id,
+        "tool": tool_name,
+        "exit_code": run.exit_code,
+        "decision": "error" if verdict.error else verdict.decision,
+        "reason": verdict.reason,
+        "error": verdict.error,
+        "updated_input": verdict.updated_input is not None,
+        "context": verdict.context is not None,
+        "stderr": run.stderr[-2000:],
+        "stdout": run.stdout[-2000:],
     }
 
 
 async def _one(
-    hook: Hook, payload: dict[str, Any], session: Any, call: ToolCall, tool_name: str, grace: float
+    hook: Hook,
+    payload: dict[str, Any],
+    site: Site,
+    call: ToolCall,
+    tool_name: str,
+    grace: float,
+    out: Outcome,
 ) -> Verdict:
-    run = await run_hook(
-        hook,
-        payload,
-        cwd=session.cwd,
-        env=_env(hook.event, hook, session, call, tool_name),
-        grace=grace,
-    )
+    """Run one hook; its reports go to ``out.events``, a ``continue: false`` to ``out.stop``."""
+    env = _env(hook.event, hook, site, call, tool_name)
+    run = await run_hook(hook, payload, cwd=site.cwd, env=env, grace=grace)
     verdict = read_verdict(run)
     if verdict.error is not None:
         log.warning("%s hook %r for %s: hook error: %s", hook.event, hook.label, tool_name, verdict.error)
-    session.emit(
-        "hook",
-        {
-            "event": hook.event,
-            "hook": hook.label,
-            "call_id": call.id,
-            "tool": tool_name,
-            "exit_code": run.exit_code,
-            "decision": "error" if verdict.error else verdict.decision,
-            "reason": verdict.reason,
-            "error": verdict.error,
-            "updated_input": verdict.updated_input is not None,
-            "context": verdict.context is not None,
-            "stderr": run.stderr[-2000:],
-            "stdout": run.stdout[-2000:],
-        },
-    )
+    out.events.append(("hook", _record(hook, run, verdict, call, tool_name)))
     if verdict.system_message:
-        session.emit("warning", {"message": f"{hook.event} hook {hook.label}: {verdict.system_message}"})
+        out.events.append(
+            ("warning", {"message": f"{hook.event} hook {hook.label}: {verdict.system_message}"})
+        )
     if verdict.stop is not None:
-        from ..turn.calls import StopTurn
-
-        raise StopTurn("denied", f"Stopped by the {hook.event} hook {hook.label}: {verdict.stop}")
+        out.stop = f"Stopped by the {hook.event} hook {hook.label}: {verdict.stop}"
     return verdict
 
 
 async def run_pre_hooks(
-    hooks: Hooks | None, *, tool: Tool, call: ToolCall, args: dict[str, Any], session: Any, grace: float = 3.0
+    hooks: Hooks | None, *, tool: Tool, call: ToolCall, args: dict[str, Any], site: Site, grace: float = 3.0
 ) -> PreOutcome:
     """Run the preToolCall hooks that match *tool*, in order, on arguments the contract validated.
 
-    Errors: StopTurn when a hook answers ``continue: false``. Every other
-    failure of a hook is a hook error: logged, shown, and skipped.
+    A hook that answers ``continue: false`` ends the chain with ``stop`` set. Every
+    other failure of a hook is a hook error: logged, reported, and skipped.
     """
     outcome = PreOutcome(args=args)
     for hook in hooks.matching("preToolCall", tool.name) if hooks else []:
-        payload = _payload("preToolCall", session, call, tool.name, outcome.args)
-        verdict = await _one(hook, payload, session, call, tool.name, grace)
-        if verdict.error is not None:
-            continue
-        if verdict.context:
-            outcome.context.append(verdict.context)
-        if verdict.decision == "deny":
-            reason = verdict.reason or "no reason given"
-            blocked = ToolResult(
-                ok=False,
-                content=f"{tool.name} was not run: blocked by the preToolCall hook {hook.label}.\n{reason}",
-                data={"blocked": True, "hook": hook.label, "reason": reason},
-            )
-            outcome.answer = outcome.with_context(blocked)
-            outcome.decision = "deny"
-            return outcome
-        if verdict.updated_input is not None:
-            try:
-                outcome.args = contract.validate(tool.parameters, verdict.updated_input, example=tool.example)
-            except ToolError as err:
-                outcome.answer = _invalid_update(tool, hook, verdict.updated_input, err)
-                return outcome
-            outcome.updated = True
-        if verdict.decision == "ask" or (verdict.decision == "allow" and outcome.decision is None):
-            outcome.decision = verdict.decision
+        payload = _payload("preToolCall", site, call, tool.name, outcome.args)
+        verdict = await _one(hook, payload, site, call, tool.name, grace, outcome)
+        if outcome.stop is not None or _apply_pre(outcome, verdict, tool, hook):
+            break
     return outcome
+
+
+def _apply_pre(outcome: PreOutcome, verdict: Verdict, tool: Tool, hook: Hook) -> bool:
+    """Fold one hook's verdict into *outcome*; True when the chain ends here."""
+    if verdict.error is not None:
+        return False
+    if verdict.context:
+        outcome.context.append(verdict.context)
+    if verdict.decision == "deny":
+        reason = verdict.reason or "no reason given"
+        blocked = ToolResult(
+            ok=False,
+            content=f"{tool.name} was not run: blocked by the preToolCall hook {hook.label}.\n{reason}",
+            data={"blocked": True, "hook": hook.label, "reason": reason},
+        )
+        outcome.answer = outcome.with_context(blocked)
+        outcome.decision = "deny"
+        return True
+    if verdict.updated_input is not None:
+        try:
+            outcome.args = contract.validate(tool.parameters, verdict.updated_input, example=tool.example)
+        except ToolError as err:
+            outcome.answer = _invalid_update(tool, hook, verdict.updated_input, err)
+            return True
+        outcome.updated = True
+    if verdict.decision == "ask" or (verdict.decision == "allow" and outcome.decision is None):
+        outcome.decision = verdict.decision
+    return False
 
 
 def _invalid_update(tool: Tool, hook: Hook, updated: dict[str, Any], err: ToolError) -> ToolResult:
@@ -498,29 +535,32 @@ async def run_post_hooks(
     call: ToolCall,
     args: dict[str, Any],
     result: ToolResult,
-    session: Any,
+    site: Site,
     grace: float = 3.0,
-) -> ToolResult:
-    """Run the postToolCall hooks that match *tool* on its result; returns what the model reads.
+) -> PostOutcome:
+    """Run the postToolCall hooks that match *tool* on its result.
 
     A deny (or exit 2) replaces the result with a block message and ends the
-    chain; contexts are appended. Errors: StopTurn on ``continue: false``.
+    chain; contexts are appended; ``continue: false`` ends the chain with ``stop`` set.
     """
-    context: list[str] = []
+    out = PostOutcome(result=result)
     for hook in hooks.matching("postToolCall", tool.name) if hooks else []:
-        payload = _payload("postToolCall", session, call, tool.name, args)
+        payload = _payload("postToolCall", site, call, tool.name, args)
         payload["tool_response"] = {"ok": result.ok, "content": result.content, "data": result.data}
-        verdict = await _one(hook, payload, session, call, tool.name, grace)
+        verdict = await _one(hook, payload, site, call, tool.name, grace, out)
+        if out.stop is not None:
+            break
         if verdict.error is not None:
             continue
         if verdict.context:
-            context.append(verdict.context)
+            out.context.append(verdict.context)
         if verdict.decision == "deny":
             reason = verdict.reason or "no reason given"
-            result = ToolResult(
+            out.result = ToolResult(
                 ok=False,
                 content=f"{tool.name} ran, but the postToolCall hook {hook.label} withheld its result.\n{reason}",
                 data={"blocked": True, "hook": hook.label, "reason": reason, "ran": True},
             )
             break
-    return add_context(result, context)
+    out.result = add_context(out.result, out.context)
+    return out

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import psutil
@@ -130,11 +130,8 @@ async def run_tool_process(
     up to ``grace`` seconds, the spill file is deleted, then Cancelled goes on.
     """
     started = time.monotonic()
-    spill_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     keep = False
-    # 0600: a spill file holds whatever the command printed (tokens, file contents).
-    spill_fd = os.open(spill_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(spill_fd, "wb") as spill:
+    with _open_spill(spill_path) as spill:
         try:
             capture = OutputCapture(spill, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
             try:
@@ -408,6 +405,14 @@ async def _close(tree: _Tree) -> None:
             if stream is not None:
                 await stream.aclose()
     tree.close()
+
+
+def _open_spill(path: Path) -> BinaryIO:
+    """Create (or empty) the spill file at *path*, and its folder."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # 0600: a spill file holds whatever the command printed (tokens, file contents).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    return os.fdopen(fd, "wb")
 
 
 def _result(

@@ -76,15 +76,13 @@ class _Incomplete(Exception):
 def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int = DEFAULT_MAX_DEPTH) -> int:
     """Return the end offset of the object that starts at *start*.
 
-    Raises _Incomplete with the least total buffer length worth waiting for,
-    or FrameError.
+    Raises _Incomplete with the least total buffer length worth waiting for, or FrameError.
     """
     pos = start
     pending = 1  # objects still to skip
-    # Objects still to skip in the innermost open array or map (at first: the frame
-    # itself), and the same count of each one around it: len(outer) are open.
-    remaining = 1
-    outer: list[int] = []
+    # Objects still to skip in the innermost open array or map (at first: the frame itself),
+    # and in each one around it (len(outer) are open).
+    remaining, outer = 1, []
     end = len(buf)
     limit = start + max_frame
     while pending:
@@ -128,8 +126,7 @@ def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int = DEFAULT_M
             outer.append(remaining)
             remaining = items
             pending += items
-        # Every pending object needs at least one more byte.
-        if pos + pending > limit:
+        if pos + pending > limit:  # every pending object needs at least one more byte
             raise FrameError(f"frame larger than the limit of {max_frame} bytes")
     if pos > end:  # the last string or binary runs past what has arrived
         raise _Incomplete(pos)

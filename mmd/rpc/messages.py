@@ -148,6 +148,18 @@ def decode_params(raw: msgspec.Raw, type_: type[T]) -> T:
         raise RPCError("invalid_params", f"params are not valid msgpack: {exc}") from None
 
 
+def decode_result(result: Any, type_: type[T]) -> T:
+    """A method's result, as a client's ``call`` returned it, into that method's result Struct.
+
+    Errors:
+        ProtocolError: the daemon's answer does not fit the Struct (a field missing or mistyped).
+    """
+    try:
+        return msgspec.convert(result, type_)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"the daemon's answer is not a {type_.__name__}: {exc}") from None
+
+
 def decode_notification_arg(raw: msgspec.Raw) -> Any:
     """The single argument of a notification (events carry one map)."""
     args = msgspec.msgpack.decode(raw)

@@ -78,6 +78,34 @@ class Empty(_Params):
     pass
 
 
+class ToolsList(_Params):
+    cwd: str
+    agent: str | None = None  # agent file path, absolute
+
+
+class ToolsCheck(_Params):
+    agent: str  # agent file path, absolute
+
+
+class Stats(_Params):
+    session_id: str | None = None  # None: every session
+
+
+class McpList(_Params):
+    cwd: str
+    agent: str | None = None
+
+
+class McpTest(_Params):
+    name: str
+    cwd: str
+    agent: str | None = None
+
+
+class EvalLoad(_Params):
+    path: str  # absolute: a fixture folder holding eval.yaml, or the yaml file itself
+
+
 class Event(msgspec.Struct, kw_only=True):
     """One step of a session, stored and streamed as the ``event`` notification."""
 

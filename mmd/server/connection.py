@@ -1,4 +1,8 @@
-"""One client connection to the daemon: framing, dispatch, and a bounded outbox.
+"""One client connection to the daemon: a trio pump over the protocol state, and a bounded outbox.
+
+The protocol itself (framing, the handshake, what each frame asks for) is
+:class:`mmd.rpc.ServerProtocol`, which does no I/O; this module reads the
+socket into it, runs the calls it hands out, and writes what it answers.
 
 Every byte the daemon sends goes through the outbox, drained by one writer
 task, so replies and events never interleave mid-frame and a slow client
@@ -23,26 +27,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 import trio
 
-from ..rpc import (
-    FrameError,
-    Notification,
-    ProtocolError,
-    Request,
-    Response,
-    RPCError,
-    Splitter,
-    decode_message,
-    decode_params,
-    notification,
-    response,
-)
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from ..rpc import Call, Fatal, Ignored, Method, Refused, RPCError, ServerProtocol, notification
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +45,24 @@ READ_SIZE = 65_536
 _ids = itertools.count(1)
 
 
+class Host(Protocol):
+    """What a connection needs of the daemon that accepted it (mmd.server.daemon.Daemon)."""
+
+    methods: Mapping[str, Method]  # handlers are called with (the daemon, this connection, params)
+    max_frame: int
+    log_path: Path
+
+    def detach(self, conn: Connection) -> None: ...
+
+
 class Connection:
-    def __init__(self, daemon: Daemon, stream: trio.SocketStream, peer_pid: int) -> None:
+    def __init__(self, daemon: Host, stream: trio.SocketStream, peer_pid: int) -> None:
         self.id = next(_ids)
         self.daemon = daemon
         self.stream = stream
         self.peer_pid = peer_pid
         self.client = "unknown"
-        self.handshaken = False
+        self.protocol = ServerProtocol(daemon.methods, max_frame=daemon.max_frame)
         # Sessions this connection gets events for, and whether it answers consent asks there.
         self.subscriptions: dict[str, bool] = {}
         self._out_send, self._out_recv = trio.open_memory_channel[bytes | None](OUTBOX_FRAMES)
@@ -69,6 +70,10 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"<connection {self.id} {self.client} pid {self.peer_pid}>"
+
+    @property
+    def handshaken(self) -> bool:
+        return self.protocol.handshaken
 
     # -- sending -----------------------------------------------------------
 
@@ -143,7 +148,6 @@ class Connection:
         scope.cancel()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
-        splitter = Splitter(self.daemon.max_frame)
         while not self.closed:
             try:
                 data = await self.stream.receive_some(READ_SIZE)
@@ -151,66 +155,42 @@ class Connection:
                 return
             if not data:
                 return
-            try:
-                frames = splitter.feed(data)
-            except FrameError as exc:
-                self._fatal(f"{exc}; closing this connection")
+            self.protocol.receive(data)
+            if not await self._act(nursery):
                 return
-            for frame in frames:
-                if not await self._dispatch(frame, nursery):
-                    return
 
-    def _fatal(self, message: str) -> None:
-        log.warning("%r: %s", self, message)
-        self.notify("error", {"code": "protocol_error", "message": message})
-        self.close_after_flush()
-
-    async def _dispatch(self, frame: bytes, nursery: trio.Nursery) -> bool:
-        try:
-            msg = decode_message(frame)
-        except ProtocolError as exc:
-            if exc.msgid is None:
-                self._fatal(f"{exc}; expected [0, msgid, method, params]; closing this connection")
-                return False
-            self.push(response(exc.msgid, RPCError("invalid_request", str(exc)).to_wire(), None))
-            return True
-        match msg:
-            case Request() if msg.method == "handshake" or not self.handshaken:
-                # Inline, so that order of receipt decides: the requests pipelined behind a
-                # handshake find it done, one before it is refused (which awaits nothing).
-                await self._handle(msg)
-            case Request():
-                nursery.start_soon(self._handle, msg)
-            case Notification():
-                log.info("%r: ignoring notification %s", self, msg.method)
-            case Response():
-                log.info("%r: ignoring response to %s: the daemon sends no requests", self, msg.msgid)
+    async def _act(self, nursery: trio.Nursery) -> bool:
+        """Do what the frames received so far ask for; False when the connection must close."""
+        while (action := self.protocol.next_action()) is not None:
+            match action:
+                case Call(inline=True):
+                    # Inline, so that order of receipt decides: the requests pipelined behind a
+                    # handshake find it done.
+                    await self._run(action)
+                case Call():
+                    nursery.start_soon(self._run, action)
+                case Refused():
+                    self.push(action.data)
+                case Ignored():
+                    log.info("%r: %s", self, action.reason)
+                case Fatal():
+                    log.warning("%r: %s", self, action.message)
+                    self.push(action.data)
+                    self.close_after_flush()
+                    return False
         return True
 
-    async def _handle(self, req: Request) -> None:
+    async def _run(self, call: Call) -> None:
         try:
-            result = await self._call(req)
+            result = await call.handler(self.daemon, self, call.params)
         except RPCError as exc:
-            self.push(response(req.msgid, exc.to_wire(), None))
+            self.push(self.protocol.fail(call, exc))
         except Exception as exc:
-            log.exception("%r: %s failed", self, req.method)
+            log.exception("%r: %s failed", self, call.method)
             err = RPCError(
                 "internal_error",
-                f"{req.method} failed inside the daemon: {exc!r}; details are in {self.daemon.log_path}",
+                f"{call.method} failed inside the daemon: {exc!r}; details are in {self.daemon.log_path}",
             )
-            self.push(response(req.msgid, err.to_wire(), None))
+            self.push(self.protocol.fail(call, err))
         else:
-            self.push(response(req.msgid, None, result))
-
-    async def _call(self, req: Request) -> Any:
-        from ..api import METHODS, unknown_method
-
-        method = METHODS.get(req.method)
-        if method is None:
-            raise unknown_method(req.method)
-        if not self.handshaken and req.method != "handshake":
-            raise RPCError(
-                "handshake_required", "call handshake first: [0, id, 'handshake', [{protocol: N}]]"
-            )
-        params = decode_params(req.params, method.params)
-        return await method.handler(self.daemon, self, params)
+            self.push(self.protocol.respond(call, result))

@@ -22,37 +22,24 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from .. import paths, procs
-from ..config import (
-    AgentFile,
-    ConfigError,
-    DaemonConfig,
-    find_agent_file,
-    load_agent_file,
-    load_user_config,
-)
-from ..config.user import secret_variables
-from ..local import catalog as local_catalog
-from ..local.server import LocalServerError, LocalServers
-from ..mcp.config import credential_variables
+from .. import __version__, paths, procs
+from ..config import ConfigError, DaemonConfig, load_user_config
+from ..config.secrets import secret_variables
+from ..local.server import LocalServers
 from ..mcp.pool import McpPool
-from ..models import scripted
-from ..models.base import Provider
-from ..models.factory import ModelRef
-from ..policy.hooks import merged_hooks
 from ..procs.environ import withhold
-from ..rpc import DEFAULT_MAX_FRAME, RPCError, trust
+from ..rpc import DEFAULT_MAX_FRAME, Method, RPCError, trust
 from ..rpc.methods import Prompt
 from ..store import Store, StoreError
-from ..tools.base import Limits
-from ..turn.plan import TurnSetup, build_tools, system_prompt
+from ..turn import plan
+from ..turn.plan import TurnSetup
+from ..turn.providers import Providers
 from ..turn.session import Session
 from . import transport
 from .connection import Connection
@@ -63,8 +50,6 @@ log = logging.getLogger("mmd")
 FLUSH_GRACE = 1.0
 # Bounds of the pause between two looks for idle sessions (half of daemon.session_idle).
 SWEEP_MIN, SWEEP_MAX = 0.1, 10.0
-# Sessions whose scripted model position is remembered; the oldest is forgotten past this.
-SCRIPT_POSITIONS = 10_000
 # The error of a turn the previous daemon never finished.
 INTERRUPTED = (
     "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
@@ -76,11 +61,14 @@ class Daemon:
     def __init__(
         self,
         *,
+        methods: Mapping[str, Method],
         socket_path: Path | None = None,
         state_dir: Path | None = None,
         config_path: Path | None = None,
         max_frame: int = DEFAULT_MAX_FRAME,
     ) -> None:
+        # The RPC methods by name (mmd.api.METHODS): given, so that this package never imports the API.
+        self.methods = methods
         self.socket_path = socket_path or paths.socket_path()
         self.state_dir = state_dir or paths.state_dir()
         self.store_path = self.state_dir / "mm.db"
@@ -89,10 +77,7 @@ class Daemon:
         self.max_frame = max_frame
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
-        self.providers: dict[tuple[Any, ...], Provider] = {}
-        # Scripted models of running turns by session, and where each session's script stands.
-        self._scripted: dict[str, _Scripted] = {}
-        self._script_positions: dict[str, scripted.Position] = {}
+        self.providers: Providers  # model connections, made when serving starts
         self._idle: tuple[float, float] = (-1.0, DaemonConfig().session_idle)  # (config mtime, seconds)
         self.mcp = McpPool(log_dir=self.state_dir / "mcp")  # MCP connections shared by sessions
         self.started = time.monotonic()
@@ -154,9 +139,10 @@ class Daemon:
         try:
             async with trio.open_nursery() as root:
                 self._root = root
-                self.local = LocalServers(
+                local = LocalServers(
                     root, self.state_dir, busy=lambda: any(s.running for s in self.sessions.values())
                 )
+                self.providers = Providers(root, local)
                 await root.start(self.mcp.run)
                 if handle_signals:
                     root.start_soon(self._signals)
@@ -164,7 +150,7 @@ class Daemon:
                 root.start_soon(self._unload_idle_sessions)
                 async with trio.open_nursery() as turns:
                     self._turns = turns
-                    log.info("mmd %s listening on %s (pid %d)", _version(), self.socket_path, os.getpid())
+                    log.info("mmd %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid())
                     task_status.started(self)
                     await self._stop.wait()
                     for session in self.sessions.values():
@@ -176,9 +162,8 @@ class Daemon:
                         await trio.sleep(0.01)
                 root.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
-                for provider in self.providers.values():
-                    await provider.aclose()
+            if hasattr(self, "providers"):
+                await self.providers.aclose()
             self.stopped.set()
 
     def _sweep_orphans(self) -> None:
@@ -302,22 +287,17 @@ class Daemon:
             RPCError: bad agent file or config, no model, unknown session,
             or a turn already running in that session.
         """
-        if p.session_id:
-            session: Session | None = self.session(p.session_id)
-        elif p.continue_last:
-            row = self.store.latest_session(p.cwd)
-            if row is None:
-                raise RPCError(
-                    "no_session", f"no session to continue in {p.cwd}; start one with mm -p PROMPT"
-                )
-            session = self.session(row.id)
-        else:
-            session = None
+        session = self._resumed(p)
         cwd = Path(session.row.cwd if session else p.cwd)
+        agent = p.agent or (session.row.agent if session else None)
         # In a worker thread: parsing a big or hostile agent file must not stall other clients.
-        plan = await trio.to_thread.run_sync(self._plan, p, cwd, session)
+        resolved = await trio.to_thread.run_sync(
+            lambda: plan.resolve(cwd, agent=agent, model=p.model, yolo=p.yolo, config_path=self.config_path)
+        )
         if session is None:
-            row = self.store.create_session(cwd=str(cwd), agent=plan.agent_path, model=plan.model.label)
+            row = self.store.create_session(
+                cwd=str(cwd), agent=resolved.agent_path, model=resolved.model.label
+            )
             session = self.sessions[row.id] = Session(self, row)
         else:
             session = self.session(session.id)  # the one loaded now: it may have been unloaded meanwhile
@@ -328,188 +308,36 @@ class Daemon:
             )
         session.start()  # before the awaits below: a second prompt meanwhile is "busy"
         try:
-            setup = await self._setup(plan, session)
+            setup = await self._setup(resolved, session)
         except BaseException:
             session.abort_start()
-            if (entry := self._take_scripted(session.id)) is not None:
-                self._root.start_soon(entry.provider.aclose)
+            await self.providers.release(session.id)
             raise
         session.subscribe(conn, interactive=p.interactive)
         self._turns.start_soon(self._run_turn, session, p.prompt, setup)
         return session
 
+    def _resumed(self, p: Prompt) -> Session | None:
+        """The session a prompt resumes (by id, or the newest of its cwd), or None for a new one."""
+        if p.session_id:
+            return self.session(p.session_id)
+        if not p.continue_last:
+            return None
+        row = self.store.latest_session(p.cwd)
+        if row is None:
+            raise RPCError("no_session", f"no session to continue in {p.cwd}; start one with mm -p PROMPT")
+        return self.session(row.id)
+
+    async def _setup(self, resolved: plan.Plan, session: Session) -> TurnSetup:
+        provider = await self.providers.get(resolved.model, session.id)
+        mcp_tools, mcp_warnings = await self.mcp.tools(resolved.agent, resolved.config)
+        setup = plan.assemble(resolved, provider, mcp_tools, mcp_warnings)
+        for warning in setup.warnings:
+            log.warning("%s", warning)
+        return setup
+
     async def _run_turn(self, session: Session, prompt: str, setup: TurnSetup) -> None:
         try:
             await session.run_turn(prompt, setup)
         finally:
-            if (entry := self._take_scripted(session.id)) is not None:
-                with trio.CancelScope(shield=True):
-                    await entry.provider.aclose()
-
-    def _plan(self, p: Prompt, cwd: Path, session: Session | None) -> _Plan:
-        try:
-            config = load_user_config(self.config_path)
-            agent_path = find_agent_file(cwd, p.agent or (session.row.agent if session else None))
-            agent = load_agent_file(agent_path) if agent_path else AgentFile()
-        except ConfigError as exc:
-            raise RPCError("config_error", str(exc)) from None
-        # The secrets this config and agent name are withheld from every child from now on.
-        withhold(secret_variables(config) | credential_variables(agent.mcp))
-        ref = p.model or agent.model or config.default_model
-        if (
-            not ref
-            and local_catalog.server_ready()
-            and local_catalog.model_ready(local_catalog.DEFAULT_MODEL)
-        ):
-            ref = f"local/{local_catalog.DEFAULT_MODEL}"
-        if not ref:
-            raise RPCError(
-                "no_model",
-                "no model configured: pass --model PROVIDER/MODEL, set `model:` in the agent file, "
-                f"or `default_model:` in {self.config_path} (the README's Models section shows how); "
-                "or run `mm local setup` to install a local model, used when none is configured",
-            )
-        base_dir = agent_path.parent if agent_path else cwd
-        try:
-            model = ModelRef.parse(config, ref, base_dir)
-        except ConfigError as exc:
-            raise RPCError("config_error", str(exc)) from None
-        return _Plan(
-            p=p,
-            cwd=cwd,
-            config=config,
-            agent=agent,
-            agent_path=str(agent_path) if agent_path else None,
-            model=model,
-        )
-
-    async def _setup(self, plan: _Plan, session: Session) -> TurnSetup:
-        provider = await self._provider(plan.model, session)
-        agent, cwd, d = plan.agent, plan.cwd, plan.config.daemon
-        mcp_tools, mcp_warnings = await self.mcp.tools(agent, plan.config)
-        registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
-        warnings = [*mcp_warnings, *warnings]
-        for warning in warnings:
-            log.warning("%s", warning)
-        return TurnSetup(
-            warnings=warnings,  # emitted by the turn, so they are among its events (seq > after_seq)
-            hooks=merged_hooks(
-                plan.config.hooks,
-                self.config_path.parent,
-                agent.hooks,
-                agent.base_dir or cwd,
-                pass_env=tuple(agent.pass_env),
-            ),
-            pass_env=tuple(agent.pass_env),
-            provider=provider,
-            model_name=provider.name,
-            system=system_prompt(agent.system, cwd, skills.render()),
-            registry=registry,
-            yolo=plan.p.yolo or agent.yolo,
-            max_steps=agent.max_steps or d.max_steps,
-            temperature=agent.temperature,
-            limits=Limits(
-                timeout=d.tool_timeout,
-                grace=d.grace,
-                max_bytes=d.output_max_bytes,
-                max_lines=d.output_max_lines,
-            ),
-            skills=skills,
-            recover_tool_calls=plan.model.recover_tool_calls,
-            loop=agent.loop,
-            phases=agent.phases,
-        )
-
-    async def _provider(self, model: ModelRef, session: Session) -> Provider:
-        if "local" in model.extra:
-            try:
-                url = await self.local.url(model.extra["local"])
-            except LocalServerError as exc:
-                raise RPCError("model_error", str(exc)) from None
-            # The server may have been restarted on another port: one provider per URL.
-            key = ("local", model.model, url)
-            if key not in self.providers:
-                self.providers[key] = model.build(base_url=url)
-            return self.providers[key]
-        if model.script is None:
-            if model.key not in self.providers:
-                try:
-                    self.providers[model.key] = model.build()
-                except ConfigError as exc:  # e.g. the API key's variable is not set
-                    raise RPCError("config_error", str(exc)) from None
-            return self.providers[model.key]
-        # A scripted model replays its script from the start for each session, going on
-        # where the session's last turn left it; its server lives as long as the turn.
-        if (entry := self._take_scripted(session.id)) is not None:  # never two servers for a session
-            await entry.provider.aclose()
-        position = self._script_positions.get(session.id, scripted.START)
-        try:
-            script = scripted.load_script(model.script)
-        except (OSError, scripted.ScriptError) as exc:
-            raise RPCError("config_error", f"scripted model: {exc}") from None
-        server, scope = await self._root.start(_serve_scripted, script, position)
-        provider = model.build(base_url=f"{server.url}/v1")
-        self._scripted[session.id] = _Scripted(server=server, scope=scope, provider=provider)
-        return provider
-
-    def _take_scripted(self, session_id: str) -> _Scripted | None:
-        """Stop the scripted model server of a session's turn, remembering where its script stands.
-
-        Returns the entry, whose provider the caller closes (that awaits), or None.
-        """
-        entry = self._scripted.pop(session_id, None)
-        if entry is None:
-            return None
-        self._script_positions.pop(session_id, None)  # re-inserted: the newest is forgotten last
-        self._script_positions[session_id] = entry.server.position
-        if len(self._script_positions) > SCRIPT_POSITIONS:
-            del self._script_positions[next(iter(self._script_positions))]
-        entry.scope.cancel()
-        return entry
-
-
-@dataclass(kw_only=True)
-class _Scripted:
-    """The scripted model of one running turn: its server, what stops it, the provider using it."""
-
-    server: scripted.ScriptedServer
-    scope: trio.CancelScope
-    provider: Provider
-
-
-async def _serve_scripted(
-    script: scripted.Script,
-    position: scripted.Position,
-    *,
-    task_status: trio.TaskStatus[tuple[scripted.ScriptedServer, trio.CancelScope]],
-) -> None:
-    # Under a scope of its own, so that the turn's end stops this server alone.
-    with trio.CancelScope() as scope:
-        started = _Started(task_status, scope)
-        await scripted.serve(script, position=position, task_status=started)
-
-
-class _Started:
-    """Hands the caller of ``nursery.start`` the server and the scope that stops it."""
-
-    def __init__(self, task_status: Any, scope: trio.CancelScope) -> None:
-        self.task_status, self.scope = task_status, scope
-
-    def started(self, server: scripted.ScriptedServer) -> None:
-        self.task_status.started((server, self.scope))
-
-
-@dataclass(kw_only=True)
-class _Plan:
-    p: Prompt
-    cwd: Path
-    config: Any
-    agent: AgentFile
-    agent_path: str | None
-    model: ModelRef
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
+            await self.providers.release(session.id)

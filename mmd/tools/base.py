@@ -1,65 +1,32 @@
-"""What every tool is: a name, a contract, a tier, and an async run.
+"""What every tool is: a name, a contract, a tier, an async run, and its optional capabilities.
 
-Built-in, declared and MCP tools all implement :class:`Tool` and go through
+Built-in, declared and MCP tools all subclass :class:`Tool` and go through
 the same registry, contract, consent, supervision and truncation.
 A tool that cannot do what was asked raises :class:`ToolError`; the registry
 turns it into an answer the model reads (the call quoted back, what to fix),
 never a crash of the turn.
+
+The capabilities a tool may have beyond ``run`` are attributes and methods of
+:class:`Tool` with defaults that mean "not this tool": the call pipeline and
+consent read them directly, never by ``getattr`` with a fallback.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import msgspec
+from ..config.declared import VerifySpec
+from ..contract import ErrorClass, ToolError, ToolResult
+
+# ToolResult, ToolError and ErrorClass are the contract's (mmd/contract.py); every tool module
+# imports them from here with Tool.
+__all__ = ["ErrorClass", "Limits", "Tier", "Tool", "ToolContext", "ToolError", "ToolResult"]
 
 Tier = Literal["read", "write", "destructive"]
-# Error classes of the seeds: what the model should do next.
-ErrorClass = Literal["fix_and_retry", "retry_after", "terminal"]
-
-
-class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):
-    ok: bool
-    content: str  # the text the model reads
-    data: dict[str, Any] | None = None  # machine-readable fields (error, exit code, spill file)
-
-
-class ToolError(Exception):
-    """An answered failure: the model gets ``reason`` and ``fix``, and the turn goes on."""
-
-    def __init__(
-        self,
-        code: str,
-        reason: str,
-        *,
-        cls: ErrorClass = "fix_and_retry",
-        field: str | None = None,
-        fix: str | None = None,
-        example: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-        self.cls = cls
-        self.field = field
-        self.fix = fix
-        self.example = example
-
-    def fields(self) -> dict[str, Any]:
-        err: dict[str, Any] = {
-            "code": self.code,
-            "field": self.field,
-            "reason": self.reason,
-            "class": self.cls,
-        }
-        if self.fix:
-            err["fix"] = self.fix
-        if self.example is not None:
-            err["example"] = self.example
-        return {"ok": False, "error": err}
 
 
 @dataclass(kw_only=True)
@@ -81,7 +48,8 @@ class ToolContext:
     limits: Limits = field(default_factory=Limits)
     # emit(kind, data) publishes a session event, e.g. emit("tool_output", {...}).
     emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the skills catalogue
+    # The folders of the session's skills: the file tools may touch them without a path consent.
+    skill_folders: tuple[Path, ...] = ()
     # Minted by the harness for write and destructive calls, never by the model.
     idempotency_key: str | None = None
     # Variables of the daemon's environment handed on to the call's processes although
@@ -95,23 +63,54 @@ class ToolContext:
             env["MM_IDEMPOTENCY_KEY"] = self.idempotency_key
         return env
 
+    @property
+    def spill_path(self) -> Path:
+        """The file that keeps this call's whole output when the model reads only part of it."""
+        return self.session_dir / f"output-{self.call_id}.log"
 
-class Tool(Protocol):
+
+class Tool(abc.ABC):
+    """The base of every tool: set the class (or instance) attributes, implement ``echo`` and ``run``.
+
+    The optional capabilities default to "none": a tool that has one sets the
+    attribute or overrides the method.
+    """
+
     name: str
     description: str  # one-line purpose, then what the model must know
     parameters: dict[str, Any]  # JSON Schema (type: object)
     tier: Tier
-    example: dict[str, Any]
-    source: str  # "builtin", "declared", "mcp:<server>"
+    source: str = "builtin"  # "builtin", "declared", "mcp:<server>"
+    example: dict[str, Any] | None = None  # None: the model is never shown "Example: {}"
+    # A call the model should make first (a tool name, or a sentence), said in the description.
+    prerequisite: str | None = None
+    # A read tool mm calls after a successful call, to check it; a failed check fails the call.
+    verify: VerifySpec | None = None
+    # A repeated write call of a session replays the stored first result instead of running again.
+    idempotent: bool = False
+    # dry_run can show what a call would do: the consent ask then offers it.
+    has_dry_run: bool = False
 
+    @abc.abstractmethod
     def echo(self, args: dict[str, Any]) -> str:
         """One line that shows the user what will run, e.g. ``$ ls -la``."""
-        ...
 
+    @abc.abstractmethod
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Do the work. Raise ToolError for an answered failure.
 
         Cancellation: a tool that started a process stops its whole group
         before the Cancelled exception leaves ``run``.
         """
-        ...
+
+    def paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+        """The paths a call would touch, for consent to ask about those outside the project.
+
+        Empty for a tool that names no file of its own (bash, declared and MCP tools:
+        what they touch is theirs to say, and their tier asks for them).
+        """
+        return []
+
+    async def dry_run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """What the call would do, without doing it; only when ``has_dry_run``."""
+        raise ToolError("no_dry_run", f"{self.name} cannot show what a call would do.", cls="terminal")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from .. import contract
 from ..models.base import ToolSpec
-from . import contract
 from .base import Tool
 
 
@@ -51,7 +51,7 @@ class Registry:
                 description=contract.render_description(
                     tool.description,
                     effects=None if tool.tier == "read" else tool.tier,
-                    prerequisite=getattr(tool, "prerequisite", None),
+                    prerequisite=tool.prerequisite,
                     example=tool.example,
                 ),
                 parameters=contract.render_schema(tool.parameters, strict=self.strict),

@@ -66,6 +66,10 @@ class Catalogue:
     def names(self) -> list[str]:
         return list(self.skills)
 
+    def folders(self) -> tuple[Path, ...]:
+        """Each skill's folder: the file tools read them without a path consent (ToolContext.skill_folders)."""
+        return tuple(skill.folder for skill in self.skills.values())
+
     def render(self) -> str:
         """The catalogue as the system prompt shows it; "" when there is no skill."""
         if not self.skills:

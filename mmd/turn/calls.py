@@ -1,9 +1,22 @@
 """One tool call, from the model's raw arguments to the result the model reads.
 
-Every tool kind takes the same path: parse and validate against the
-contract (an invalid call is answered, quoting it back), record selection
-telemetry, replay a stored result for a repeated write (idempotency), ask for
-consent, run under the supervisor, and verify a write with its named read.
+Every tool kind takes the same path, a fixed list of stages that each call goes
+through once (:data:`STAGES`):
+
+1. ``contract``: parse and validate against the tool's schema (an invalid call
+   is answered, quoting it back), record selection telemetry, announce the call;
+2. ``pre_hooks``: the preToolCall hooks may block, update the input or decide consent;
+3. ``replay``: a repeated write of an idempotent tool gets its stored first result;
+4. ``consent``: the policy's verdict (ledger, yolo, or a person asked);
+5. ``execute``: the tool runs under the supervisor; its output is echoed live, truncated for
+   the model and kept whole in a spill file as it streams, by one module all process and MCP
+   tools share (mmd/tools/process.py), so no stage after it can do that part;
+6. ``verify``: a write with a named verification read runs that read;
+7. ``remember``: an idempotent write's result is stored under its key;
+8. ``post_hooks``: the postToolCall hooks may withhold the result or add context.
+
+Policy (mmd/policy) only returns verdicts; this module acts on them: it
+publishes their events and ends the turn (:class:`StopTurn`) when one says so.
 """
 
 from __future__ import annotations
@@ -11,17 +24,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
 
-from ..models.base import ToolCall
-from ..policy.consent import Denied
-from ..policy.hooks import run_post_hooks, run_pre_hooks
-from ..tools import contract
+from .. import contract
+from ..config.declared import VerifySpec
+from ..models.base import Message, ToolCall
+from ..policy import consent
+from ..policy.hooks import Outcome, PreOutcome, Site, run_post_hooks, run_pre_hooks
+from ..rpc.methods import Event
+from ..store import Store
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
-
-if TYPE_CHECKING:
-    from .plan import TurnSetup
-    from .session import Session
+from ..tools.declared import fill_verify_args
+from .plan import TurnSetup
 
 
 class StopTurn(Exception):
@@ -31,6 +48,21 @@ class StopTurn(Exception):
         super().__init__(text)
         self.status = status
         self.text = text
+
+
+class Conversation(consent.Asker, Protocol):
+    """What a turn needs of its session (mmd.turn.session.Session is one)."""
+
+    id: str
+    cwd: Path
+    dir: Path
+    store: Store
+    ledger: consent.Ledger
+    messages: list[Message]
+
+    def emit(self, kind: str, data: dict[str, Any]) -> Event: ...
+
+    def add_message(self, msg: Message) -> None: ...
 
 
 def canonical(args: dict[str, Any]) -> str:
@@ -44,84 +76,196 @@ def idempotency_key(session_id: str, tool: str, args: dict[str, Any]) -> str:
     return f"mm-{digest[:32]}"
 
 
+@dataclass
+class Call:
+    """One call on its way through the stages."""
+
+    call: ToolCall
+    tool: Tool | None
+    started: float
+    args: dict[str, Any] = field(default_factory=dict)
+    echo: str = ""
+    key: str | None = None  # the idempotency key of a write
+    pre: PreOutcome = field(default_factory=PreOutcome)
+    answer: ToolResult | None = None  # set when the call is answered before it could run
+    result: ToolResult | None = None  # set once the call ran (or was replayed, or denied)
+    denied: bool = False
+
+    @property
+    def replays(self) -> bool:
+        return self.key is not None and self.tool is not None and self.tool.idempotent
+
+
 class CallRunner:
     """Runs the tool calls of one turn; remembers invalid calls to count recoveries."""
 
-    def __init__(self, session: Session, setup: TurnSetup) -> None:
+    def __init__(self, session: Conversation, setup: TurnSetup) -> None:
         self.session = session
         self.setup = setup
-        self.store = session.daemon.store
+        self.store = session.store
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
 
     async def run(self, call: ToolCall) -> ToolResult:
-        started = time.monotonic()
-        tool = self.setup.registry.get(call.name)
-        try:
-            if tool is None:
-                raise self._unknown_tool(call)
-            args = contract.validate(
-                tool.parameters,
-                contract.parse_arguments(call.arguments, example=tool.example),
-                example=tool.example,
-            )
-            echo = tool.echo(args)
-        except ToolError as err:
-            self._telemetry(call.name, err.code)
-            self._announce(call, tool, f"{call.name}({call.arguments})")
-            schema, example = (tool.parameters, tool.example) if tool else (None, None)
-            return self._finish(
-                call, contract.answer(call.name, call.arguments, err, schema=schema, example=example), started
-            )
-        self._telemetry(call.name, None)
-        self._announce(call, tool, echo)
-        # Hooks (mmd/policy/hooks.py): after the contract, before replay and consent.
-        hooks, grace = self.setup.hooks, self.setup.limits.grace
-        pre = await run_pre_hooks(hooks, tool=tool, call=call, args=args, session=self.session, grace=grace)
-        if pre.answer is not None:
-            return self._finish(call, pre.answer, started)
-        echo = tool.echo(pre.args) if pre.updated else echo
-        result = await self._execute(call, tool, pre.args, echo, pre.decision)
-        if not (result.data or {}).get("denied"):
-            result = await run_post_hooks(
-                hooks, tool=tool, call=call, args=pre.args, result=result, session=self.session, grace=grace
-            )
-        return self._finish(call, pre.with_context(result), started)
+        """Take *call* through every stage; the result is what the model reads.
 
-    async def _execute(
-        self, call: ToolCall, tool: Tool, args: dict[str, Any], echo: str, hook: str | None = None
-    ) -> ToolResult:
-        key = idempotency_key(self.session.id, tool.name, args) if tool.tier != "read" else None
-        replays = key is not None and getattr(tool, "idempotent", False)
-        if replays and (stored := self.store.idempotent_result(key)) is not None:
-            return _replayed(stored)
-        ctx = self._context(call, key)
+        Errors: StopTurn when a verdict ends the turn (nobody to ask, a hook's stop).
+        """
+        c = Call(call=call, tool=self.setup.registry.get(call.name), started=time.monotonic())
+        for stage in STAGES:
+            if c.answer is not None:
+                break
+            await stage(self, c)
+        return self._finish(c.call, c.answer or c.pre.with_context(c.result or _NOTHING), c.started)
+
+    # -- the stages, in order ---------------------------------------------------
+
+    async def contract(self, c: Call) -> None:
         try:
-            await self.session.consent.check(tool, args, echo, call, self.setup, ctx, hook=hook)
-        except Denied as denied:
-            result = ToolResult(
-                ok=False, content=denied.message, data={"denied": True, "reason": denied.reason}
-            )
-            if denied.stop_turn:
-                self._finish(call, result, time.monotonic())
-                raise StopTurn("denied", denied.message) from None
-            return result
-        try:
-            result = await tool.run(args, ctx)
+            if c.tool is None:
+                raise self._unknown_tool(c.call)
+            raw = contract.parse_arguments(c.call.arguments, example=c.tool.example)
+            c.args = contract.validate(c.tool.parameters, raw, example=c.tool.example)
+            c.echo = c.tool.echo(c.args)
         except ToolError as err:
-            return contract.answer(
-                call.name, call.arguments, err, schema=tool.parameters, example=tool.example
+            self._telemetry(c.call.name, err.code)
+            self._announce(c.call, c.tool, f"{c.call.name}({c.call.arguments})")
+            c.answer = self._invalid_answer(c.call, c.tool, err)
+            return
+        self._telemetry(c.call.name, None)
+        self._announce(c.call, c.tool, c.echo)
+
+    async def pre_hooks(self, c: Call) -> None:
+        assert c.tool is not None
+        c.pre = await run_pre_hooks(
+            self.setup.hooks,
+            tool=c.tool,
+            call=c.call,
+            args=c.args,
+            site=self._site(),
+            grace=self.setup.limits.grace,
+        )
+        self._publish(c.pre, c.call)
+        c.answer = c.pre.answer
+        if c.pre.updated:
+            c.args, c.echo = c.pre.args, c.tool.echo(c.pre.args)
+        if c.tool.tier != "read":
+            c.key = idempotency_key(self.session.id, c.tool.name, c.args)
+
+    async def replay(self, c: Call) -> None:
+        if c.replays and (stored := self.store.idempotent_result(c.key or "")) is not None:
+            c.result = _replayed(stored)
+
+    async def consent(self, c: Call) -> None:
+        if c.result is not None:
+            return
+        assert c.tool is not None
+        request = consent.Request(
+            tool=c.tool,
+            args=c.args,
+            echo=c.echo,
+            call_id=c.call.id,
+            ctx=self._context(c.call, c.key),
+            roots=self._roots(),
+        )
+        verdict = await self._verdict(request, c.pre.decision)
+        if verdict.allow:
+            return
+        c.denied = True
+        c.result = ToolResult(
+            ok=False, content=verdict.message, data={"denied": True, "reason": verdict.reason}
+        )
+        if verdict.stop_turn:
+            self._finish(c.call, c.result, time.monotonic())
+            raise StopTurn("denied", verdict.message)
+
+    async def execute(self, c: Call) -> None:
+        if c.result is not None:
+            return
+        assert c.tool is not None
+        try:
+            c.result = await c.tool.run(c.args, self._context(c.call, c.key))
+        except ToolError as err:
+            c.result = self._invalid_answer(c.call, c.tool, err)
+
+    async def verify(self, c: Call) -> None:
+        spec = c.tool.verify if c.tool else None
+        if (
+            c.denied
+            or spec is None
+            or c.result is None
+            or not c.result.ok
+            or "replayed" in (c.result.data or {})
+        ):
+            return
+        c.result = await self._verify(c.call, spec, c.args, c.result)
+
+    async def remember(self, c: Call) -> None:
+        if (
+            c.denied
+            or not c.replays
+            or c.result is None
+            or not c.result.ok
+            or "replayed" in (c.result.data or {})
+        ):
+            return
+        assert c.tool is not None and c.key is not None
+        stored = {"ok": c.result.ok, "content": c.result.content, "data": c.result.data}
+        self.store.save_idempotent(
+            c.key, session_id=self.session.id, tool=c.tool.name, arguments=canonical(c.args), result=stored
+        )
+
+    async def post_hooks(self, c: Call) -> None:
+        if c.denied or c.result is None:
+            return
+        assert c.tool is not None
+        post = await run_post_hooks(
+            self.setup.hooks,
+            tool=c.tool,
+            call=c.call,
+            args=c.args,
+            result=c.result,
+            site=self._site(),
+            grace=self.setup.limits.grace,
+        )
+        self._publish(post, c.call)
+        c.result = post.result
+
+    # -- what the stages share ----------------------------------------------------
+
+    async def _verdict(self, request: consent.Request, hook: str | None) -> consent.Verdict:
+        """The consent verdict; a person who asks for a dry run sees it, then is asked again."""
+        while True:
+            verdict = await consent.check(
+                request, ledger=self.session.ledger, asker=self.session, yolo=self.setup.yolo, hook=hook
             )
-        if result.ok and getattr(tool, "verify", None) is not None:
-            result = await self._verify(call, tool, args, result)
-        if replays and result.ok:
-            self.store.save_idempotent(
-                key,
-                session_id=self.session.id,
-                tool=tool.name,
-                arguments=canonical(args),
-                result=_stored(result),
-            )
-        return result
+            if verdict.answered is not None:
+                self.session.emit("consent_answered", verdict.answered)
+            if not verdict.dry_run:
+                return verdict
+            await self._dry_run(request)
+
+    async def _dry_run(self, request: consent.Request) -> None:
+        """Show the user what the call would do; the model sees nothing of it."""
+        ctx = replace(request.ctx, call_id=request.ctx.call_id + "-dry-run", idempotency_key=None)
+        try:
+            result = await request.tool.dry_run(request.args, ctx)
+        except ToolError as err:
+            result = ToolResult(ok=False, content=err.reason)
+        self.session.emit("dry_run", {"call_id": request.call_id, "ok": result.ok, "content": result.content})
+
+    def _publish(self, outcome: Outcome, call: ToolCall) -> None:
+        """Publish what a hook chain reported; end the turn when a hook said stop."""
+        for kind, data in outcome.events:
+            self.session.emit(kind, data)
+        if outcome.stop is not None:
+            raise StopTurn("denied", outcome.stop)
+
+    def _site(self) -> Site:
+        return Site(session_id=self.session.id, cwd=self.session.cwd)
+
+    def _roots(self) -> list[str]:
+        folders = self.setup.skills.folders() if self.setup.skills else ()
+        return consent.confined_roots(self.session.cwd, self.session.dir, list(folders))
 
     def _context(self, call: ToolCall, key: str | None, suffix: str = "") -> ToolContext:
         return ToolContext(
@@ -131,40 +275,42 @@ class CallRunner:
             session_dir=self.session.dir,
             limits=self.setup.limits,
             emit=self.session.emit,
-            extra={"skills": self.setup.skills},
+            skill_folders=self.setup.skills.folders() if self.setup.skills else (),
             idempotency_key=key,
             pass_env=self.setup.pass_env,
         )
 
+    def _invalid_answer(self, call: ToolCall, tool: Tool | None, err: ToolError) -> ToolResult:
+        schema, example = (tool.parameters, tool.example) if tool else (None, None)
+        return contract.answer(call.name, call.arguments, err, schema=schema, example=example)
+
     async def _verify(
-        self, call: ToolCall, tool: Tool, args: dict[str, Any], result: ToolResult
+        self, call: ToolCall, spec: VerifySpec, args: dict[str, Any], result: ToolResult
     ) -> ToolResult:
         """Run the write's named read; a failed verification is never reported as success."""
-        from ..tools.declared import fill_verify_args
-
-        spec = tool.verify  # type: ignore[attr-defined]
-        reader = self.setup.registry.get(spec.tool)
         vcall = ToolCall(
             id=f"{call.id}-verify", name=spec.tool, arguments=json.dumps(fill_verify_args(spec, args))
         )
+        reader = self.setup.registry.get(spec.tool)
         if reader is None:
             vresult = ToolResult(
                 ok=False, content=f"The verification tool {spec.tool} is not available in this turn."
             )
         else:
-            try:
-                vargs = contract.validate(
-                    reader.parameters, json.loads(vcall.arguments), example=reader.example
-                )
-                self._announce(vcall, reader, reader.echo(vargs))
-                vresult = await reader.run(vargs, self._context(vcall, None))
-            except ToolError as err:
-                vresult = contract.answer(vcall.name, vcall.arguments, err, schema=reader.parameters)
-            self._finish(vcall, vresult, time.monotonic())
+            vresult = await self._read(vcall, reader)
         verdict = "passed" if vresult.ok else "FAILED: the change is not confirmed"
         content = f"{result.content}\n\nVerification with {spec.tool}: {verdict}.\n{vresult.content}"
         data = {**(result.data or {}), "verified": vresult.ok, "verification": vresult.content}
         return ToolResult(ok=vresult.ok, content=content, data=data)
+
+    async def _read(self, vcall: ToolCall, reader: Tool) -> ToolResult:
+        try:
+            vargs = contract.validate(reader.parameters, json.loads(vcall.arguments), example=reader.example)
+            self._announce(vcall, reader, reader.echo(vargs))
+            vresult = await reader.run(vargs, self._context(vcall, None))
+        except ToolError as err:
+            vresult = contract.answer(vcall.name, vcall.arguments, err, schema=reader.parameters)
+        return self._finish(vcall, vresult, time.monotonic())
 
     def _telemetry(self, tool: str, error: str | None) -> None:
         retry = tool in self._invalid
@@ -220,8 +366,20 @@ class CallRunner:
         return result
 
 
-def _stored(result: ToolResult) -> dict[str, Any]:
-    return {"ok": result.ok, "content": result.content, "data": result.data}
+Stage = Callable[[CallRunner, Call], Awaitable[None]]
+# Every call goes through these, once each, in this order (the module's docstring says what each does).
+STAGES: tuple[Stage, ...] = (
+    CallRunner.contract,
+    CallRunner.pre_hooks,
+    CallRunner.replay,
+    CallRunner.consent,
+    CallRunner.execute,
+    CallRunner.verify,
+    CallRunner.remember,
+    CallRunner.post_hooks,
+)
+
+_NOTHING = ToolResult(ok=False, content="The call produced no result.")
 
 
 def _replayed(stored: dict[str, Any]) -> ToolResult:

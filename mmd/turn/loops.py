@@ -24,8 +24,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import contract
 from ..config.turns import LoopLimits
-from ..tools import contract
 from ..tools.base import ToolError
 
 # A call as the detector compares it: the tool and its canonical arguments.

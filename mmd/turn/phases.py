@@ -14,15 +14,13 @@ the first phase.
 from __future__ import annotations
 
 import fnmatch
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config.turns import PhaseSpec
-from ..tools.base import Tier, ToolContext, ToolResult
+from ..tools.base import Tier, Tool, ToolContext, ToolResult
 from ..tools.registry import Registry
-
-if TYPE_CHECKING:
-    from .plan import TurnSetup
-    from .session import Session
+from .calls import Conversation
+from .plan import TurnSetup
 
 NEXT_PHASE = "next_phase"
 PHASE_CHANGED = "phase_changed"
@@ -32,16 +30,16 @@ def matches(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def stored_phase(session: Session) -> str | None:
+def stored_phase(session: Conversation) -> str | None:
     """The phase the session moved to last, from its events; None if it never moved."""
     name = None
-    for event in session.daemon.store.events_after(session.id):
+    for event in session.store.events_after(session.id):
         if event.kind == PHASE_CHANGED:
             name = event.data.get("to")
     return name
 
 
-def begin(session: Session, setup: TurnSetup) -> None:
+def begin(session: Conversation, setup: TurnSetup) -> None:
     """Narrow ``setup.registry`` to the session's current phase; nothing without ``phases:``."""
     if not setup.phases:
         return
@@ -54,7 +52,7 @@ def begin(session: Session, setup: TurnSetup) -> None:
 class Phases:
     """The phases of one turn, the full catalogue they draw from, and the current one."""
 
-    def __init__(self, session: Session, setup: TurnSetup) -> None:
+    def __init__(self, session: Conversation, setup: TurnSetup) -> None:
         self.session = session
         self.setup = setup
         self.specs: list[PhaseSpec] = list(setup.phases)
@@ -104,7 +102,7 @@ class Phases:
         )
 
 
-class NextPhase:
+class NextPhase(Tool):
     """The built-in tool that moves the session to the next phase."""
 
     name = NEXT_PHASE

@@ -1,5 +1,10 @@
-"""Everything one turn needs, resolved from the prompt, the agent file and the user config.
+"""Everything one turn needs, resolved in one place from the prompt, the agent file and the config.
 
+:func:`load` finds and reads the agent file and config.yaml; :func:`resolve`
+picks the model; :func:`build_tools` makes the tool set (built-ins, declared,
+MCP) and the skills catalogue; :func:`assemble` puts a :class:`TurnSetup`
+together. The daemon's prompts, ``tools.list``, ``mcp.*`` and ``eval.load`` all
+use these, so what a turn offers and what the admin commands show agree.
 Resolved afresh for every prompt, so an edited agent file or config.yaml
 applies to the next turn without restarting the daemon.
 """
@@ -8,15 +13,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .. import paths
-from ..config import AgentFile
+from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
+from ..config.secrets import credential_variables, secret_variables
 from ..config.turns import LoopLimits, PhaseSpec
+from ..local import catalog as local_catalog
 from ..mcp.tool import McpTool, admit, taken_names
 from ..models.base import Message, Provider
+from ..models.factory import ModelRef
+from ..policy.hooks import Hooks, merged_hooks
+from ..procs.environ import withhold
+from ..rpc import RPCError
 from ..tools.base import Limits
-from ..tools.builtins import make_builtins
+from ..tools.builtin import make_builtins
 from ..tools.declared import declared_tools
 from ..tools.registry import Registry
 from ..tools.skills import Catalogue, load_skills
@@ -38,13 +48,13 @@ class TurnSetup:
     max_steps: int = 50
     temperature: float | None = None  # the agent file's; None: the server's default
     limits: Limits = field(default_factory=Limits)
-    skills: Any = None
+    skills: Catalogue | None = None
     warnings: list[str] = field(default_factory=list)  # e.g. a skipped skill; sent as warning events
     # Loops, text-written calls and phases (docs/loops-and-recovery.md).
     recover_tool_calls: bool = False  # the model's; see mmd.models.recovery
     loop: LoopLimits = field(default_factory=LoopLimits)
     phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
-    hooks: Any = None  # mmd.policy.hooks.Hooks: the turn's preToolCall / postToolCall hooks
+    hooks: Hooks | None = None  # the turn's preToolCall / postToolCall hooks
     # Secret-looking variables of the daemon's environment the agent hands on to its children.
     pass_env: tuple[str, ...] = ()
 
@@ -84,8 +94,113 @@ def build_tools(
     skills, warnings = load_skills(skill_dirs)
     base_dir = agent.base_dir or cwd
     tools = [
-        *make_builtins(agent.builtins, has_skills=bool(skills.skills)),
+        *make_builtins(agent.builtins, skills),
         *declared_tools(agent.tools, base_dir),
     ]
     kept, clashes = admit(mcp_tools or [], taken_names(tools))
     return Registry([*tools, *kept], strict=agent.schema == "strict"), skills, [*warnings, *clashes]
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """What a prompt resolved to before anything starts: files read, model chosen."""
+
+    cwd: Path
+    config: UserConfig
+    config_path: Path
+    agent: AgentFile
+    agent_path: str | None
+    model: ModelRef
+    yolo: bool = False
+
+
+def load_agent(cwd: Path, agent_path: str | None) -> tuple[AgentFile, Path | None]:
+    """The agent file for *cwd* (or *agent_path*), and where it was found (None: no file, defaults).
+
+    Blocking (it parses YAML): async callers run it in a worker thread.
+
+    Errors: RPCError("config_error") naming the file, line and field.
+    """
+    try:
+        found = find_agent_file(cwd, agent_path)
+        return (load_agent_file(found) if found else AgentFile()), found
+    except ConfigError as exc:
+        raise RPCError("config_error", str(exc)) from None
+
+
+def load(cwd: Path, agent_path: str | None, config_path: Path) -> tuple[AgentFile, UserConfig, Path | None]:
+    """The agent file and the user config, as a prompt in *cwd* reads them (see :func:`load_agent`)."""
+    try:
+        config = load_user_config(config_path)
+    except ConfigError as exc:
+        raise RPCError("config_error", str(exc)) from None
+    agent, found = load_agent(cwd, agent_path)
+    return agent, config, found
+
+
+def resolve(cwd: Path, *, agent: str | None, model: str | None, yolo: bool, config_path: Path) -> Plan:
+    """Read the files and choose the model of a prompt in *cwd*.
+
+    Blocking (YAML): run it in a worker thread. The secrets the config and the
+    agent file name are withheld from every child from now on.
+
+    Errors: RPCError config_error (bad file, unknown provider) or no_model.
+    """
+    agent_file, config, found = load(cwd, agent, config_path)
+    withhold(secret_variables(config) | credential_variables(agent_file.mcp))
+    ref = model or agent_file.model or config.default_model or _local_default()
+    if not ref:
+        raise RPCError(
+            "no_model",
+            "no model configured: pass --model PROVIDER/MODEL, set `model:` in the agent file, "
+            f"or `default_model:` in {config_path} (the README's Models section shows how); "
+            "or run `mm local setup` to install a local model, used when none is configured",
+        )
+    try:
+        chosen = ModelRef.parse(config, ref, found.parent if found else cwd)
+    except ConfigError as exc:
+        raise RPCError("config_error", str(exc)) from None
+    return Plan(
+        cwd=cwd,
+        config=config,
+        config_path=config_path,
+        agent=agent_file,
+        agent_path=str(found) if found else None,
+        model=chosen,
+        yolo=yolo,
+    )
+
+
+def _local_default() -> str | None:
+    """The installed local model, used when nothing names one."""
+    if local_catalog.server_ready() and local_catalog.model_ready(local_catalog.DEFAULT_MODEL):
+        return f"local/{local_catalog.DEFAULT_MODEL}"
+    return None
+
+
+def assemble(plan: Plan, provider: Provider, mcp_tools: list[McpTool], mcp_warnings: list[str]) -> TurnSetup:
+    """The :class:`TurnSetup` of a resolved plan, given its model connection and its MCP tools."""
+    agent, cwd, d = plan.agent, plan.cwd, plan.config.daemon
+    registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
+    pass_env = tuple(agent.pass_env)
+    return TurnSetup(
+        warnings=[*mcp_warnings, *warnings],  # emitted by the turn, so they are among its events
+        hooks=merged_hooks(
+            plan.config.hooks, plan.config_path.parent, agent.hooks, agent.base_dir or cwd, pass_env=pass_env
+        ),
+        pass_env=pass_env,
+        provider=provider,
+        model_name=provider.name,
+        system=system_prompt(agent.system, cwd, skills.render()),
+        registry=registry,
+        yolo=plan.yolo or agent.yolo,
+        max_steps=agent.max_steps or d.max_steps,
+        temperature=agent.temperature,
+        limits=Limits(
+            timeout=d.tool_timeout, grace=d.grace, max_bytes=d.output_max_bytes, max_lines=d.output_max_lines
+        ),
+        skills=skills,
+        recover_tool_calls=plan.model.recover_tool_calls,
+        loop=agent.loop,
+        phases=agent.phases,
+    )

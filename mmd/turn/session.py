@@ -1,72 +1,87 @@
-"""A session: its conversation, its subscribers, and the turn loop.
+"""A session: its conversation, its subscribers, and the life cycle of its turns.
 
-A turn is model → tool calls → results → model, until the model answers
-without calling a tool or a limit is reached. Every step is an event,
-committed to the store before it is sent, so a client that reconnects (or a
-daemon that was killed) loses nothing that was announced.
+Every step of a turn is an event, committed to the store before it is sent,
+so a client that reconnects (or a daemon that was killed) loses nothing that
+was announced. The session knows its host only through :class:`Host` (the
+store, the state folder, the log) and its clients only through
+:class:`Subscriber`: it imports nothing of the server.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
-from ..models.base import Completion, Message, ModelError
-from ..models.recovery import recover_completion
-from ..policy.consent import ConsentGate
+from ..models.base import Message, ModelError
+from ..policy.consent import Answer, Asks, Ledger, Pending
 from ..rpc.methods import ConsentAnswer, Event
-from . import phases
-from .calls import CallRunner, StopTurn
-from .loops import LoopDetector, call_key, error_code
+from ..store import SessionRow, Store
+from .loop import StopTurn, run_steps
 from .plan import TurnSetup
-
-if TYPE_CHECKING:
-    from ..server.connection import Connection
-    from ..server.daemon import Daemon
-    from ..store import SessionRow
 
 log = logging.getLogger(__name__)
 
 
+class Host(Protocol):
+    """What a session needs of the daemon that holds it."""
+
+    store: Store
+    state_dir: Path
+    log_path: Path
+
+
+class Subscriber(Protocol):
+    """A client attached to sessions: it is sent their events."""
+
+    client: str
+    peer_pid: int
+    subscriptions: dict[str, bool]
+
+    def notify(self, method: str, params: Any) -> None: ...
+
+
 class Session:
-    def __init__(self, daemon: Daemon, row: SessionRow) -> None:
-        self.daemon = daemon
+    def __init__(self, host: Host, row: SessionRow) -> None:
+        self.store = host.store
+        self.log_path = host.log_path
         self.row = row
         self.id = row.id
         self.cwd = Path(row.cwd)
-        self.dir = daemon.state_dir / "sessions" / row.id
+        self.dir = host.state_dir / "sessions" / row.id
         # Attached clients, and whether each can answer consent asks.
-        self.subscribers: dict[Connection, bool] = {}
-        self.messages: list[Message] = daemon.store.messages(row.id)
+        self.subscribers: dict[Subscriber, bool] = {}
+        self.messages: list[Message] = self.store.messages(row.id)
         self.running = False
         self.turn_done = trio.Event()
         self.turn_done.set()
         self._scope: trio.CancelScope | None = None
-        self.consent = ConsentGate(self)
+        self.asks = Asks()
+        self.ledger = Ledger(self.store, self.id, str(self.cwd))
         # trio.current_time() when it last stopped being in use (a turn, a client), for unloading.
         self.idle_since = trio.current_time()
-        self._close_open_calls("the daemon stopped before this call finished")
+        self.close_open_calls("the daemon stopped before this call finished")
 
     # -- events and subscribers ------------------------------------------
 
     def emit(self, kind: str, data: dict[str, Any]) -> Event:
         """Commit an event, then send it to every subscriber."""
-        event = self.daemon.store.append_event(self.id, kind, data)
+        event = self.store.append_event(self.id, kind, data)
         for conn in list(self.subscribers):
             conn.notify("event", event)
         return event
 
-    def subscribe(self, conn: Connection, *, interactive: bool) -> None:
+    def subscribe(self, conn: Subscriber, *, interactive: bool) -> None:
         self.subscribers[conn] = interactive or self.subscribers.get(conn, False)
         conn.subscriptions[self.id] = self.subscribers[conn]
 
-    def unsubscribe(self, conn: Connection) -> None:
+    def unsubscribe(self, conn: Subscriber) -> None:
         self.subscribers.pop(conn, None)
         conn.subscriptions.pop(self.id, None)
-        self.consent.subscribers_changed()
+        if not self.can_ask():
+            self.asks.deny_all()  # the last client that could answer went away
         if not self.subscribers:
             self.idle_since = trio.current_time()
 
@@ -76,37 +91,55 @@ class Session:
         An idle session can be dropped from memory and loaded again from the
         store: everything it holds is there.
         """
-        if self.running or self.subscribers or self.consent.pending:
+        if self.running or self.subscribers or self.asks.pending:
             return 0.0
         return max(0.0, now - self.idle_since)
+
+    # -- consent asks: the policy asks, the attached clients answer ---------
 
     def can_ask(self) -> bool:
         return any(self.subscribers.values())
 
+    async def ask(self, request: dict[str, Any], pending: Pending) -> Answer:
+        """Announce a ``consent_needed`` ask and wait for a client's answer."""
+        request_id, answer = await self.asks.wait(
+            pending, lambda rid: self.emit("consent_needed", {"request_id": rid, **request})
+        )
+        self.emit(
+            "consent_answered",
+            {
+                "request_id": request_id,
+                "call_id": request["call_id"],
+                "decision": answer.decision,
+                "reason": answer.reason,
+                "by": answer.origin,
+            },
+        )
+        return answer
+
+    def answer_consent(self, conn: Subscriber, answer: ConsentAnswer) -> None:
+        self.asks.answer(answer, f"{conn.client} (pid {conn.peer_pid})")
+
     # -- the conversation --------------------------------------------------
 
-    def _add_message(self, msg: Message) -> None:
-        self.daemon.store.append_message(self.id, msg)
+    def add_message(self, msg: Message) -> None:
+        self.store.append_message(self.id, msg)
         self.messages.append(msg)
 
-    def _close_open_calls(self, reason: str) -> None:
+    def close_open_calls(self, reason: str) -> None:
         """Answer tool calls left without a result, so the history stays valid for the model."""
         for index in range(len(self.messages) - 1, -1, -1):
             msg = self.messages[index]
+            if msg.role == "user":
+                return
             if msg.role == "assistant":
                 answered = {m.tool_call_id for m in self.messages[index + 1 :] if m.role == "tool"}
                 for call in msg.tool_calls:
                     if call.id not in answered:
-                        self._add_message(
-                            Message(
-                                role="tool",
-                                tool_call_id=call.id,
-                                name=call.name,
-                                content=f"Not run: {reason}.",
-                            )
+                        content = f"Not run: {reason}."
+                        self.add_message(
+                            Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
                         )
-                return
-            if msg.role == "user":
                 return
 
     # -- turns ---------------------------------------------------------------
@@ -118,42 +151,6 @@ class Session:
         self._scope.cancel()
         return True
 
-    async def run_turn(self, prompt: str, setup: TurnSetup) -> None:
-        """Run one turn to its end; never raises except on daemon shutdown.
-
-        Cancellation: tool processes are stopped, unanswered calls get a
-        "cancelled" result, and a ``turn_ended`` event with status
-        ``cancelled`` is committed before this returns.
-        """
-        status, text, error = "cancelled", "", None
-        self.emit("turn_started", {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)})
-        for warning in setup.warnings:
-            self.emit("warning", {"message": warning})
-        if not self.row.title:
-            self.daemon.store.set_title(self.id, prompt)
-            self.row.title = self.daemon.store.get_session(self.id).title
-        self._add_message(Message(role="user", content=prompt))
-        try:
-            with trio.CancelScope() as self._scope:
-                status, text = await self._steps(setup)
-        except StopTurn as stop:
-            status, text = stop.status, stop.text
-        except ModelError as exc:
-            status, error = "error", str(exc)
-        except Exception as exc:
-            log.exception("session %s: turn failed", self.id)
-            status, error = "error", f"internal error: {exc!r}; details are in {self.daemon.log_path}"
-        finally:
-            self._scope = None
-            self._close_open_calls(
-                "the turn was cancelled" if status == "cancelled" else "the turn ended first"
-            )
-            self.running = False
-            self.idle_since = trio.current_time()
-            self.daemon.store.touch_session(self.id)
-            self.emit("turn_ended", {"status": status, "text": text, "error": error})
-            self.turn_done.set()
-
     def start(self) -> None:
         self.running = True
         self.turn_done = trio.Event()
@@ -164,67 +161,42 @@ class Session:
         self.idle_since = trio.current_time()
         self.turn_done.set()
 
-    async def _steps(self, setup: TurnSetup) -> tuple[str, str]:
-        runner = CallRunner(self, setup)
-        phases.begin(self, setup)  # with phases: only the current phase's tools
-        detector = LoopDetector(setup.loop)
-        for _ in range(setup.max_steps):
-            completion = await self._model_step(setup)
-            if not completion.tool_calls:
-                return "ok", completion.text
-            for call in completion.tool_calls:
-                key = call_key(call.name, call.arguments)
-                try:
-                    if (loop := detector.before(key)) is not None:  # told once already: stop, don't run
-                        self.emit("loop_detected", loop.data("stop"))
-                        raise StopTurn("loop", loop.message)
-                    result = await runner.run(call)
-                except StopTurn as stop:  # the call's own answer, before the turn ends
-                    self._add_message(
-                        Message(role="tool", tool_call_id=call.id, name=call.name, content=stop.text)
-                    )
-                    raise
-                content = result.content
-                if (loop := detector.after(key, error_code(result.ok, result.data))) is not None:
-                    self.emit("loop_detected", loop.data("nudge"))
-                    content = f"{content}\n\n{loop.message}"  # read right after the call
-                self._add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
-        raise StopTurn(
-            "max_steps",
-            f"Stopped after {setup.max_steps} model steps (max_steps). "
-            "Continue with `mm --continue -p ...` or raise max_steps in the agent file.",
-        )
+    async def run_turn(self, prompt: str, setup: TurnSetup) -> None:
+        """Run one turn to its end; never raises except on daemon shutdown.
 
-    async def _model_step(self, setup: TurnSetup) -> Completion:
-        def on_retry(attempt: int, wait: float, reason: str) -> None:
-            self.emit("model_retry", {"attempt": attempt, "wait": round(wait, 3), "reason": reason})
+        Cancellation: tool processes are stopped, unanswered calls get a
+        "cancelled" result, and a ``turn_ended`` event with status
+        ``cancelled`` is committed before this returns.
+        """
+        status, text, error = "cancelled", "", None
+        self._begin(prompt, setup)
+        try:
+            with trio.CancelScope() as self._scope:
+                status, text = await run_steps(self, setup)
+        except StopTurn as stop:
+            status, text = stop.status, stop.text
+        except ModelError as exc:
+            status, error = "error", str(exc)
+        except Exception as exc:
+            log.exception("session %s: turn failed", self.id)
+            status, error = "error", f"internal error: {exc!r}; details are in {self.log_path}"
+        finally:
+            self._end(status, text, error)
 
-        completion = await setup.provider.complete(
-            setup.request_messages(self.messages),
-            setup.registry.specs(),
-            on_text=lambda text: self.emit("text", {"text": text}),
-            on_retry=on_retry,
-            temperature=setup.temperature,
-        )
-        if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
-            completion = recover_completion(completion, setup.recoverable_names())
-            for c in completion.tool_calls:
-                self.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
-        self._add_message(
-            Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls)
-        )
-        self.emit(
-            "assistant",
-            {
-                "text": completion.text,
-                "tool_calls": [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls
-                ],
-                "finish_reason": completion.finish_reason,
-                "usage": {"input": completion.usage.input_tokens, "output": completion.usage.output_tokens},
-            },
-        )
-        return completion
+    def _begin(self, prompt: str, setup: TurnSetup) -> None:
+        self.emit("turn_started", {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)})
+        for warning in setup.warnings:
+            self.emit("warning", {"message": warning})
+        if not self.row.title:
+            self.store.set_title(self.id, prompt)
+            self.row.title = self.store.get_session(self.id).title
+        self.add_message(Message(role="user", content=prompt))
 
-    def answer_consent(self, conn: Connection, answer: ConsentAnswer) -> None:
-        self.consent.answer(conn, answer)
+    def _end(self, status: str, text: str, error: str | None) -> None:
+        self._scope = None
+        self.close_open_calls("the turn was cancelled" if status == "cancelled" else "the turn ended first")
+        self.running = False
+        self.idle_since = trio.current_time()
+        self.store.touch_session(self.id)
+        self.emit("turn_ended", {"status": status, "text": text, "error": error})
+        self.turn_done.set()

@@ -16,8 +16,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from mmd.contract import closest
 from mmd.tools.base import ToolContext, ToolError
-from mmd.tools.contract import closest
 
 # The longest line shown whole; a longer one is cut with a note.
 MAX_LINE = 2000

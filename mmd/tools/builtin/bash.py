@@ -7,15 +7,13 @@ truncated for the model with the whole output kept in a spill file.
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
-from ...procs import run_tool_process
-from ..base import ToolContext, ToolResult
-from .echo import EchoLimiter
+from ..base import Tool, ToolContext, ToolResult
+from ..process import process_answer, run_process
 
 
-class Bash:
+class Bash(Tool):
     name = "bash"
     description = "Run a shell command in the working directory and return its output and exit code."
     parameters: dict[str, Any] = {
@@ -33,49 +31,10 @@ class Bash:
     }
     tier = "write"
     example: dict[str, Any] = {"command": "ls -la"}
-    source = "builtin"
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"$ {args.get('command', '')}"
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        spill = ctx.session_dir / f"output-{ctx.call_id}.log"
-        echo = EchoLimiter(ctx, spill)
-        result = await run_tool_process(
-            ["bash", "-c", args["command"]],
-            cwd=ctx.cwd,
-            env=ctx.env(),
-            spill_path=spill,
-            on_output=echo,
-            timeout=float(args.get("timeout") or ctx.limits.timeout),
-            grace=ctx.limits.grace,
-            max_bytes=ctx.limits.max_bytes,
-            max_lines=ctx.limits.max_lines,
-            pass_env=ctx.pass_env,
-        )
-        return process_answer(result)
-
-
-def process_answer(result: Any) -> ToolResult:
-    """What the model reads of a finished process: its output, then how it ended."""
-    data: dict[str, Any] = {
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-        "timed_out": result.timed_out,
-        "duration": round(result.duration, 3),
-    }
-    if result.spill_path:
-        data["output_file"] = result.spill_path
-    if result.spawn_error:
-        data["error"] = result.spawn_error
-        return ToolResult(ok=False, content=result.spawn_error, data=data)
-    if result.timed_out:
-        status = f"[timed out after {result.duration:.0f} s; the process group was stopped]"
-    elif result.signal:
-        status = f"[killed by signal {signal.Signals(result.signal).name}]"
-    else:
-        status = f"[exit code {result.exit_code}]"
-    body = result.output if result.output.endswith("\n") or not result.output else result.output + "\n"
-    ok = result.exit_code == 0 and not result.timed_out
-    return ToolResult(ok=ok, content=f"{body}{status}", data=data)
+        timeout = float(args.get("timeout") or ctx.limits.timeout)
+        return process_answer(await run_process(["bash", "-c", args["command"]], ctx, timeout=timeout))

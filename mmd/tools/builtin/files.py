@@ -9,7 +9,7 @@ cancellation is delivered; a write is atomic, so it never leaves half a file.
 """
 
 # The schema and example dicts are class attributes read as the Tool
-# protocol's attributes; the tools are stateless and never change them.
+# base class's attributes; the tools are stateless and never change them.
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from mmd.tools.base import ToolContext, ToolError, ToolResult
+from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import (
     atomic_write,
     count_lines,
@@ -35,7 +35,7 @@ from mmd.tools.builtin._fs import (
 READ_LIMIT = 2000
 
 
-class ReadFile:
+class ReadFile(Tool):
     name = "read_file"
     description = (
         "Read a text file; each line comes with its number. "
@@ -68,7 +68,6 @@ class ReadFile:
     }
     tier = "read"
     example: dict[str, Any] = {"path": "src/app.py", "offset": 1, "limit": 200}
-    source = "builtin"
 
     def echo(self, args: dict[str, Any]) -> str:
         offset, limit = args.get("offset", 1), args.get("limit", READ_LIMIT)
@@ -111,7 +110,7 @@ def _read(ctx: ToolContext, p: Path, shown: str, offset: int, limit: int) -> Too
     return ToolResult(ok=True, content="\n".join([*shown_lines, note]), data=data)
 
 
-class WriteFile:
+class WriteFile(Tool):
     name = "write_file"
     description = (
         "Create a text file, or replace all of an existing one, with content. Creates missing folders. "
@@ -131,7 +130,6 @@ class WriteFile:
     }
     tier = "write"
     example: dict[str, Any] = {"path": "notes/todo.md", "content": "# To do\n- write the tests\n"}
-    source = "builtin"
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"write_file {args.get('path', '')} ({len(str(args.get('content', '')).encode())} bytes)"
@@ -163,7 +161,7 @@ def _write(p: Path, shown: str, content: str) -> ToolResult:
     )
 
 
-class EditFile:
+class EditFile(Tool):
     name = "edit_file"
     description = (
         "Replace exact text in a file. old_text must match the file exactly, indentation included, "
@@ -193,7 +191,6 @@ class EditFile:
     }
     tier = "write"
     example: dict[str, Any] = {"path": "src/app.py", "old_text": "timeout = 30", "new_text": "timeout = 60"}
-    source = "builtin"
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"edit_file {args.get('path', '')}" + (" (every match)" if args.get("replace_all") else "")

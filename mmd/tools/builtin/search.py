@@ -9,7 +9,7 @@ cancellation is delivered; grep's ``rg`` child is killed by ``trio.run_process``
 """
 
 # The schema and example dicts are class attributes read as the Tool
-# protocol's attributes; the tools are stateless and never change them.
+# base class's attributes; the tools are stateless and never change them.
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from mmd.procs.environ import child_environment
-from mmd.tools.base import ToolContext, ToolError, ToolResult
+from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
 
 # Entries list_files shows at most.
@@ -52,7 +52,7 @@ _SKIPPED_DIRS = frozenset(
 )
 
 
-class ListFiles:
+class ListFiles(Tool):
     name = "list_files"
     description = (
         "List the files and folders whose path matches a glob pattern, sorted; folders end with /. "
@@ -76,7 +76,6 @@ class ListFiles:
     }
     tier = "read"
     example: dict[str, Any] = {"pattern": "**/*.py", "path": "src"}
-    source = "builtin"
 
     def echo(self, args: dict[str, Any]) -> str:
         path = args.get("path", ".")
@@ -165,7 +164,7 @@ def _list_answer(shown: str, pattern: str, found: list[str], skipped: list[str])
     return ToolResult(ok=True, content="\n".join(lines), data={"count": len(found)})
 
 
-class Grep:
+class Grep(Tool):
     name = "grep"
     description = (
         "Search the contents of files with a regular expression; answers path:line:text for each matching line. "
@@ -194,7 +193,6 @@ class Grep:
     }
     tier = "read"
     example: dict[str, Any] = {"pattern": "def main", "path": "src", "glob": "*.py"}
-    source = "builtin"
 
     def echo(self, args: dict[str, Any]) -> str:
         parts = ["grep", shlex.quote(str(args.get("pattern", ""))), str(args.get("path", "."))]

@@ -1,11 +1,8 @@
 """The read_skill tool: the body of one skill from the catalogue in the system prompt.
 
-The catalogue is the session's, found in ``ctx.extra["skills"]``
-(a :class:`mmd.tools.skills.Catalogue`).
+The catalogue is the session's (a :class:`mmd.tools.skills.Catalogue`), given
+when the turn's tools are made (:func:`mmd.tools.builtin.make_builtins`).
 """
-
-# The schema and example dicts are class attributes read as the Tool
-# protocol's attributes; the tool is stateless and never changes them.
 
 from __future__ import annotations
 
@@ -13,12 +10,12 @@ from typing import Any
 
 import trio
 
-from mmd.tools.base import ToolContext, ToolError, ToolResult
-from mmd.tools.contract import closest
+from mmd.contract import closest
+from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.skills import Catalogue, Skill
 
 
-class ReadSkill:
+class ReadSkill(Tool):
     name = "read_skill"
     description = (
         "Read one skill from the skills list: its instructions, and the other files it comes with. "
@@ -31,13 +28,15 @@ class ReadSkill:
     }
     tier = "read"
     example: dict[str, Any] = {"name": "release-notes"}
-    source = "builtin"
+
+    def __init__(self, catalogue: Catalogue | None = None) -> None:
+        self.catalogue = catalogue
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"read_skill {args.get('name', '')}"
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        catalogue: Catalogue | None = ctx.extra.get("skills")
+        catalogue = self.catalogue
         if not catalogue:
             raise ToolError("no_skills", "This agent has no skills.", cls="terminal")
         skill = catalogue.get(args["name"])

@@ -1,0 +1,269 @@
+"""Results of every RPC method, as msgspec Structs shared by daemon and clients.
+
+Each handler in mmd/api returns one of these; msgpack encodes a Struct as the
+map docs/protocol.md describes. A field whose default is ``UNSET`` is left out
+of that map until it is given: the wire tells "absent" from "null" exactly as
+the method documents it (``events`` of ``session.show``, the connection facts
+of an ``mcp.list`` row). Unknown fields are accepted when a client decodes a
+result, so a newer daemon may add one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from .methods import Event
+
+
+class _Result(msgspec.Struct, kw_only=True):
+    pass
+
+
+class Done(_Result):
+    """``{}``: the method did what was asked and has nothing to say."""
+
+
+# -- handshake and daemon.* -------------------------------------------------------------------
+
+
+class HandshakeResult(_Result):
+    protocol: int
+    daemon_version: str
+    pid: int
+    capabilities: list[str]
+
+
+class DaemonStatus(_Result):
+    pid: int
+    version: str
+    protocol: int
+    socket: str
+    store: str
+    log: str
+    uptime: float  # seconds
+    clients: int
+    sessions_loaded: int
+    turns_running: int
+
+
+class Stopping(_Result):
+    stopping: bool
+    pid: int
+
+
+# -- session.* --------------------------------------------------------------------------------
+
+
+class Prompted(_Result):
+    session_id: str
+    after_seq: int  # this turn's events are those with seq > after_seq
+
+
+class Cancelled(_Result):
+    cancelled: bool  # false when no turn ran
+
+
+class Subscribed(_Result):
+    session_id: str
+    events: list[Event]  # stored events after after_seq (the replay)
+    running: bool
+    pending_consent: list[dict[str, Any]]  # data of the consent_needed events still waiting
+
+
+class SessionInfo(_Result):
+    """One row of ``session.list``, and the ``session`` of ``session.show``."""
+
+    id: str
+    created: float
+    updated: float
+    cwd: str
+    agent: str | None
+    model: str
+    title: str
+    turns: int
+    running: bool
+    last_status: str | None  # status of the newest turn_ended; None before any ended
+
+
+class SessionList(_Result):
+    sessions: list[SessionInfo]
+
+
+class TurnEnding(_Result):
+    status: str | None
+    error: str | None
+
+
+class ChatToolCall(_Result):
+    id: str
+    name: str
+    arguments: str  # JSON text exactly as the model sent it
+
+
+class ChatMessage(_Result, omit_defaults=True):
+    """One message of the model's context, as stored (mmd.models.base.Message)."""
+
+    role: str  # system | user | assistant | tool
+    content: str = ""
+    tool_calls: list[ChatToolCall] = []
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class SessionShow(_Result):
+    session: SessionInfo
+    messages: list[ChatMessage]
+    turns: list[TurnEnding]  # of each turn that ended, oldest first
+    events: list[Event] | UnsetType = UNSET  # only when asked for
+
+
+# -- consent.* --------------------------------------------------------------------------------
+
+
+class ConsentRule(_Result):
+    id: int
+    tool: str
+    kind: str  # tool | exact | prefix | path
+    rule: str | None
+    scope: str  # session | project | global
+    scope_key: str
+    decision: str
+    created: float
+    origin: str
+
+
+class ConsentRules(_Result):
+    rules: list[ConsentRule]
+
+
+class Revoked(_Result):
+    revoked: int
+
+
+# -- tools.* and stats.* ----------------------------------------------------------------------
+
+
+class ToolInfo(_Result):
+    name: str
+    tier: str
+    source: str
+    description: str  # exactly as sent to the model
+    parameters: dict[str, Any]  # JSON Schema, exactly as sent to the model
+
+
+class ToolsListed(_Result):
+    agent: str | None
+    tools: list[ToolInfo]
+    skills: list[str]
+    warnings: list[str]
+
+
+class ToolsChecked(_Result):
+    agent: str | None
+    tools: list[str]  # the declared tool names
+
+
+class ToolStat(_Result):
+    tool: str
+    calls: int
+    first_attempts: int
+    first_valid: int
+    first_invalid: int
+    recoveries: int
+    top_error: str | None
+
+
+class ToolStats(_Result):
+    tools: list[ToolStat]
+
+
+# -- mcp.* ------------------------------------------------------------------------------------
+
+
+class _McpServer(_Result):
+    """What configures one MCP server, common to ``mcp.list`` and ``mcp.test``."""
+
+    name: str
+    origin: str  # the file that configured it
+    enabled: bool
+    transport: str  # http | stdio
+    target: str  # the URL, or the command line
+    include: list[str] | None
+    exclude: list[str]
+
+
+class McpServerState(_McpServer):
+    """A row of ``mcp.list``: the fields after ``error`` come only with a connection."""
+
+    state: str
+    error: str | None
+    pid: int | UnsetType | None = UNSET
+    connects: int | UnsetType = UNSET
+    drops: int | UnsetType = UNSET
+    calls: int | UnsetType = UNSET
+    in_flight: int | UnsetType = UNSET
+    tools_offered: int | UnsetType | None = UNSET
+    connect_seconds: float | UnsetType | None = UNSET
+    connected_at: float | UnsetType | None = UNSET
+    protocol: str | UnsetType | None = UNSET
+    log: str | UnsetType | None = UNSET
+
+
+class McpServers(_Result):
+    agent: str | None
+    config: str | None
+    servers: list[McpServerState]
+
+
+class McpToolInfo(_Result):
+    name: str
+    remote_name: str
+    tier: str
+    tokens: int  # estimated cost in every request
+    description: str
+
+
+class McpServerInfo(_Result):
+    name: str | None
+    version: str | None
+
+
+class McpTested(_McpServer):
+    """``mcp.test``: the fields after ``error`` come only when the server was reached."""
+
+    ok: bool
+    tools: list[McpToolInfo]
+    tokens: int
+    warnings: list[str]
+    error: str | None = None
+    reused: bool | UnsetType = UNSET
+    connect_seconds: float | UnsetType | None = UNSET
+    connects: int | UnsetType = UNSET
+    pid: int | UnsetType | None = UNSET
+    protocol: str | UnsetType | None = UNSET
+    server: McpServerInfo | UnsetType = UNSET
+    offered: int | UnsetType = UNSET
+
+
+# -- eval.* -----------------------------------------------------------------------------------
+
+
+class EvalCase(_Result):
+    name: str
+    expect: list[str]  # the argv the action must receive, program name first
+    prompts: dict[str, str]  # language -> prompt
+
+
+class EvalFixture(_Result):
+    """An ``mm eval`` fixture, checked: its folder, its file and what it asks for."""
+
+    root: str  # the folder holding the file; mode agent files are relative to it
+    file: str
+    runs: int
+    modes: dict[str, str]  # mode -> agent file
+    cases: list[EvalCase]
+    log: str  # the file the actions append their argv to, in the working directory
+    timeout: float  # seconds per run

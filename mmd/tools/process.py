@@ -1,0 +1,124 @@
+"""What bash, declared and MCP tools share: a child run for one call, its echo, what the model reads.
+
+- :func:`run_process` runs an argv under the supervisor (mmd.procs): its own
+  process group, a timeout, the output echoed to the user as ``tool_output``
+  events and truncated for the model, the whole kept in the call's spill file.
+- :func:`process_answer` is what the model reads of a finished process: its
+  output, then how it ended.
+- :func:`capped_text` cuts any long text a tool returns (an MCP answer) the
+  same way, the whole written to the spill file.
+- :class:`EchoLimiter` caps the echo of one call's output, so a flood never
+  fills the store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from ..procs import OutputCapture, ProcResult, run_tool_process
+from .base import ToolContext, ToolResult
+
+# Echoed bytes per tool call; the rest is in the spill file.
+ECHO_LIMIT = 256 * 1024
+
+
+class EchoLimiter:
+    """``on_output`` callback that emits tool_output events up to ECHO_LIMIT."""
+
+    def __init__(self, ctx: ToolContext, spill: Path, limit: int = ECHO_LIMIT) -> None:
+        self.ctx = ctx
+        self.spill = spill
+        self.left = limit
+
+    def __call__(self, stream: str, text: str) -> None:
+        if self.left <= 0:
+            return
+        if len(text) >= self.left:
+            text = text[: self.left] + f"\n[echo stopped here; the whole output is in {self.spill}]\n"
+            self.left = 0
+        else:
+            self.left -= len(text)
+        self.ctx.emit("tool_output", {"call_id": self.ctx.call_id, "stream": stream, "text": text})
+
+
+async def run_process(
+    argv: list[str],
+    ctx: ToolContext,
+    *,
+    timeout: float,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> ProcResult:
+    """Run *argv* for the call *ctx*: in *cwd* (default the session's), with *env* under the call's variables.
+
+    Cancellation: the process group is stopped before Cancelled leaves.
+    """
+    ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    spill = ctx.spill_path
+    return await run_tool_process(
+        argv,
+        cwd=cwd or ctx.cwd,
+        env={**(env or {}), **ctx.env()},
+        spill_path=spill,
+        on_output=EchoLimiter(ctx, spill),
+        timeout=timeout,
+        grace=ctx.limits.grace,
+        max_bytes=ctx.limits.max_bytes,
+        max_lines=ctx.limits.max_lines,
+        pass_env=ctx.pass_env,
+    )
+
+
+def process_answer(result: ProcResult) -> ToolResult:
+    """What the model reads of a finished process: its output, then how it ended."""
+    data: dict[str, Any] = {
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+        "timed_out": result.timed_out,
+        "duration": round(result.duration, 3),
+    }
+    if result.spill_path:
+        data["output_file"] = result.spill_path
+    if result.spawn_error:
+        data["error"] = result.spawn_error
+        return ToolResult(ok=False, content=result.spawn_error, data=data)
+    body = result.output if result.output.endswith("\n") or not result.output else result.output + "\n"
+    ok = result.exit_code == 0 and not result.timed_out
+    return ToolResult(ok=ok, content=f"{body}{_status(result)}", data=data)
+
+
+def _status(result: ProcResult) -> str:
+    if result.timed_out:
+        return f"[timed out after {result.duration:.0f} s; the process group was stopped]"
+    if result.signal:
+        return f"[killed by signal {signal.Signals(result.signal).name}]"
+    return f"[exit code {result.exit_code}]"
+
+
+def capped_text(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
+    """What the model reads of *text*: bash's head/tail within the limits, the whole in the spill file.
+
+    Also echoed to the user, as a child's output is. Returns the text and its data
+    fields (``bytes``, ``truncated``, and ``output_file`` when cut).
+    """
+    spill = ctx.spill_path
+    capture = OutputCapture(
+        None,
+        max_bytes=ctx.limits.max_bytes,
+        max_lines=ctx.limits.max_lines,
+        on_output=EchoLimiter(ctx, spill),
+    )
+    raw = text.encode("utf-8", "replace")
+    capture.feed("stdout", raw)
+    capture.finish()
+    data: dict[str, Any] = {"bytes": capture.total_bytes, "truncated": capture.truncated}
+    if not capture.truncated:
+        return capture.render(None), data
+    ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(spill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
+        f.write(raw)  # 0600, as every spill file
+    data["output_file"] = str(spill)
+    return capture.render(str(spill)), data

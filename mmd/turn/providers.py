@@ -1,0 +1,122 @@
+"""The model connections of the daemon's turns: one provider per model, kept while the daemon runs.
+
+A local model's provider is keyed by its server's URL (the server may come
+back on another port). A scripted model (tests, benchmarks) replays its
+script from the start for each session, going on where the session's last
+turn left it; its server lives as long as the turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from ..config import ConfigError
+from ..local.server import LocalServerError, LocalServers
+from ..models import scripted
+from ..models.base import Provider
+from ..models.factory import ModelRef
+from ..rpc import RPCError
+
+# Sessions whose scripted model position is remembered; the oldest is forgotten past this.
+SCRIPT_POSITIONS = 10_000
+
+
+@dataclass(kw_only=True)
+class _Scripted:
+    """The scripted model of one running turn: its server, what stops it, the provider using it."""
+
+    server: scripted.ScriptedServer
+    scope: trio.CancelScope
+    provider: Provider
+
+
+class Providers:
+    """Model connections, opened on first use; scripted servers are started in *nursery*."""
+
+    def __init__(self, nursery: trio.Nursery, local: LocalServers) -> None:
+        self.nursery = nursery
+        self.local = local
+        self.cache: dict[tuple[Any, ...], Provider] = {}
+        self._scripted: dict[str, _Scripted] = {}
+        self._positions: dict[str, scripted.Position] = {}
+
+    async def get(self, model: ModelRef, session_id: str) -> Provider:
+        """The provider for *model* in a turn of *session_id*.
+
+        Errors: RPCError model_error (a local server that cannot start) or config_error.
+        """
+        if "local" in model.extra:
+            return await self._local(model)
+        if model.script is not None:
+            return await self._start_scripted(model, session_id)
+        if model.key not in self.cache:
+            try:
+                self.cache[model.key] = model.build()
+            except ConfigError as exc:  # e.g. the API key's variable is not set
+                raise RPCError("config_error", str(exc)) from None
+        return self.cache[model.key]
+
+    async def _local(self, model: ModelRef) -> Provider:
+        try:
+            url = await self.local.url(model.extra["local"])
+        except LocalServerError as exc:
+            raise RPCError("model_error", str(exc)) from None
+        key = ("local", model.model, url)
+        if key not in self.cache:
+            self.cache[key] = model.build(base_url=url)
+        return self.cache[key]
+
+    async def _start_scripted(self, model: ModelRef, session_id: str) -> Provider:
+        await self.release(session_id)  # never two servers for a session
+        position = self._positions.get(session_id, scripted.START)
+        try:
+            script = scripted.load_script(model.script)  # type: ignore[arg-type]
+        except (OSError, scripted.ScriptError) as exc:
+            raise RPCError("config_error", f"scripted model: {exc}") from None
+        server, scope = await self.nursery.start(_serve_scripted, script, position)
+        provider = model.build(base_url=f"{server.url}/v1")
+        self._scripted[session_id] = _Scripted(server=server, scope=scope, provider=provider)
+        return provider
+
+    async def release(self, session_id: str) -> None:
+        """The session's turn ended: stop its scripted server, remembering where its script stands."""
+        entry = self._scripted.pop(session_id, None)
+        if entry is None:
+            return
+        self._positions.pop(session_id, None)  # re-inserted: the newest is forgotten last
+        self._positions[session_id] = entry.server.position
+        if len(self._positions) > SCRIPT_POSITIONS:
+            del self._positions[next(iter(self._positions))]
+        entry.scope.cancel()
+        with trio.CancelScope(shield=True):
+            await entry.provider.aclose()
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            for provider in self.cache.values():
+                await provider.aclose()
+
+
+async def _serve_scripted(
+    script: scripted.Script,
+    position: scripted.Position,
+    *,
+    task_status: trio.TaskStatus[tuple[scripted.ScriptedServer, trio.CancelScope]],
+) -> None:
+    # Under a scope of its own, so that the turn's end stops this server alone.
+    with trio.CancelScope() as scope:
+        started = _Started(task_status, scope)
+        await scripted.serve(script, position=position, task_status=started)
+
+
+class _Started:
+    """Hands the caller of ``nursery.start`` the server and the scope that stops it."""
+
+    def __init__(self, task_status: Any, scope: trio.CancelScope) -> None:
+        self.task_status, self.scope = task_status, scope
+
+    def started(self, server: scripted.ScriptedServer) -> None:
+        self.task_status.started((server, self.scope))

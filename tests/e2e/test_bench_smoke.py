@@ -1,0 +1,51 @@
+"""Smoke tests of bench/bench_client.py and bench/bench_load.py: they run end to end and print every figure
+(no timings checked)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ..paths import ROOT
+
+HEADINGS = (
+    "== 1. client cold start",
+    "== 2. mm -p to the first event",
+    "== 3. harness overhead of one tool call",
+)
+
+
+def test_bench_client_runs_and_prints_each_figure():
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_client.py"),
+            "--runs",
+            "2",
+            "--cold-runs",
+            "1",
+            "--tool-calls",
+            "3",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for heading in HEADINGS:
+        assert heading in done.stdout, done.stdout
+
+
+def test_bench_load_runs_every_session_and_prints_each_figure():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_load.py"), "--sessions", "5", "--warm-up", "1"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for heading in ("== 1. 5 mm -p at once", "== 2. the daemon", "== 3. the store, per session"):
+        assert heading in done.stdout, done.stdout
+    assert "completed: 5/5" in done.stdout

@@ -1,0 +1,184 @@
+"""The Neovim plugin (clients/nvim) in a real headless Neovim, against a real mmd and scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..paths import ROOT
+from .conftest import daemon_pids
+
+pytestmark = [
+    pytest.mark.nvim,
+    pytest.mark.skipif(shutil.which("nvim") is None, reason="Neovim is not installed (Debian: neovim)"),
+]
+
+PLUGIN = ROOT / "clients" / "nvim"
+
+
+def run_nvim(cwd: Path, *args: str, env: dict[str, str] | None = None, rtp: Path = PLUGIN) -> None:
+    """Headless Neovim with no user config that loads the plugin from *rtp*, as a plugin manager would."""
+    subprocess.run(
+        ["nvim", "--headless", "--clean", "-i", "NONE", "-n", "--cmd", f"set rtp^={rtp}", *args],
+        env={**os.environ, "HOME": str(cwd), **(env or {})},
+        cwd=cwd,
+        timeout=180,
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def user_message(request: dict[str, Any]) -> str:
+    return request["body"]["messages"][-1]["content"]
+
+
+def test_prompt_stream_consent_and_cancel(mm_home, scripted, daemon, tmp_path):
+    server = scripted(
+        [
+            {"text": "The file lists three Greek letters, alpha first."},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo consent-ok > ran.txt"}}]},
+            {"text": "I wrote ran.txt."},
+            {"text": "never shown", "delay": 120},
+        ]
+    )
+    work = mm_home / "work"
+    (work / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    out = tmp_path / "out.json"
+    run_nvim(
+        work,
+        "-c",
+        f"luafile {ROOT / 'tests' / 'e2e' / 'nvim' / 'plugin_turns.lua'}",
+        env={"MM_TEST_OUT": str(out), "MM_TEST_WORK": str(work)},
+    )
+    result = json.loads(out.read_text())
+    assert result["ok"], result["err"]
+    first, second, third = result["first"], result["second"], result["third"]
+    requests = server.requests()
+
+    # 1. The prompt went out with the buffer as context; the answer streamed into the buffer.
+    assert first["ended"] and first["status"] == "ok", first
+    sent = user_message(requests[0])
+    assert sent.startswith("what is in this file?\n\nnotes.txt:\n```text\nalpha\nbeta\ngamma\n```")
+    assert first["kinds"].count("text") >= 3  # streamed word by word, not in one piece
+    assert "The file lists three Greek letters, alpha first." in first["lines"]
+    assert "» what is in this file?" in first["lines"] and "  with notes.txt" in first["lines"]
+    assert first["lines"][-1] == "— ok"
+    assert result["answer_window"] and result["focus_stayed"]
+
+    # 2. The consent ask was put to vim.ui.select, answered "Allow once", and the tool really ran.
+    assert second["status"] == "ok", second
+    assert result["consent"]["items"] == [
+        "Allow once",
+        "Always allow",
+        "Always allow a command prefix…",
+        "Deny",
+    ]
+    assert "echo consent-ok > ran.txt" in result["consent"]["prompt"]
+    assert (work / "ran.txt").read_text() == "consent-ok\n"
+    assert user_message(requests[1]) == "now write the file"  # `!`: no context
+    assert "consent_needed" in second["kinds"] and "consent_answered" in second["kinds"]
+    lines = second["lines"]
+    assert any(line.startswith("● ") and "echo consent-ok > ran.txt" in line for line in lines)
+    assert any(line.startswith("  allow once") for line in lines)
+    assert "I wrote ran.txt." in lines
+    assert second["session_id"] == first["session_id"]  # MmContinue continued the session
+
+    # 3. The slow turn, with lines 2-3 as context, was cancelled.
+    assert result["started"] and result["running_before_cancel"]
+    assert third["ended"] and third["status"] == "cancelled", third
+    assert third["kinds"][-1] == "turn_ended"
+    assert third["lines"][-1].startswith("— cancelled")
+    assert third["session_id"] == first["session_id"]
+    sent = user_message(requests[3])
+    assert sent.startswith("this will be slow\n\nnotes.txt, lines 2-3:\n```text\nbeta\ngamma\n```")
+    assert len(requests) == 4
+
+
+AUTOSTART = """
+local mm = require('mm')
+mm.setup({cmd = {%s, '-m', 'mm.cli'}})
+vim.cmd('Mm! hello')
+local ended = vim.wait(60000, function() return mm.status().last_status ~= nil end, 10)
+local f = assert(io.open(os.getenv('MM_TEST_OUT'), 'w'))
+f:write(vim.fn.json_encode({ended = ended, status = mm.status(),
+  lines = vim.api.nvim_buf_get_lines(vim.fn.bufnr('mm://answer'), 0, -1, false)}))
+f:close()
+vim.cmd('qall!')
+"""
+
+
+def test_the_plugin_starts_the_daemon_when_none_answers(mm_home, scripted, tmp_path):
+    scripted([{"text": "Started on demand."}])
+    script = tmp_path / "autostart.lua"
+    script.write_text(AUTOSTART % json.dumps(sys.executable))
+    out = tmp_path / "out.json"
+    assert daemon_pids(mm_home) == []
+    run_nvim(mm_home / "work", "-c", f"luafile {script}", env={"MM_TEST_OUT": str(out)})
+    result = json.loads(out.read_text())
+    assert result["ended"] and result["status"]["last_status"] == "ok", result
+    assert "Started on demand." in result["lines"]
+    assert len(daemon_pids(mm_home)) == 1  # started by `mm daemon start`; mm_home stops it
+
+
+NO_DAEMON = """
+local mm = require('mm')
+mm.setup({autostart = false})
+vim.cmd('Mm! hello')
+vim.wait(60000, function() return mm.status().last_status ~= nil end, 10)
+local f = assert(io.open(os.getenv('MM_TEST_OUT'), 'w'))
+f:write(vim.fn.json_encode({status = mm.status(),
+  lines = vim.api.nvim_buf_get_lines(vim.fn.bufnr('mm://answer'), 0, -1, false)}))
+f:close()
+vim.cmd('qall!')
+"""
+
+
+def test_without_a_daemon_and_autostart_off_the_turn_ends_with_the_reason(mm_home, tmp_path):
+    script = tmp_path / "no_daemon.lua"
+    script.write_text(NO_DAEMON)
+    out = tmp_path / "out.json"
+    run_nvim(mm_home / "work", "-c", f"luafile {script}", env={"MM_TEST_OUT": str(out)})
+    result = json.loads(out.read_text())
+    assert result["status"]["last_status"] == "error" and not result["status"]["running"]
+    assert "mm daemon start" in result["status"]["last_error"]
+    ends = [line for line in result["lines"] if line.startswith("— ")]
+    assert len(ends) == 1 and "no daemon answers" in ends[0]
+    assert daemon_pids(mm_home) == []
+
+
+HELP = """
+vim.cmd('helptags ' .. vim.fn.fnameescape(os.getenv('MM_TEST_DOC')))
+local found = {}
+for _, tag in ipairs({'mm', 'mm.txt', ':Mm', ':MmContinue', ':MmCancel', 'mm-setup', 'mm-consent'}) do
+  found[tag] = pcall(vim.cmd, 'help ' .. tag)
+end
+local f = assert(io.open(os.getenv('MM_TEST_OUT'), 'w'))
+f:write(vim.fn.json_encode(found))
+f:close()
+vim.cmd('qall!')
+"""
+
+
+def test_help_tags_resolve(tmp_path):
+    doc = tmp_path / "plugin" / "doc"
+    shutil.copytree(PLUGIN / "doc", doc)  # helptags writes a tags file: not into the repository
+    script = tmp_path / "help.lua"
+    script.write_text(HELP)
+    out = tmp_path / "out.json"
+    run_nvim(
+        tmp_path,
+        "-c",
+        f"luafile {script}",
+        env={"MM_TEST_DOC": str(doc), "MM_TEST_OUT": str(out)},
+        rtp=doc.parent,
+    )
+    found = json.loads(out.read_text())
+    assert all(found.values()), found

@@ -1,0 +1,189 @@
+"""Tool calls written as text (mmd.models.recovery), on the shapes local models really write.
+
+The fixtures in tests/fixtures/recovery/ are outputs of the kind Qwen2.5-Coder
+0.5B/1.5B give behind llama.cpp's stock chat templates, which return no
+structured tool_calls: the call sits in the content.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mmd.models.base import Completion, ToolCall
+from mmd.models.recovery import default_enabled, recover, recover_completion
+
+from ... import paths
+
+FIXTURES = paths.FIXTURES / "recovery"
+TOOLS = ["bash", "read_file", "write_file", "edit_file", "list_files", "grep"]
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def calls_of(calls: list[ToolCall]) -> list[tuple[str, dict]]:
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+# --- outputs captured from the real 0.5B model (tests/fixtures/recovery/captured/README.md) ---------
+
+EVAL_TOOLS = ["release", "pkgtest", "status"]
+
+
+def captured(name: str) -> str:
+    return (FIXTURES / "captured" / name).read_text()
+
+
+def test_captured_bare_call():
+    text, calls = recover(captured("bare_call.txt"), EVAL_TOOLS)
+    assert calls_of(calls) == [("release", {"version": "1.4.2", "channel": "beta"})]
+    assert text == ""
+
+
+def test_captured_skill_name_is_a_call_only_when_skills_are_recoverable():
+    text = captured("skill_called_as_tool.txt")
+    assert recover(text, ["bash", "read_skill"]) == (text, [])
+    _, calls = recover(text, ["bash", "read_skill", "release-ops"])
+    assert calls_of(calls) == [("release-ops", {"version": "1.4.2"})]
+
+
+@pytest.mark.parametrize("name", ["unclosed_object.txt", "invented_tool_and_echoed_error.txt"])
+def test_captured_outputs_that_are_no_call_stay_text(name):
+    text = captured(name)
+    assert recover(text, [*EVAL_TOOLS, "bash", "read_skill", "release-ops"]) == (text, [])
+
+
+def test_captured_runaway_runs_each_distinct_call_once():
+    text, calls = recover(captured("runaway_until_token_limit.txt"), EVAL_TOOLS)
+    assert calls_of(calls) == [
+        ("pkgtest", {"package": "parser"}),
+        ("status", {"service": "search"}),
+        ("status", {"service": "parser"}),
+    ]
+    assert text.rstrip().endswith('{"name":')  # the cut-off tail stays text
+
+
+def test_captured_call_then_invented_result():
+    text, calls = recover(captured("call_then_invented_result.txt"), EVAL_TOOLS)
+    assert calls_of(calls) == [("pkgtest", {"package": "greet"})]
+    assert text == '{"response": "greet: 42 tests passed."}'
+
+
+# --- hand-written shapes --------------------------------------------------------------------------
+
+
+def test_fenced_json_with_prose_around_it():
+    text, calls = recover(fixture("fenced_json_prose.txt"), TOOLS)
+    assert calls_of(calls) == [("read_file", {"path": "README.md"})]
+    assert text == (
+        "To find out what is in the README, I will read the file using the `read_file` tool.\n\n"
+        "This will return the contents of the README.md file."
+    )
+    assert calls[0].id.startswith("rc_")
+
+
+def test_fenced_json_alone_leaves_no_text():
+    text, calls = recover(fixture("fenced_json_bare.txt"), TOOLS)
+    assert calls_of(calls) == [("grep", {"pattern": "TODO", "path": "src"})]
+    assert text == ""
+
+
+def test_two_fenced_calls_in_order_with_distinct_ids():
+    text, calls = recover(fixture("two_calls.txt"), TOOLS)
+    assert calls_of(calls) == [
+        ("list_files", {"path": "."}),
+        ("grep", {"pattern": "def main", "path": "."}),
+    ]
+    assert calls[0].id != calls[1].id
+    assert text == "Sure! First I will list the files, then I will search for the function."
+
+
+def test_a_call_repeated_in_one_message_runs_once():
+    # Qwen2.5-Coder-0.5B, stock template, after a tool result: it wrote the call again,
+    # then the examples of the other tools, over and over until its token limit.
+    repeated = '{"name": "grep", "arguments": {"pattern": "x"}}\n'
+    other = '{"name": "list_files", "arguments": {"path": "src"}}\n'
+    text, calls = recover(repeated + (other + repeated) * 20, TOOLS)
+    assert text == ""
+    assert calls_of(calls) == [("grep", {"pattern": "x"}), ("list_files", {"path": "src"})]
+
+
+def test_qwen_hermes_tool_call_tags():
+    text, calls = recover(fixture("tool_call_tags.txt"), TOOLS)
+    assert calls_of(calls) == [("read_file", {"path": "setup.py"})]
+    assert text == ""
+    text, calls = recover(fixture("tool_call_tags_two.txt"), TOOLS)
+    assert calls_of(calls) == [("read_file", {"path": "a.txt"}), ("read_file", {"path": "b.txt"})]
+    assert text == "I'll check both files."
+
+
+def test_stringified_arguments_are_unpacked():
+    _, [call] = recover(fixture("stringified_arguments.txt"), TOOLS)
+    assert call.name == "read_file"
+    assert json.loads(call.arguments) == {"path": "pyproject.toml"}
+
+
+def test_parameters_key_and_bare_object_in_prose():
+    _, calls = recover(fixture("parameters_key.txt"), TOOLS)
+    assert calls_of(calls) == [("grep", {"pattern": "import os", "path": "."})]
+    text, calls = recover(fixture("bare_object_in_prose.txt"), TOOLS)
+    assert calls_of(calls) == [("read_file", {"path": "config.yaml"})]
+    assert text == "I need to look at the configuration first.  Then I can answer."
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "package_json.txt",  # a package.json block: no tool is called "my-app", and it has no arguments
+        "package_json_tool_name.txt",  # named like a tool, but a manifest: version/main, no arguments
+        "unknown_name.txt",  # a call of a tool the catalogue does not hold
+        "malformed.txt",  # JSON that does not parse
+        "python_block.txt",  # code that mentions a call is not a call
+    ],
+)
+def test_false_positives_are_left_alone(name):
+    original = fixture(name)
+    assert recover(original, TOOLS) == (original, [])
+
+
+def test_only_tools_of_the_catalogue():
+    original = fixture("fenced_json_prose.txt")
+    assert recover(original, ["grep"]) == (original, [])
+    assert recover(original, []) == (original, [])
+
+
+def test_arguments_that_are_not_json_go_to_the_contract_verbatim():
+    _, [call] = recover('<tool_call>{"name": "read_file", "arguments": "path=README.md"}</tool_call>', TOOLS)
+    assert call.arguments == "path=README.md"  # the contract answers it as malformed, quoting it back
+
+
+def test_openai_shape_written_out():
+    text = '```json\n{"type": "function", "function": {"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}}\n```'
+    _, calls = recover(text, TOOLS)
+    assert calls_of(calls) == [("bash", {"command": "ls"})]
+
+
+def test_completion_with_structured_calls_is_what_the_session_skips():
+    completion = Completion(text=fixture("fenced_json_bare.txt"), finish_reason="stop")
+    recovered = recover_completion(completion, TOOLS)
+    assert recovered.text == "" and [c.name for c in recovered.tool_calls] == ["grep"]
+    plain = Completion(text="The answer is 42.")
+    assert recover_completion(plain, TOOLS) is plain
+
+
+@pytest.mark.parametrize(
+    ("kind", "url", "on"),
+    [
+        ("openai", "http://127.0.0.1:8080/v1", True),
+        ("openai", "http://localhost:11434/v1", True),
+        ("openai", "http://[::1]:8080/v1", True),
+        ("openai", "https://api.openai.com/v1", False),
+        ("openai", "http://192.168.1.5:8080/v1", False),
+        ("anthropic", "http://127.0.0.1:8080", False),
+    ],
+)
+def test_default_on_for_local_openai_endpoints(kind, url, on):
+    assert default_enabled(kind, url) is on

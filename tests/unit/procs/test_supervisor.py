@@ -1,0 +1,302 @@
+"""The supervisor, with real processes: results, spawn errors, and no survivor ever.
+
+Its stress tests (a hundred cancelled trees, a gigabyte of output) are in tests/e2e/test_supervisor_stress.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+import mmd.procs
+from mmd.procs import ProcResult, environ, supervised_process
+
+from ...process_trees import GRACE, cancel_tree_once, gone, run, tree_command, tree_pids
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_children() -> Iterator[None]:
+    yield
+    assert psutil.Process().children(recursive=True) == []
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_public_surface() -> None:
+    assert set(mmd.procs.__all__) == {
+        "NUL_SHOWN",
+        "TAG_VAR",
+        "OutputCapture",
+        "ProcResult",
+        "run_tool_process",
+        "set_owner",
+        "spawn_error_message",
+        "supervised_process",
+        "sweep_orphans",
+    }
+
+
+def test_sweep_orphans_stops_only_the_owners_processes() -> None:
+    import subprocess
+
+    def start(tag: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, mmd.procs.TAG_VAR: tag}
+        return subprocess.Popen(["sleep", "1000"], env=env, start_new_session=True)
+
+    mine, other = start("owner-a.1234"), start("owner-b.1234")
+    try:
+        swept = mmd.procs.sweep_orphans("owner-a")
+        assert swept == [mine.pid]
+        mine.wait(5)  # returns: the sweep stopped it (and reaped it, so no status is left)
+        assert other.poll() is None
+    finally:
+        for proc in (mine, other):
+            proc.kill()
+            proc.wait()
+
+
+async def test_exit_code_and_output(tmp_path: Path) -> None:
+    events: list[tuple[str, str]] = []
+    result = await run(
+        ["bash", "-c", "echo out; sleep 0.1; echo err >&2; exit 3"],
+        tmp_path,
+        on_output=lambda s, t: events.append((s, t)),
+    )
+    assert (result.exit_code, result.signal, result.timed_out) == (3, None, False)
+    assert result.output == "out\nerr\n"
+    assert (result.total_bytes, result.total_lines, result.truncated) == (8, 2, False)
+    assert events == [("stdout", "out\n"), ("stderr", "err\n")]
+    assert result.spill_path is None and not (tmp_path / "spill.log").exists()
+    assert result.spawn_error is None and result.duration > 0
+
+
+async def test_signal_is_reported(tmp_path: Path) -> None:
+    result = await run(py("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"), tmp_path)
+    assert (result.exit_code, result.signal) == (None, 15)
+    result = await run(["bash", "-c", "kill -9 $$"], tmp_path)
+    assert (result.exit_code, result.signal) == (None, 9)
+
+
+async def test_env_cwd_and_stdin(tmp_path: Path) -> None:
+    code = (
+        "import os; e = os.environ;"
+        "print(e['MM_SESSION_ID'], e['MM_TOOL_CALL_ID'], 'PATH' in e, 'MM_PROC_TAG' in e);"
+        "print(os.getcwd()); print(os.path.realpath('/proc/self/fd/0'))"
+    )
+    env = {"MM_SESSION_ID": "s-1", "MM_TOOL_CALL_ID": "c-7"}
+    result = await run(py(code), tmp_path, env=env)
+    assert result.output.splitlines() == ["s-1 c-7 True True", str(tmp_path.resolve()), "/dev/null"]
+
+
+# What the children print of a few variables: present or not, and the value when present.
+SHOW_ENV = "import os, json; print(json.dumps({k: os.environ.get(k) for k in %r}))"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_SESSION_TOKEN", True),
+        ("PGPASSWORD", True),
+        ("MY_APIKEY", True),
+        ("DB_PASSWD", True),
+        ("GH_PAT", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("anthropic_api_key", True),
+        ("PATH", False),
+        ("HOME", False),
+        ("KEYTIMEOUT", False),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("SSH_AUTH_SOCK", False),
+        ("PWD", False),
+        ("XKB_DEFAULT_KEYMAP", False),
+    ],
+)
+def test_secret_looking_names(name: str, secret: bool) -> None:
+    assert environ.looks_secret(name) is secret
+
+
+def test_child_environment_withholds_secrets_and_passes_what_is_named() -> None:
+    source = {"PATH": "/bin", "OPENAI_API_KEY": "k", "MY_LLM": "v", "PLAIN": "p"}
+    environ.withhold(["MY_LLM", "PATH"])  # PATH is essential: never withheld
+    got = environ.child_environment({"MM_IDEMPOTENCY_KEY": "mm-1"}, environ=source)
+    assert got == {"PATH": "/bin", "PLAIN": "p", "MM_IDEMPOTENCY_KEY": "mm-1"}  # mm's own key stays
+    passed = environ.child_environment({}, environ=source, pass_env=["OPENAI_API_KEY"])
+    assert passed == {"PATH": "/bin", "PLAIN": "p", "OPENAI_API_KEY": "k"}
+    bare = environ.child_environment({"X": "1"}, inherit=False, environ=source, pass_env=["MY_LLM", "NOPE"])
+    assert bare == {"MY_LLM": "v", "X": "1"}
+
+
+async def test_children_never_inherit_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMTEST_SUPERVISOR_TOKEN", "tok-1")
+    monkeypatch.setenv("MMTEST_SUPERVISOR_PLAIN", "plain")
+    names = ["MMTEST_SUPERVISOR_TOKEN", "MMTEST_SUPERVISOR_PLAIN"]
+    result = await run(py(SHOW_ENV % names), tmp_path)
+    assert json.loads(result.output) == {names[0]: None, names[1]: "plain"}
+    result = await run(py(SHOW_ENV % names), tmp_path, pass_env=[names[0]])
+    assert json.loads(result.output) == {names[0]: "tok-1", names[1]: "plain"}
+    argv = py(SHOW_ENV % names)
+    async with supervised_process(argv, cwd=tmp_path, env={}, stdin=None, grace=GRACE) as proc:
+        out = await proc.stdout.receive_some(4096)
+        await proc.wait()
+    assert json.loads(out) == {names[0]: None, names[1]: "plain"}
+
+
+async def test_invalid_utf8_and_nul(tmp_path: Path) -> None:
+    code = (
+        "import sys, time; out = sys.stdout.buffer;"
+        "out.write(b'bad \\xff nul \\0 euro \\xe2'); out.flush(); time.sleep(0.1);"
+        "out.write(b'\\x82\\xac end\\n')"
+    )
+    events: list[str] = []
+    result = await run(py(code), tmp_path, on_output=lambda s, t: events.append(t))
+    assert result.output == "bad \ufffd nul \\0 euro € end\n"
+    assert "".join(events) == result.output
+    assert result.total_bytes == len(b"bad \xff nul \0 euro \xe2\x82\xac end\n")
+
+
+async def test_truncation_keeps_spill_file_with_every_byte(tmp_path: Path) -> None:
+    result = await run(["seq", "1", "5000"], tmp_path, max_bytes=200, max_lines=20)
+    data = b"".join(b"%d\n" % i for i in range(1, 5001))
+    assert result.truncated and result.spill_path == str(tmp_path / "spill.log")
+    assert Path(result.spill_path).read_bytes() == data
+    assert (result.total_bytes, result.total_lines) == (len(data), 5000)
+    lines = result.output.splitlines()
+    assert lines[:10] == [str(i) for i in range(1, 11)]
+    assert lines[11:] == [str(i) for i in range(4991, 5001)]
+    m = re.fullmatch(r"\[\.\.\. ([\d,]+) bytes / ([\d,]+) lines cut \(lines 11–4,990\); .*\]", lines[10])
+    assert m, lines[10]
+    shown = b"".join(b"%d\n" % i for i in [*range(1, 11), *range(4991, 5001)])
+    assert int(m.group(1).replace(",", "")) + len(shown) == len(data)
+    assert int(m.group(2).replace(",", "")) == 4980
+    assert result.spill_path in lines[10]
+
+
+async def test_timeout_stops_the_group(tmp_path: Path) -> None:
+    result = await run(["bash", "-c", "echo started; sleep 1000"], tmp_path, timeout=0.5)
+    assert result.timed_out and result.exit_code is None and result.signal == 15
+    assert result.output == "started\n"
+
+
+async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
+    result = await run(["bash", "-c", "(trap '' TERM; exec sleep 1000) & echo $!"], tmp_path)
+    assert result.exit_code == 0
+    assert not psutil.pid_exists(int(result.output)) or gone(psutil.Process(int(result.output)))
+
+
+async def test_double_forked_daemon_does_not_outlive_the_call(tmp_path: Path) -> None:
+    # setsid -f leaves the group and the tree at once: only the environment tag finds it.
+    script = (
+        """setsid -f bash -c 'echo $$ > "$0"; exec sleep 1000' daemon.pid;"""
+        " while [ ! -s daemon.pid ]; do sleep 0.01; done; cat daemon.pid"
+    )
+    result = await run(["bash", "-c", script], tmp_path)
+    assert result.exit_code == 0
+    assert not psutil.pid_exists(int(result.output)) or gone(psutil.Process(int(result.output)))
+
+
+async def test_timeout_leaves_no_process_of_the_tree(tmp_path: Path) -> None:
+    argv, pid_file = tree_command(tmp_path)
+    procs: list[psutil.Process] = []
+    results: list[ProcResult] = []
+
+    async def call() -> None:
+        results.append(await run(argv, tmp_path, timeout=3.0))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        procs = await tree_pids(pid_file)
+        assert not any(gone(p) for p in procs)
+    assert results[0].timed_out
+    assert [p.pid for p in procs if not gone(p)] == []
+
+
+async def test_cancel_leaves_no_process_of_the_tree(tmp_path: Path) -> None:
+    assert await cancel_tree_once(tmp_path) == []
+    assert not (tmp_path / "spill.log").exists()
+
+
+async def test_command_not_found(tmp_path: Path) -> None:
+    result = await run(["mm-no-such-command-xyz", "arg"], tmp_path)
+    assert result.spawn_error == "command not found: mm-no-such-command-xyz"
+    assert result.exit_code is None and result.signal is None and result.output == ""
+    assert not (tmp_path / "spill.log").exists()
+
+
+async def test_cwd_vanished(tmp_path: Path) -> None:
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    cwd.rmdir()
+    result = await run(["true"], tmp_path, cwd=cwd)
+    assert result.spawn_error == f"working directory {cwd} no longer exists"
+    assert result.exit_code is None
+
+
+async def test_permission_denied(tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    result = await run([str(script)], tmp_path)
+    assert result.spawn_error is not None and result.spawn_error.startswith("permission denied")
+    assert result.exit_code is None
+
+
+async def test_empty_command(tmp_path: Path) -> None:
+    result = await run([], tmp_path)
+    assert result.spawn_error == "cannot start the command: empty command"
+
+
+async def test_supervised_process_stops_tree_on_exit(tmp_path: Path) -> None:
+    argv, pid_file = tree_command(tmp_path)
+    async with supervised_process(argv, cwd=tmp_path, env={}, stdout=None, grace=GRACE) as proc:
+        procs = await tree_pids(pid_file)
+        assert proc.pid == procs[0].pid
+    assert [p.pid for p in procs if not gone(p)] == []
+    assert proc.returncode is not None
+
+
+async def test_supervised_process_stops_tree_on_cancel(tmp_path: Path) -> None:
+    argv, pid_file = tree_command(tmp_path)
+    with trio.CancelScope() as scope:
+        async with supervised_process(argv, cwd=tmp_path, env={}, stdout=None, grace=GRACE):
+            procs = await tree_pids(pid_file)
+            scope.cancel()
+            await trio.sleep_forever()
+    assert [p.pid for p in procs if not gone(p)] == []
+
+
+async def test_supervised_process_pipes_and_early_reap(tmp_path: Path) -> None:
+    # The child reads a line, starts a TERM-ignoring job, reports it and exits.
+    script = "read line; echo got $line; (trap '' TERM; exec sleep 1000) & echo $!"
+    async with supervised_process(["bash", "-c", script], cwd=tmp_path, env={}, grace=GRACE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        await proc.stdin.send_all(b"hello\n")
+        assert await proc.wait() == 0  # reaped by the caller before the block ends
+        lines = b""
+        while lines.count(b"\n") < 2:
+            lines += await proc.stdout.receive_some(100)
+    got, pid = lines.decode().split("\n")[:2]
+    assert got == "got hello"
+    assert not psutil.pid_exists(int(pid)) or gone(psutil.Process(int(pid)))
+
+
+async def test_supervised_process_spawn_error_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        async with supervised_process(["mm-no-such-command-xyz"], cwd=tmp_path, env={}):
+            pass  # pragma: no cover
+
+
+def test_no_tag_leaks_into_the_test_process() -> None:
+    assert "MM_PROC_TAG" not in os.environ

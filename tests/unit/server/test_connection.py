@@ -1,0 +1,273 @@
+"""The daemon's connection pump (mmd.server.connection) over trio memory streams: no socket, no daemon.
+
+A stand-in host gives the connection a method table of test handlers; the test is the client,
+writing frames into one end of a stream pair and reading the answers from it.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from mmd.rpc import (
+    DEFAULT_MAX_FRAME,
+    PROTOCOL_VERSION,
+    Method,
+    Notification,
+    Response,
+    RPCError,
+    Splitter,
+    decode_message,
+    decode_notification_arg,
+    notification,
+    request,
+    response,
+)
+from mmd.rpc.methods import Empty, Handshake, Prompt
+from mmd.rpc.results import Done, HandshakeResult
+from mmd.server import connection
+from mmd.server.connection import Connection
+
+HELLO = request(1, "handshake", {"protocol": PROTOCOL_VERSION, "client": "test"})
+
+
+class Host:
+    """What a connection needs of the daemon: a method table, the frame limit, the log, detach."""
+
+    def __init__(self, methods: dict[str, Method]) -> None:
+        self.methods = methods
+        self.max_frame = DEFAULT_MAX_FRAME
+        self.log_path = Path("/var/empty/mmd.log")
+        self.detached: list[Connection] = []
+
+    def detach(self, conn: Connection) -> None:
+        self.detached.append(conn)
+
+
+class Peer:
+    """The client's end: frames out, decoded messages in."""
+
+    def __init__(self, stream: trio.abc.HalfCloseableStream | trio.StapledStream[Any, Any]) -> None:
+        self.stream = stream
+        self._splitter = Splitter()
+        self._frames: collections.deque[bytes] = collections.deque()
+
+    async def send(self, *frames: bytes) -> None:
+        await self.stream.send_all(b"".join(frames))
+
+    async def receive(self) -> Response | Notification | None:
+        """The next message, or None once the daemon closed the connection."""
+        while not self._frames:
+            data = await self.stream.receive_some(65_536)
+            if not data:
+                return None
+            self._frames.extend(self._splitter.feed(data))
+        msg = decode_message(self._frames.popleft())
+        assert isinstance(msg, Response | Notification), msg
+        return msg
+
+    async def response(self) -> Response:
+        msg = await self.receive()
+        assert isinstance(msg, Response), msg
+        return msg
+
+    async def responses(self, n: int) -> dict[int, Response]:
+        """The next *n* responses by msgid (requests after the handshake are answered as they end)."""
+        replies = [await self.response() for _ in range(n)]
+        return {reply.msgid: reply for reply in replies}
+
+
+async def handshake(daemon: Any, conn: Connection, params: Handshake) -> HandshakeResult:
+    conn.client = params.client
+    return HandshakeResult(protocol=PROTOCOL_VERSION, daemon_version="test", pid=1, capabilities=[])
+
+
+async def status(daemon: Any, conn: Connection, params: Empty) -> Done:
+    return Done()
+
+
+def table(**handlers: Method) -> dict[str, Method]:
+    return {"handshake": Method(Handshake, handshake), "daemon.status": Method(Empty, status), **handlers}
+
+
+@asynccontextmanager
+async def serving(
+    methods: dict[str, Method], pair: Any = trio.testing.memory_stream_pair
+) -> AsyncIterator[tuple[Peer, Connection, Host]]:
+    """A connection served in the background; the peer hangs up when the block ends."""
+    client, server = pair()
+    host = Host(methods)
+    conn = Connection(host, server, peer_pid=4242)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.serve)
+        yield Peer(client), conn, host
+        await client.aclose()
+
+
+def error_of(reply: Response) -> tuple[str, str]:
+    err = RPCError.from_wire(reply.error)
+    return err.code, err.message
+
+
+async def test_requests_written_behind_the_handshake_find_it_done() -> None:
+    async with serving(table()) as (peer, conn, _):
+        await peer.send(HELLO, request(2, "daemon.status"), request(3, "daemon.status"))
+        welcome = await peer.response()
+        assert welcome.msgid == 1 and welcome.result["protocol"] == PROTOCOL_VERSION
+        # The handshake runs inline; the requests behind it run concurrently, answered as they end.
+        replies = await peer.responses(2)
+        assert {msgid: r.error for msgid, r in replies.items()} == {2: None, 3: None}
+        assert conn.handshaken and conn.client == "test"
+
+
+async def test_a_handshake_fed_one_byte_at_a_time_is_answered_once_whole() -> None:
+    async with serving(table()) as (peer, conn, _):
+        for i in range(len(HELLO)):
+            await peer.send(HELLO[i : i + 1])
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.handshaken is (i == len(HELLO) - 1)
+        assert (await peer.response()).msgid == 1
+
+
+async def test_a_request_before_the_handshake_is_refused_and_the_connection_goes_on() -> None:
+    async with serving(table()) as (peer, _, _):
+        await peer.send(request(1, "daemon.status"))
+        reply = await peer.response()
+        assert reply.msgid == 1 and reply.result is None
+        assert error_of(reply)[0] == "handshake_required"
+        await peer.send(request(2, "handshake", {"protocol": PROTOCOL_VERSION}), request(3, "daemon.status"))
+        assert [(r.msgid, r.error) for r in [await peer.response(), await peer.response()]] == [
+            (2, None),
+            (3, None),
+        ]
+
+
+async def test_an_unknown_method_is_refused_naming_a_close_one() -> None:
+    async with serving(table()) as (peer, _, _):
+        await peer.send(HELLO, request(2, "daemon.stats"))
+        await peer.response()
+        code, message = error_of(await peer.response())
+        assert code == "unknown_method" and '"daemon.status"' in message
+
+
+async def test_requests_run_concurrently_a_slow_one_holds_back_no_other() -> None:
+    released = trio.Event()
+
+    async def slow(daemon: Any, conn: Connection, params: Prompt) -> Done:
+        await released.wait()
+        return Done()
+
+    async def quick(daemon: Any, conn: Connection, params: Empty) -> Done:
+        released.set()
+        return Done()
+
+    methods = table(**{"session.prompt": Method(Prompt, slow), "daemon.status": Method(Empty, quick)})
+    async with serving(methods) as (peer, _, _):
+        await peer.send(
+            HELLO, request(2, "session.prompt", {"prompt": "hi", "cwd": "/"}), request(3, "daemon.status")
+        )
+        assert [(await peer.response()).msgid for _ in range(3)] == [1, 3, 2]
+
+
+async def test_a_handler_that_raises_is_answered_with_internal_error_and_the_connection_goes_on() -> None:
+    async def broken(daemon: Any, conn: Connection, params: Empty) -> Done:
+        raise ValueError("boom")
+
+    async def refusing(daemon: Any, conn: Connection, params: Empty) -> Done:
+        raise RPCError("no_session", "no session matches 3fa2")
+
+    methods = table(**{"daemon.status": Method(Empty, broken), "daemon.stop": Method(Empty, refusing)})
+    async with serving(methods) as (peer, _, _):
+        await peer.send(HELLO, request(2, "daemon.status"), request(3, "daemon.stop"))
+        await peer.response()
+        replies = await peer.responses(2)
+        code, message = error_of(replies[2])
+        assert code == "internal_error"
+        assert "daemon.status failed inside the daemon: ValueError('boom')" in message
+        assert "/var/empty/mmd.log" in message
+        assert error_of(replies[3]) == ("no_session", "no session matches 3fa2")
+
+
+async def test_notifications_and_responses_from_the_client_are_ignored() -> None:
+    async with serving(table()) as (peer, _, _):
+        await peer.send(
+            HELLO, notification("redraw", {"x": 1}), response(7, None, "stray"), request(2, "daemon.status")
+        )
+        assert [(await peer.response()).msgid for _ in range(2)] == [1, 2]
+
+
+async def test_bytes_that_cannot_be_split_get_an_error_notification_then_the_connection_closes() -> None:
+    async with serving(table()) as (peer, conn, host):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        # 0xc1 is the one byte msgpack never uses: nothing after it can be framed.
+        await peer.send(b"\xc1garbage")
+        note = await peer.receive()
+        assert isinstance(note, Notification) and note.method == "error"
+        assert decode_notification_arg(note.params)["code"] == "protocol_error"
+        assert await peer.receive() is None  # then the daemon hangs up
+        with trio.fail_after(5):
+            while not host.detached:
+                await trio.sleep(0.01)
+        assert host.detached == [conn] and conn.closed
+
+
+async def test_a_request_received_before_a_hang_up_runs_to_its_end() -> None:
+    started, released = trio.Event(), trio.Event()
+    finished: list[str] = []
+
+    async def turn(daemon: Any, conn: Connection, params: Prompt) -> Done:
+        started.set()
+        await released.wait()
+        finished.append(params.prompt)
+        return Done()
+
+    client, server = trio.testing.memory_stream_pair()
+    host = Host(table(**{"session.prompt": Method(Prompt, turn)}))
+    conn = Connection(host, server, peer_pid=4242)
+    peer = Peer(client)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.serve)
+        await peer.send(HELLO, request(2, "session.prompt", {"prompt": "go on", "cwd": "/"}))
+        await started.wait()
+        await client.aclose()  # the client hangs up mid-request
+        await trio.testing.wait_all_tasks_blocked()
+        assert host.detached == [] and finished == []  # the request still runs
+        released.set()
+    assert finished == ["go on"] and host.detached == [conn]
+
+
+async def test_a_client_too_slow_to_read_is_dropped_and_never_blocks_a_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection, "OUTBOX_FRAMES", 4)
+    pushed: list[int] = []
+
+    async def chatty(daemon: Any, conn: Connection, params: Empty) -> Done:
+        for i in range(50):  # events of a turn, as fast as they come
+            conn.notify("event", {"seq": i})
+            pushed.append(i)
+        return Done()
+
+    # lockstep: every send_all waits until the client reads, as a full socket buffer would.
+    methods = table(**{"daemon.status": Method(Empty, chatty)})
+    async with serving(methods, trio.testing.lockstep_stream_pair) as (peer, conn, _):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        await peer.send(request(2, "daemon.status"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(pushed) == 50  # the handler ran to its end while the client read nothing
+        assert conn.closed
+        seqs = []
+        while (msg := await peer.receive()) is not None:
+            if isinstance(msg, Notification):
+                seqs.append(decode_notification_arg(msg.params)["seq"])
+        # What was queued before the outbox filled still arrives, in order; the rest never does.
+        assert seqs == list(range(len(seqs))) and 0 < len(seqs) <= 1 + 4

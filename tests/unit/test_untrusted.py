@@ -1,0 +1,166 @@
+"""Input nested deep or grown big (issue 13, item 1): the decode layer, driven with thousands of generated nestings.
+
+Each decoder of input mm did not write runs a depth (and size) check first (mmd/untrusted.py,
+mmd/rpc/framing.py). A real daemon fed the same by a model, a client, a hook and MCP servers is in
+tests/e2e/adversarial/test_nesting.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mmd import contract
+from mmd.models import recovery
+from mmd.rpc import DEFAULT_MAX_DEPTH, FrameError, Splitter
+from mmd.untrusted import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_DEPTH,
+    TooDeep,
+    check_json,
+    first_value_depth,
+    json_depth,
+    value_depth,
+)
+
+from ..budget import examples
+
+# Generated cases per hypothesis test: each stays well under 30 s on two cores.
+CASES = settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# Pieces of a JSON-ish text that move the nesting, or try to confuse a scan of it: strings
+# holding brackets, escaped quotes, backslashes at the end of a string, stray closers.
+PIECES = ["[", "{", '{"a":', "]", "}", ",", '"', '\\"', "\\", '"]"', '"[{"', '"\\\\"', "1", " ", ":", "\n"]
+
+
+@st.composite
+def bracket_texts(draw: Any) -> str:
+    runs = draw(st.lists(st.tuples(st.integers(1, 400), st.sampled_from(PIECES)), max_size=12))
+    return "".join(piece * count for count, piece in runs)
+
+
+@st.composite
+def argument_texts(draw: Any) -> tuple[str, int]:
+    """A valid arguments object nesting *depth* levels, brackets of either kind, noise in strings."""
+    depth = draw(st.integers(1, 3000))
+    kinds = random.Random(draw(st.integers(0, 2**32))).choices(["[", "{"], k=depth - 1)
+    leaf = json.dumps(draw(st.text(alphabet='[]{}"\\ab', max_size=8)))
+    opened = "".join("[" if k == "[" else '{"k": ' for k in kinds)
+    closed = "".join("]" if k == "[" else "}" for k in reversed(kinds))
+    space = draw(st.sampled_from(["", " ", "\n  "]))
+    return "{" + space + '"p":' + space + opened + leaf + closed + space + "}", depth
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ aé', max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=60,
+)
+
+
+@st.composite
+def msgpack_nestings(draw: Any) -> tuple[bytes, int]:
+    """A msgpack frame nesting arrays and maps *depth* levels, with every header width."""
+    depth = draw(st.integers(0, 400))
+    rng = random.Random(draw(st.integers(0, 2**32)))  # one draw: hypothesis records each of its own
+    headers = [
+        b"\x91",  # fixarray of one
+        b"\xdc\x00\x01",  # array16
+        b"\xdd\x00\x00\x00\x01",  # array32
+        b"\x81\xa1k",  # fixmap of one: a key, then the value is the next level
+        b"\xde\x00\x01\xa1k",  # map16
+        b"\x92\xc0",  # fixarray of two: nil, then the next level
+    ]
+    return b"".join(rng.choices(headers, k=depth)) + b"\xc0", depth
+
+
+@CASES
+@given(argument_texts())
+def test_arguments_at_any_depth_are_decoded_or_answered_with_their_depth(case: tuple[str, int]) -> None:
+    text, depth = case
+    try:
+        args = contract.parse_arguments(text)
+    except contract.InvalidArguments as err:
+        assert depth > MAX_DEPTH, err.reason
+        assert err.code == "too_deep"
+        assert err.reason == f"The arguments are nested too deep: {depth:,} levels; the limit is {MAX_DEPTH}."
+    else:
+        assert depth <= MAX_DEPTH
+        assert value_depth(args) == depth
+
+
+@CASES
+@given(json_values)
+def test_the_depth_scan_agrees_with_the_decoded_value(value: Any) -> None:
+    text = json.dumps(value, ensure_ascii=False)
+    depth = value_depth(value)
+    assert json_depth(text) == depth
+    assert json_depth(text.encode()) == depth
+    assert first_value_depth(" " + text + " [[[", 1, stop_past=1000)[0] == depth
+
+
+@CASES
+@given(bracket_texts())
+def test_text_that_passes_the_check_never_makes_a_decoder_recurse_too_far(text: str) -> None:
+    # Python's limit is 1000 frames: a text that passes at 800 must decode or fail as a ValueError,
+    # from its start (json, msgspec) or from any brace inside it (raw_decode, as recovery does).
+    try:
+        check_json(text, max_depth=800)
+    except TooDeep:
+        pass
+    else:
+        for decode in (json.loads, msgspec.json.decode):
+            with contextlib.suppress(ValueError):  # anything but RecursionError
+                decode(text)
+    decoder = json.JSONDecoder()
+    for start in [i for i, c in enumerate(text) if c == "{"][:20]:
+        if first_value_depth(text, start, stop_past=800)[0] <= 800:
+            with contextlib.suppress(ValueError):
+                decoder.raw_decode(text, start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(MAX_ARGUMENTS_BYTES - 64, MAX_ARGUMENTS_BYTES + 64), st.sampled_from(["a", "é"]))
+def test_arguments_past_the_size_limit_are_answered_with_their_size(size: int, char: str) -> None:
+    head = '{"content": "'
+    body = char * ((size - len(head) - 2) // len(char.encode()))
+    text = head + body + '"}'
+    actual = len(text.encode())
+    try:
+        contract.parse_arguments(text)
+    except contract.InvalidArguments as err:
+        assert actual > MAX_ARGUMENTS_BYTES
+        assert (err.code, err.reason) == (
+            "too_large",
+            f"The arguments are too large: {actual:,} bytes; the limit is {MAX_ARGUMENTS_BYTES:,} bytes.",
+        )
+    else:
+        assert actual <= MAX_ARGUMENTS_BYTES
+
+
+@settings(CASES, max_examples=examples(600))  # four recoveries per text
+@given(bracket_texts())
+def test_recovery_never_recurses_on_any_text(text: str) -> None:
+    for wrapped in (text, f"<tool_call>{text}</tool_call>", f"```json\n{text}\n```", f"see {{{text}"):
+        recovery.recover(wrapped, {"read_file"})
+
+
+@CASES
+@given(msgpack_nestings())
+def test_frames_are_refused_exactly_past_the_depth_limit(case: tuple[bytes, int]) -> None:
+    frame, depth = case
+    try:
+        frames = Splitter().feed(frame)
+    except FrameError as exc:
+        assert depth > DEFAULT_MAX_DEPTH
+        assert f"nested more than {DEFAULT_MAX_DEPTH} levels deep" in str(exc)
+    else:
+        assert depth <= DEFAULT_MAX_DEPTH and frames == [frame]
+        msgspec.msgpack.decode(frame)  # decodes without nearing the recursion limit

@@ -1,0 +1,194 @@
+"""Skills on real folders: loading, warnings, the catalogue text, and read_skill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmd.contract import validate
+from mmd.tools.base import ToolContext, ToolError
+from mmd.tools.builtin import BUILTIN_TOOLS, make_builtins
+from mmd.tools.builtin.skill import ReadSkill
+from mmd.tools.skills import Catalogue, load_skills
+
+RELEASE_MD = """\
+---
+name: release
+description: Publish a release of the product to one channel.
+keywords: [deploy, ship]
+---
+
+# Release
+
+Run `scripts/release.sh VERSION --channel=CHANNEL`.
+"""
+
+
+def skill(root: Path, folder: str, text: str, **extra: str) -> Path:
+    path = root / folder
+    path.mkdir(parents=True)
+    (path / "SKILL.md").write_text(text)
+    for rel, content in extra.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(content)
+    return path
+
+
+def front(name: str, description: str = "Does a thing.") -> str:
+    return f"---\nname: {name}\ndescription: {description}\n---\nBody of {name}.\n"
+
+
+def test_load_skills_and_render_the_catalogue(tmp_path: Path) -> None:
+    skill(tmp_path / "agent", "release", RELEASE_MD)
+    skill(tmp_path / "agent", "status", front("status", "Report the status\n  of one service."))
+    catalogue, warnings = load_skills([tmp_path / "agent"])
+    assert warnings == []
+    assert catalogue.names() == ["release", "status"]
+    assert catalogue.render() == (
+        "Skills: know-how for some tasks. To read one, call read_skill with its name.\n"
+        "- release — Publish a release of the product to one channel. [deploy, ship]\n"
+        "- status — Report the status of one service."
+    )
+    release = catalogue.get("release")
+    assert release is not None
+    assert release.body == "# Release\n\nRun `scripts/release.sh VERSION --channel=CHANNEL`.\n"
+    assert release.folder == (tmp_path / "agent" / "release").absolute()
+
+
+def test_empty_catalogue_renders_nothing(tmp_path: Path) -> None:
+    catalogue, warnings = load_skills([tmp_path / "missing", tmp_path])
+    assert (catalogue.render(), len(catalogue), warnings) == ("", 0, [])
+
+
+def test_first_dir_wins_and_the_duplicate_is_warned(tmp_path: Path) -> None:
+    first = skill(tmp_path / "agent", "release", front("release", "Agent's release."))
+    later = skill(tmp_path / "project", "release-copy", front("release", "Project's release."))
+    skill(tmp_path / "project", "notes", front("notes"))
+    catalogue, warnings = load_skills([tmp_path / "agent", tmp_path / "project"])
+    assert catalogue.names() == ["release", "notes"]
+    assert catalogue.skills["release"].description == "Agent's release."
+    assert warnings == [
+        f"{later / 'SKILL.md'}: a skill named release was already loaded from {first}; this one is ignored."
+    ]
+
+
+def test_a_dir_holding_skill_md_is_one_skill(tmp_path: Path) -> None:
+    folder = skill(tmp_path, "release", RELEASE_MD)
+    catalogue, _ = load_skills([folder])
+    assert catalogue.names() == ["release"]
+
+
+MALFORMED = [
+    (
+        "# Release\nNo front matter.\n",
+        "no front matter: the file must start with a --- line, then name: and description:",
+    ),
+    ("---\nname: x\ndescription: y\n", "the front matter has no closing --- line"),
+    (
+        "---\nname: [x\ndescription: y\n---\n",
+        "bad YAML in the front matter at line 3: expected ',' or ']', but got ':'",
+    ),
+    ("---\njust text\n---\n", "the front matter must be a mapping with name: and description:"),
+    ("---\nname: broken\n---\n", "description: is missing or empty"),
+    ("---\ndescription: y\n---\n", "name: is missing or empty"),
+    (
+        "---\nname: Release_Notes\ndescription: y\n---\n",
+        "name 'Release_Notes' must be lowercase letters, digits and hyphens, like release-notes",
+    ),
+    ("---\nname: x\ndescription: y\nkeywords: {a: 1}\n---\n", "keywords: must be a list of words"),
+]
+
+
+@pytest.mark.parametrize(("text", "problem"), MALFORMED)
+def test_a_malformed_skill_is_warned_and_skipped(tmp_path: Path, text: str, problem: str) -> None:
+    broken = skill(tmp_path, "broken", text)
+    skill(tmp_path, "good", front("good"))
+    catalogue, warnings = load_skills([tmp_path])
+    assert catalogue.names() == ["good"]
+    assert warnings == [f"{broken / 'SKILL.md'}: {problem}; skill skipped."]
+
+
+def test_keywords_may_be_one_comma_separated_string(tmp_path: Path) -> None:
+    skill(tmp_path, "x", "---\nname: x\ndescription: y\nkeywords: deploy, ship\n---\n")
+    catalogue, _ = load_skills([tmp_path])
+    assert catalogue.skills["x"].keywords == ("deploy", "ship")
+
+
+def test_folders_without_skill_md(tmp_path: Path) -> None:
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "notes.md").write_text("todo")
+    (tmp_path / "lower").mkdir()
+    (tmp_path / "lower" / "skill.md").write_text(front("lower"))
+    (tmp_path / ".cache").mkdir()  # hidden: not an attempted skill, no warning
+    (tmp_path / "_archive").mkdir()
+    (tmp_path / "README.md").write_text("A file beside the skills is fine.")
+    skill(tmp_path, "good", front("good"))
+    catalogue, warnings = load_skills([tmp_path])
+    assert catalogue.names() == ["good"]
+    assert warnings == [
+        f"{tmp_path / 'draft'}: no SKILL.md in this folder, so it is not a skill. Skipped.",
+        f"{tmp_path / 'lower'}: has skill.md; the file must be named SKILL.md. Skipped.",
+    ]
+
+
+# --- read_skill -----------------------------------------------------------------
+
+
+async def read_skill(catalogue: Catalogue | None, tmp_path: Path, **args: str) -> str:
+    """read_skill as a turn makes it: with the session's catalogue."""
+    tool = ReadSkill(catalogue)
+    ctx = ToolContext(session_id="s", call_id="c", cwd=tmp_path, session_dir=tmp_path)
+    return (await tool.run(validate(tool.parameters, args, example=tool.example), ctx)).content
+
+
+async def test_read_skill_gives_the_body_and_the_other_files(tmp_path: Path) -> None:
+    folder = skill(
+        tmp_path / "skills",
+        "release",
+        RELEASE_MD,
+        **{"scripts/release.sh": "#!/bin/sh\n", "reference.md": "ref", ".draft.md": "hidden"},
+    )
+    catalogue, _ = load_skills([tmp_path / "skills"])
+    text = await read_skill(catalogue, tmp_path, name="release")
+    assert text == (
+        f"Skill release (folder {folder})\n\n"
+        "# Release\n\nRun `scripts/release.sh VERSION --channel=CHANNEL`.\n\n"
+        f"Other files of this skill, relative to {folder} (read them with read_file):\n"
+        "- reference.md\n- scripts/release.sh"
+    )
+    assert ReadSkill().echo({"name": "release"}) == "read_skill release"
+    assert ReadSkill().tier == "read"
+
+
+async def test_read_skill_unknown_name_lists_the_skills(tmp_path: Path) -> None:
+    skill(tmp_path / "skills", "release", RELEASE_MD)
+    skill(tmp_path / "skills", "status", front("status"))
+    catalogue, _ = load_skills([tmp_path / "skills"])
+    with pytest.raises(ToolError) as info:
+        await read_skill(catalogue, tmp_path, name="relase")
+    err = info.value
+    assert (err.code, err.field, err.cls, err.reason, err.fix) == (
+        "unknown_skill",
+        "name",
+        "fix_and_retry",
+        "There is no skill named relase. Did you mean release?",
+        "Use one of: release, status.",
+    )
+
+
+@pytest.mark.parametrize("catalogue", [None, Catalogue()])
+async def test_read_skill_without_skills(tmp_path: Path, catalogue: Catalogue | None) -> None:
+    with pytest.raises(ToolError) as info:
+        await read_skill(catalogue, tmp_path, name="release")
+    assert (info.value.code, info.value.cls) == ("no_skills", "terminal")
+
+
+def test_read_skill_is_offered_with_the_catalogue_only_when_it_holds_a_skill(tmp_path: Path) -> None:
+    skill(tmp_path / "skills", "release", RELEASE_MD)
+    catalogue, _ = load_skills([tmp_path / "skills"])
+    tools = {t.name: t for t in make_builtins(None, catalogue)}
+    assert list(tools) == list(BUILTIN_TOOLS)
+    assert tools["read_skill"].catalogue is catalogue
+    assert catalogue.folders() == (tmp_path / "skills" / "release",)
+    assert "read_skill" not in [t.name for t in make_builtins(None, Catalogue())]

@@ -1,0 +1,90 @@
+"""The loop detector: a nudge first, then the turn stops; different arguments are never a loop.
+
+These feed mmd.turn.loops directly; a whole turn with the detector is in test_turn.py, and the real
+mm CLI and daemon against a scripted model that keeps repeating a call in tests/e2e/test_loops.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from mmd.config.turns import LoopLimits
+from mmd.turn.loops import LoopDetector, call_key, error_code
+
+# --- the detector alone ----------------------------------------------------------------
+
+
+def test_canonical_key_ignores_spacing_and_key_order():
+    assert call_key("grep", '{"b": 1, "a": "x"}') == call_key("grep", '{"a":"x","b":1}')
+    assert call_key("grep", '"{\\"a\\": \\"x\\"}"') == call_key("grep", '{"a": "x"}')  # stringified
+    assert call_key("grep", '{"a": "x"}') != call_key("grep", '{"a": "y"}')
+    assert call_key("grep", "{broken") == ("grep", '"{broken"')
+
+
+def test_repeat_nudges_at_the_threshold_then_stops_the_next_repeat():
+    d = LoopDetector(LoopLimits(repeat=3))
+    key = call_key("read_file", '{"path": "a"}')
+    assert d.before(key) is None and d.after(key, None) is None
+    assert d.before(key) is None and d.after(key, None) is None
+    assert d.before(key) is None
+    nudge = d.after(key, None)
+    assert nudge is not None and nudge.kind == "repeat" and nudge.count == 3
+    assert 'read_file with {"path":"a"} 3 times' in nudge.message
+    stop = d.before(key)
+    assert stop is not None and stop.kind == "repeat"
+    assert stop.data("stop")["calls"] == [{"name": "read_file", "arguments": '{"path":"a"}'}]
+
+
+def test_different_arguments_are_never_a_loop():
+    d = LoopDetector(LoopLimits(repeat=2, same_error=2, cycle=2))
+    for i in range(20):
+        key = call_key("read_file", json.dumps({"path": f"f{i}"}))
+        assert d.before(key) is None
+        assert d.after(key, "not_found") is None  # the same error, but each time another file
+
+
+def test_same_error_in_a_row():
+    d = LoopDetector(LoopLimits(same_error=2, repeat=5))
+    key = call_key("release", '{"version": "1.4.2 beta"}')
+    assert d.after(key, "pattern_mismatch") is None
+    nudge = d.after(key, "pattern_mismatch")
+    assert nudge is not None and nudge.kind == "same_error"
+    assert "failed 2 times in a row with the same error (pattern_mismatch)" in nudge.message
+    assert d.before(key) is not None
+
+
+def test_same_call_with_a_new_error_or_success_is_not_same_error():
+    d = LoopDetector(LoopLimits(same_error=2, repeat=5))
+    key = call_key("status", "{}")
+    assert d.after(key, "timeout") is None
+    assert d.after(key, "exit_code 1") is None
+    assert d.after(key, None) is None
+
+
+def test_a_b_a_b_cycle():
+    d = LoopDetector(LoopLimits(cycle=2, repeat=5))
+    a, b = call_key("read_file", '{"path": "a"}'), call_key("grep", '{"pattern": "x"}')
+    assert d.after(a, None) is None
+    assert d.after(b, None) is None
+    assert d.after(a, None) is None
+    nudge = d.after(b, None)
+    assert nudge is not None and nudge.kind == "cycle" and set(nudge.keys) == {a, b}
+    assert d.before(a) is not None and d.before(b) is not None
+    assert d.before(call_key("grep", '{"pattern": "y"}')) is None
+
+
+def test_disabled_detector_never_fires():
+    d = LoopDetector(LoopLimits(enabled=False, repeat=2))
+    key = call_key("bash", '{"command": "ls"}')
+    for _ in range(5):
+        assert d.before(key) is None and d.after(key, None) is None
+
+
+def test_error_code_of_results():
+    assert error_code(True, {"exit_code": 0}) is None
+    assert error_code(False, {"ok": False, "error": {"code": "not_found"}}) == "not_found"
+    assert error_code(False, {"exit_code": 2}) == "exit_code 2"
+    assert error_code(False, None) == "failed"
+
+
+# --- end to end -------------------------------------------------------------------------------

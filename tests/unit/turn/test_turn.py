@@ -1,0 +1,344 @@
+"""A turn in process: mmd.turn's session and loop against the scripted provider, no daemon, no HTTP.
+
+Each test builds a real :class:`~mmd.turn.session.Session` on a real store in its tmp_path,
+gives it a :class:`~mmd.turn.plan.TurnSetup` whose provider is tests/unit/scripted_provider.py
+and whose tools are small in-process tools defined here, runs one turn and reads what the
+turn committed (events and messages) and what the model was sent. Where time matters
+(retries, a model that thinks for an hour, idle sessions) the test uses ``autojump_clock``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from mmd.config.turns import LoopLimits
+from mmd.contract import ToolResult
+from mmd.models.base import Message
+from mmd.rpc.methods import ConsentAnswer
+from mmd.store import Store
+from mmd.tools.base import Tool, ToolContext
+from mmd.tools.registry import Registry
+from mmd.turn.plan import TurnSetup
+from mmd.turn.session import Session
+
+from ..scripted_provider import ScriptedProvider, Step, answer, call, calls
+
+TABLE = {"a": "1", "b": "2", "c": "3"}
+
+
+class Lookup(Tool):
+    """A read tool: the value of a key."""
+
+    name = "lookup"
+    description = "The value of a key."
+    parameters = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+    tier = "read"
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return f"lookup {args['key']}"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.ran.append(args["key"])
+        key = args["key"]
+        if key not in TABLE:
+            return ToolResult(
+                ok=False, content=f"no key {key}", data={"ok": False, "error": {"code": "not_found"}}
+            )
+        return ToolResult(ok=True, content=f"{key} is {TABLE[key]}")
+
+
+class Store_(Tool):
+    """A write tool: it needs a person's consent (or --yolo)."""
+
+    name = "put"
+    description = "Set a key."
+    parameters = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+    tier = "write"
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return f"put {args['key']}"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.ran.append(args["key"])
+        return ToolResult(ok=True, content=f"{args['key']} set")
+
+
+class Stuck(Tool):
+    """A read tool that never ends until cancelled."""
+
+    name = "wait"
+    description = "Wait forever."
+    parameters = {"type": "object", "properties": {}}
+    tier = "read"
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return "wait"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+class Host:
+    def __init__(self, root: Path) -> None:
+        self.store = Store.open(root / "state" / "mm.db")
+        self.state_dir = root / "state"
+        self.log_path = root / "state" / "mmd.log"
+
+
+class Client:
+    """An attached client: it is sent the session's events, and may answer consent asks."""
+
+    def __init__(self, on_event: Callable[[Any], None] = lambda event: None) -> None:
+        self.client = "test"
+        self.peer_pid = 4242
+        self.subscriptions: dict[str, bool] = {}
+        self.events: list[Any] = []
+        self.on_event = on_event
+
+    def notify(self, method: str, params: Any) -> None:
+        assert method == "event"
+        self.events.append(params)
+        self.on_event(params)
+
+
+class Turn:
+    """One session and what its turns need: the store, the tools, the provider."""
+
+    def __init__(self, root: Path) -> None:
+        (root / "work").mkdir()
+        self.host = Host(root)
+        row = self.host.store.create_session(cwd=str(root / "work"), agent=None, model="test/scripted")
+        self.session = Session(self.host, row)
+        self.lookup, self.put, self.stuck = Lookup(), Store_(), Stuck()
+
+    def setup(self, provider: ScriptedProvider, **kw: Any) -> TurnSetup:
+        registry = Registry([self.lookup, self.put, self.stuck])
+        return TurnSetup(
+            provider=provider, model_name=provider.name, system="You are a test.", registry=registry, **kw
+        )
+
+    async def run(self, *steps: Step, prompt: str = "go", **kw: Any) -> ScriptedProvider:
+        provider = ScriptedProvider(*steps)
+        self.session.start()  # as the daemon does before it starts the turn's task
+        await self.session.run_turn(prompt, self.setup(provider, **kw))
+        return provider
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [e.data for e in self.host.store.events_after(self.session.id) if kind in (None, e.kind)]
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.host.store.events_after(self.session.id)]
+
+    def ended(self) -> dict[str, Any]:
+        [end] = self.events("turn_ended")
+        return end
+
+
+@pytest.fixture
+async def turn(tmp_path: Path) -> AsyncIterator[Turn]:
+    t = Turn(tmp_path)  # in the test's trio run: a session reads trio's clock
+    yield t
+    t.host.store.close()
+
+
+def tool_messages(messages: list[Message]) -> list[str]:
+    return [m.content for m in messages if m.role == "tool"]
+
+
+# --- the loop: steps, calls, answers ---------------------------------------------------------
+
+
+async def test_an_answer_without_calls_ends_the_turn_and_streams_its_text(turn: Turn) -> None:
+    provider = await turn.run(answer("All done here.", chunks=3), prompt="hello", temperature=0.2)
+    assert turn.ended() == {"status": "ok", "text": "All done here.", "error": None}
+    assert "".join(e["text"] for e in turn.events("text")) == "All done here."
+    assert len(turn.events("text")) == 3
+    assert turn.kinds()[0] == "turn_started" and turn.kinds()[-1] == "turn_ended"
+    [request] = provider.requests
+    assert [(m.role, m.content) for m in request.messages] == [
+        ("system", "You are a test."),
+        ("user", "hello"),
+    ]
+    assert request.tools == ["lookup", "put", "wait"] and request.temperature == 0.2
+    assert [m.role for m in turn.host.store.messages(turn.session.id)] == ["user", "assistant"]
+
+
+async def test_a_call_runs_and_its_result_is_what_the_model_reads_next(turn: Turn) -> None:
+    provider = await turn.run(call("lookup", {"key": "b"}), answer("b is 2."))
+    assert turn.lookup.ran == ["b"]
+    assert turn.ended()["status"] == "ok"
+    last = provider.requests[1].messages[-1]
+    assert (last.role, last.name, last.tool_call_id, last.content) == ("tool", "lookup", "call_1", "b is 2")
+    [announced] = turn.events("tool_call")
+    assert (announced["name"], announced["echo"], announced["tier"]) == ("lookup", "lookup b", "read")
+    [result] = turn.events("tool_result")
+    assert result["ok"] and result["call_id"] == "call_1"
+
+
+async def test_several_calls_in_one_step_run_in_order(turn: Turn) -> None:
+    await turn.run(calls(("lookup", {"key": "c"}), ("lookup", {"key": "a"})), answer("ok"))
+    assert turn.lookup.ran == ["c", "a"]
+    assert tool_messages(turn.session.messages) == ["c is 3", "a is 1"]
+
+
+async def test_an_invalid_call_is_answered_with_the_call_quoted_back_and_never_runs(turn: Turn) -> None:
+    provider = await turn.run(call("lookup", '{"kee": "a"'), call("lookup", {"key": "a"}), answer("a is 1."))
+    assert turn.lookup.ran == ["a"]  # only the second, valid call ran
+    answered = provider.requests[1].messages[-1].content
+    assert '{"kee": "a"' in answered  # quoted back as the model wrote it
+    assert turn.ended()["status"] == "ok"
+
+
+async def test_an_unknown_tool_is_answered_with_the_closest_name(turn: Turn) -> None:
+    provider = await turn.run(call("lokup", {"key": "a"}), answer("sorry"))
+    assert 'Did you mean "lookup"?' in provider.requests[1].messages[-1].content
+
+
+async def test_max_steps_stops_a_model_that_never_answers(turn: Turn) -> None:
+    steps = [call("lookup", {"key": k}) for k in "abc"]
+    provider = await turn.run(*steps, answer("never reached"), max_steps=3)
+    end = turn.ended()
+    assert end["status"] == "max_steps" and "max_steps" in end["text"]
+    assert len(provider.requests) == 3 and turn.lookup.ran == ["a", "b", "c"]
+
+
+async def test_a_repeated_call_is_nudged_once_then_stops_the_turn(turn: Turn) -> None:
+    same = call("lookup", {"key": "a"})
+    provider = await turn.run(same, same, same, same, answer("never reached"), loop=LoopLimits(repeat=3))
+    assert turn.lookup.ran == ["a", "a", "a"]  # the fourth never ran
+    assert "Loop:" in provider.requests[3].messages[-1].content  # the third answer carries the nudge
+    assert [e["action"] for e in turn.events("loop_detected")] == ["nudge", "stop"]
+    assert turn.ended()["status"] == "loop"
+    assert len(provider.requests) == 4
+
+
+async def test_the_same_error_twice_in_a_row_is_nudged(turn: Turn) -> None:
+    missing = call("lookup", {"key": "zz"})
+    provider = await turn.run(missing, missing, answer("no such key"))
+    assert "the same error (not_found)" in provider.requests[2].messages[-1].content
+    assert [e["kind"] for e in turn.events("loop_detected")] == ["same_error"]
+
+
+async def test_a_model_error_ends_the_turn_with_it(turn: Turn) -> None:
+    await turn.run(
+        call("lookup", {"key": "a"}), Step(error="test/scripted: overloaded; gave up after 4 attempts.")
+    )
+    end = turn.ended()
+    assert end["status"] == "error" and "overloaded" in end["error"]
+    assert not turn.session.running and turn.session.turn_done.is_set()
+
+
+async def test_a_call_written_as_text_is_recovered_when_the_model_needs_it(turn: Turn) -> None:
+    written = answer('<tool_call>\n{"name": "lookup", "arguments": {"key": "c"}}\n</tool_call>')
+    await turn.run(written, answer("c is 3."), recover_tool_calls=True)
+    assert turn.lookup.ran == ["c"]
+    [recovered] = turn.events("recovered_tool_call")
+    assert recovered["name"] == "lookup" and json.loads(recovered["arguments"]) == {"key": "c"}
+
+
+# --- consent: a write tool asks a person, or stops the turn with nobody to ask -----------------
+
+
+async def test_a_write_with_nobody_to_ask_is_denied_and_the_turn_stops(turn: Turn) -> None:
+    await turn.run(call("put", {"key": "a"}), answer("never reached"))
+    assert turn.put.ran == []
+    end = turn.ended()
+    assert end["status"] == "denied" and "no client that can answer is attached" in end["text"]
+    # The history stays valid for the next turn: the call has its answer.
+    assert tool_messages(turn.session.messages)[-1].startswith("Denied")
+
+
+async def test_a_write_runs_once_an_attached_client_allows_it(turn: Turn) -> None:
+    def allow(event: Any) -> None:
+        if event.kind == "consent_needed":
+            answer_ = ConsentAnswer(
+                session_id=turn.session.id, request_id=event.data["request_id"], decision="allow_once"
+            )
+            turn.session.answer_consent(client, answer_)
+
+    client = Client(allow)
+    turn.session.subscribe(client, interactive=True)
+    await turn.run(call("put", {"key": "a"}), answer("a set."))
+    assert turn.put.ran == ["a"] and turn.ended()["status"] == "ok"
+    [answered] = turn.events("consent_answered")
+    assert answered["decision"] == "allow_once" and answered["by"] == "test (pid 4242)"
+    assert [e.kind for e in client.events] == turn.kinds()  # the client saw every event, in order
+
+
+async def test_yolo_lets_a_write_run_without_asking(turn: Turn) -> None:
+    await turn.run(call("put", {"key": "b"}), answer("done"), yolo=True)
+    assert turn.put.ran == ["b"] and turn.events("consent_needed") == []
+
+
+# --- time: retries, cancellation, idleness (autojump_clock: virtual seconds, no real wait) --------
+
+
+async def test_retries_are_waited_for_and_announced(
+    turn: Turn, autojump_clock: trio.testing.MockClock
+) -> None:
+    start = trio.current_time()
+    await turn.run(Step(text="finally", retries=[(30.0, "status 429"), (60.0, "status 503")]))
+    assert trio.current_time() - start == pytest.approx(90.0)
+    retries = turn.events("model_retry")
+    assert [(e["attempt"], e["wait"], e["reason"]) for e in retries] == [
+        (1, 30.0, "status 429"),
+        (2, 60.0, "status 503"),
+    ]
+    assert turn.ended()["text"] == "finally"
+
+
+async def test_cancelling_a_turn_while_the_model_thinks(
+    turn: Turn, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(turn.run, Step(text="after an hour", delay=3600.0))
+        await trio.sleep(10)
+        assert turn.session.running
+        assert turn.session.cancel()
+    assert turn.ended() == {"status": "cancelled", "text": "", "error": None}
+    assert trio.current_time() < 3600
+    assert not turn.session.cancel()  # nothing runs any more
+
+
+async def test_cancelling_a_turn_during_a_call_answers_the_call(
+    turn: Turn, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(turn.run, call("wait"), answer("never reached"))
+        await trio.sleep(5)
+        turn.session.cancel()
+    assert turn.ended()["status"] == "cancelled"
+    # The call that was cut off has an answer, so the conversation stays valid for the model.
+    assert tool_messages(turn.session.messages) == ["Not run: the turn was cancelled."]
+    assert turn.session.messages[-2].tool_calls[0].name == "wait"
+
+
+async def test_a_session_is_idle_only_without_a_turn_or_a_client(
+    turn: Turn, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(turn.run, Step(text="slow", delay=120.0))
+        await trio.sleep(60)
+        assert turn.session.idle_for(trio.current_time()) == 0.0  # a turn is running
+    await trio.sleep(600)
+    assert turn.session.idle_for(trio.current_time()) == pytest.approx(600.0)
+    client = Client()
+    turn.session.subscribe(client, interactive=False)
+    assert turn.session.idle_for(trio.current_time()) == 0.0  # a client is attached
+    turn.session.unsubscribe(client)
+    await trio.sleep(30)
+    assert turn.session.idle_for(trio.current_time()) == pytest.approx(30.0)
