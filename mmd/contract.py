@@ -544,6 +544,40 @@ def answer(
     return ToolResult(ok=False, content="\n".join(lines), data=data)
 
 
+def shape_example(schema: dict[str, Any]) -> dict[str, Any]:
+    """An example of a call's shape with no value that would act: each parameter as a placeholder.
+
+    Shown instead of a write tool's realistic example when a call is invalid: a small model
+    copies a ready-to-run example (``deploy production a1b2c3d``) as its next call; a
+    placeholder such as ``"<text matching ^[0-9a-f]{7,40}$>"`` fails the contract instead.
+    """
+    return {name: _shape(prop) for name, prop in schema.get("properties", {}).items()}
+
+
+def _shape(prop: dict[str, Any]) -> Any:
+    if "enum" in prop:
+        return f"<one of: {', '.join(_plain(e) for e in prop['enum'])}>"
+    kind = prop.get("type")
+    if kind == "array":
+        items = prop.get("items")
+        return [_shape(items) if isinstance(items, dict) else "<value>"]
+    if kind == "object" and isinstance(prop.get("properties"), dict):
+        return shape_example(prop)
+    return f"<{_shape_words(kind, prop)}>"
+
+
+def _shape_words(kind: Any, prop: dict[str, Any]) -> str:
+    if kind == "string":
+        return f"text matching {prop['pattern']}" if "pattern" in prop else "text"
+    if kind in ("integer", "number"):
+        word = "whole number" if kind == "integer" else "number"
+        low, high = prop.get("minimum"), prop.get("maximum")
+        return f"{word} from {low} to {high}" if low is not None and high is not None else word
+    if kind == "boolean":
+        return "true or false"
+    return str(kind) if isinstance(kind, str) else "value"
+
+
 def render_schema(schema: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
     """The schema the model reads.
 

@@ -99,6 +99,14 @@ class View:
             self._echo_open = False
         self._echo(f"  {summary(data)}\n", DIM if data["ok"] else RED)
 
+    def _on_unusable_answer(self, data: dict[str, Any]) -> None:
+        # The final reply was no answer (empty, braces, a call as text): the turn's answer comes next.
+        self.result["text"] = ""
+        if self.fmt == "text" and data.get("action") == "ask_again":
+            self.note(
+                f"  (the model's reply was not an answer: {data['reason']}; asking it for one in words)"
+            )
+
     def _on_model_retry(self, data: dict[str, Any]) -> None:
         self.note(f"model: {data['reason']}; retrying in {data['wait']:.1f} s (attempt {data['attempt']})")
 
@@ -136,6 +144,12 @@ class View:
     def finish(self, session_id: str, ended: dict[str, Any]) -> int:
         """Print the end of a turn and return the exit code."""
         status = ended["status"]
+        if status == "ok" and ended.get("text") and ended["text"].strip() != self.result["text"].strip():
+            # An answer mm wrote or took from a result (not streamed as the model's text).
+            self._end_answer_line()
+            self.result["text"] = ended["text"]
+            if self.fmt == "text":
+                self.out.write(ended["text"].rstrip("\n") + "\n")
         if self.fmt == "json":
             self.out.write(
                 json.dumps(

@@ -123,8 +123,9 @@ class CallRunner:
         try:
             if c.tool is None:
                 raise self._unknown_tool(c.call)
-            raw = contract.parse_arguments(c.call.arguments, example=c.tool.example)
-            c.args = contract.validate(c.tool.parameters, raw, example=c.tool.example)
+            example = _answer_example(c.tool)
+            raw = contract.parse_arguments(c.call.arguments, example=example)
+            c.args = contract.validate(c.tool.parameters, raw, example=example)
             c.echo = c.tool.echo(c.args)
         except ToolError as err:
             self._telemetry(c.call.name, err.code)
@@ -281,7 +282,7 @@ class CallRunner:
         )
 
     def _invalid_answer(self, call: ToolCall, tool: Tool | None, err: ToolError) -> ToolResult:
-        schema, example = (tool.parameters, tool.example) if tool else (None, None)
+        schema, example = (tool.parameters, _answer_example(tool)) if tool else (None, None)
         return contract.answer(call.name, call.arguments, err, schema=schema, example=example)
 
     async def _verify(
@@ -378,6 +379,14 @@ STAGES: tuple[Stage, ...] = (
     CallRunner.remember,
     CallRunner.post_hooks,
 )
+
+
+def _answer_example(tool: Tool) -> dict[str, Any] | None:
+    """The example an invalid call's answer shows: a read tool's own, a write's shape only."""
+    if tool.tier == "read":
+        return tool.example
+    return contract.shape_example(tool.parameters) if tool.parameters.get("properties") else tool.example
+
 
 _NOTHING = ToolResult(ok=False, content="The call produced no result.")
 

@@ -9,11 +9,14 @@ only the current phase's tools are offered (mmd/turn/phases.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from ..contract import ToolResult
 from ..models.base import Completion, Message, ToolCall
 from ..models.recovery import recover_completion
-from . import phases
+from . import answers, phases
 from .calls import CallRunner, Conversation, StopTurn
-from .loops import LoopDetector, call_key, error_code
+from .loops import Key, LoopDetector, call_key, error_code
 from .plan import TurnSetup
 
 __all__ = ["StopTurn", "model_step", "run_steps"]
@@ -26,13 +29,13 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     """
     runner = CallRunner(session, setup)
     phases.begin(session, setup)  # with phases: only the current phase's tools
-    detector = LoopDetector(setup.loop)
+    progress = Progress(detector=LoopDetector(setup.loop))
     for _ in range(setup.max_steps):
         completion = await model_step(session, setup)
         if not completion.tool_calls:
-            return "ok", completion.text
+            return await _final(session, setup, completion.text, progress)
         for call in completion.tool_calls:
-            await _one_call(session, runner, detector, call)
+            await _one_call(session, runner, progress, call)
     raise StopTurn(
         "max_steps",
         f"Stopped after {setup.max_steps} model steps (max_steps). "
@@ -40,24 +43,104 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     )
 
 
-async def _one_call(
-    session: Conversation, runner: CallRunner, detector: LoopDetector, call: ToolCall
-) -> None:
+@dataclass
+class Progress:
+    """What a turn has done so far: the loop detector, and the calls that ran and succeeded."""
+
+    detector: LoopDetector
+    ran: list[tuple[str, ToolResult]] = field(default_factory=list)
+    # Successful calls since the last successful write, by key; a repeat is not run again.
+    succeeded: dict[Key, ToolResult] = field(default_factory=dict)
+    told: set[Key] = field(default_factory=set)  # repeats answered "already succeeded"
+
+    def record(self, key: Key, name: str, tier: str | None, result: ToolResult) -> None:
+        self.ran.append((name, result))
+        if result.ok:
+            if tier not in (None, "read"):
+                self.succeeded.clear()  # a write may change what a read returns
+            self.succeeded[key] = result
+
+
+async def _one_call(session: Conversation, runner: CallRunner, progress: Progress, call: ToolCall) -> None:
     """Run one call and add its result to the conversation, with a loop nudge when one is seen."""
     key = call_key(call.name, call.arguments)
     try:
-        if (loop := detector.before(key)) is not None:  # told once already: stop, don't run
-            session.emit("loop_detected", loop.data("stop"))
-            raise StopTurn("loop", loop.message)
-        result = await runner.run(call)
+        if key in progress.succeeded:
+            content = _repeat_after_success(session, progress, key, call)
+        else:
+            content = await _run(session, runner, progress, key, call)
     except StopTurn as stop:  # the call's own answer, before the turn ends
         session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=stop.text))
         raise
-    content = result.content
-    if (loop := detector.after(key, error_code(result.ok, result.data))) is not None:
-        session.emit("loop_detected", loop.data("nudge"))
-        content = f"{content}\n\n{loop.message}"  # read right after the call
     session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
+
+
+async def _run(
+    session: Conversation, runner: CallRunner, progress: Progress, key: Key, call: ToolCall
+) -> str:
+    if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
+        session.emit("loop_detected", loop.data("stop"))
+        raise StopTurn("loop", loop.message)
+    result = await runner.run(call)
+    tool = runner.setup.registry.get(call.name)
+    progress.record(key, call.name, tool.tier if tool else None, result)
+    if (loop := progress.detector.after(key, error_code(result.ok, result.data))) is not None:
+        session.emit("loop_detected", loop.data("nudge"))
+        return f"{result.content}\n\n{loop.message}"  # read right after the call
+    return result.content
+
+
+def _repeat_after_success(session: Conversation, progress: Progress, key: Key, call: ToolCall) -> str:
+    """A call that already succeeded is not run again: answered once, then the turn ends as done."""
+    first = progress.succeeded[key]
+    data = {
+        "action": "stop" if key in progress.told else "nudge",
+        "kind": "after_success",
+        "calls": [{"name": key[0], "arguments": key[1]}],
+    }
+    session.emit("loop_detected", data)
+    if key in progress.told:
+        raise StopTurn("ok", f"{call.name} succeeded:\n{first.content}")
+    progress.told.add(key)
+    return (
+        f"Not run again: this exact {call.name} call already succeeded in this turn (its result is above). "
+        "Do not call it again; give the user your answer now, in plain words."
+    )
+
+
+async def _final(session: Conversation, setup: TurnSetup, text: str, progress: Progress) -> tuple[str, str]:
+    """The turn's answer: the model's text, or — when that is no answer — a sentence asked for or written."""
+    reason = answers.unusable(text)
+    if reason is None:
+        return "ok", text
+    session.emit("unusable_answer", {"text": text, "reason": reason, "action": "ask_again"})
+    retry = await setup.provider.complete(
+        [*setup.request_messages(session.messages), Message(role="user", content=answers.ASK_FOR_WORDS)],
+        [],
+        on_text=lambda chunk: None,
+        on_retry=lambda attempt, wait, why: None,
+        temperature=setup.temperature,
+    )
+    if answers.unusable(retry.text) is None:
+        session.add_message(Message(role="assistant", content=retry.text))
+        session.emit("text", {"text": retry.text})
+        return "ok", retry.text
+    written = answers.summary(progress.ran)
+    session.emit(
+        "unusable_answer",
+        {
+            "text": retry.text,
+            "reason": answers.unusable(retry.text),
+            "action": "summarised" if written else "none",
+        },
+    )
+    if written is None:
+        raise StopTurn(
+            "no_answer",
+            "The model gave no answer in words, and no call of this turn succeeded. "
+            "Ask again more plainly, or try a larger model.",
+        )
+    return "ok", written
 
 
 async def model_step(session: Conversation, setup: TurnSetup) -> Completion:

@@ -17,29 +17,26 @@ def call(name: str, arguments: dict) -> dict:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
-def test_repeating_model_is_nudged_then_the_turn_stops_with_exit_4(mm_home, scripted):
+def test_a_failing_call_repeated_is_nudged_then_the_turn_stops_with_exit_4(mm_home, scripted):
     work = mm_home / "work"
-    (work / "a.txt").write_text("alpha\n")
-    same = call("read_file", {"path": "a.txt"})
-    server = scripted([same, same, same, same, {"text": "never reached"}])
-    result = run_mm("-p", "read a.txt", cwd=work)
+    same = call("read_file", {"path": "missing.txt"})
+    server = scripted([same, same, same, {"text": "never reached"}])
+    result = run_mm("-p", "read missing.txt", cwd=work)
     assert result.returncode == 4, (result.stdout, result.stderr)
     assert "never reached" not in result.stdout
     assert "loop" in result.stderr
 
     requests = server.requests()
-    assert len(requests) == 4  # the fourth call ended the turn; the model was not asked again
-    # Calls one and two were answered plainly, the third with the nudge appended.
-    assert all("Loop:" not in m for m in tool_messages(requests[2]))
-    nudged = tool_messages(requests[3])[-1]
-    assert nudged.startswith("    1\talpha\n")
-    assert 'Loop: you have called read_file with {"path":"a.txt"} 3 times in this turn' in nudged
-    assert "If you call it once more unchanged, the turn ends." in nudged
+    assert len(requests) == 3  # the third call ended the turn; the model was not asked again
+    assert all("Loop:" not in m for m in tool_messages(requests[1]))
+    nudged = tool_messages(requests[2])[-1]
+    assert 'Loop: read_file with {"path":"missing.txt"} failed 2 times in a row' in nudged
+    assert "If you send this call once more unchanged, the turn ends." in nudged
 
     _, events = session_events(work)
     loops = of(events, "loop_detected")
-    assert [(e["action"], e["kind"]) for e in loops] == [("nudge", "repeat"), ("stop", "repeat")]
-    assert len(of(events, "tool_call", name="read_file")) == 3  # the fourth never ran
+    assert [(e["action"], e["kind"]) for e in loops] == [("nudge", "same_error"), ("stop", "same_error")]
+    assert len(of(events, "tool_call", name="read_file")) == 2  # the third never ran
     [ended] = of(events, "turn_ended")
     assert ended["status"] == "loop" and "Stopped" in ended["text"]
 
@@ -47,15 +44,36 @@ def test_repeating_model_is_nudged_then_the_turn_stops_with_exit_4(mm_home, scri
     assert shown.returncode == 0, shown.stderr  # the next turn starts afresh: the script's text step
 
 
+def test_a_call_repeated_after_it_succeeded_is_not_run_again_and_the_turn_ends_ok(mm_home, scripted):
+    work = mm_home / "work"
+    (work / "a.txt").write_text("alpha\n")
+    same = call("read_file", {"path": "a.txt"})
+    server = scripted([same, same, same, {"text": "never reached"}])
+    result = run_mm("-p", "read a.txt", cwd=work)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.stdout.startswith("read_file succeeded:\n    1\talpha\n")  # the first result is the answer
+    assert len(server.requests()) == 3
+    answered = tool_messages(server.requests()[2])[-1]
+    assert answered.startswith("Not run again: this exact read_file call already succeeded")
+    _, events = session_events(work)
+    assert [(e["action"], e["kind"]) for e in of(events, "loop_detected")] == [
+        ("nudge", "after_success"),
+        ("stop", "after_success"),
+    ]
+    assert len(of(events, "tool_call", name="read_file")) == 1
+    [ended] = of(events, "turn_ended")
+    assert ended["status"] == "ok"
+
+
 def test_a_model_that_follows_the_nudge_goes_on(mm_home, scripted):
     work = mm_home / "work"
     (work / "a.txt").write_text("alpha\n")
     same = call("read_file", {"path": "a.txt"})
-    server = scripted([same, same, same, {"text": "a.txt says alpha."}])
+    server = scripted([same, same, {"text": "a.txt says alpha."}])
     result = run_mm("-p", "read a.txt", cwd=work)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "a.txt says alpha.\n"
-    assert len(server.requests()) == 4
+    assert len(server.requests()) == 3
     _, events = session_events(work)
     assert [e["action"] for e in of(events, "loop_detected")] == ["nudge"]
 
@@ -74,14 +92,13 @@ def test_different_arguments_run_to_the_end(mm_home, scripted):
 
 def test_thresholds_come_from_the_agent_file(mm_home, scripted):
     work = mm_home / "work"
-    (work / "a.txt").write_text("alpha\n")
-    (work / "mm.yaml").write_text(yaml.safe_dump({"loop": {"repeat": 2}}))
-    same = call("read_file", {"path": "a.txt"})
-    server = scripted([same, same, same, {"text": "never reached"}])
-    result = run_mm("-p", "read a.txt", cwd=work)
+    (work / "mm.yaml").write_text(yaml.safe_dump({"loop": {"same_error": 3}}))
+    same = call("read_file", {"path": "missing.txt"})
+    server = scripted([same, same, same, same, {"text": "never reached"}])
+    result = run_mm("-p", "read missing.txt", cwd=work)
     assert result.returncode == 4, result.stderr
-    assert len(server.requests()) == 3
-    assert "2 times in this turn" in tool_messages(server.requests()[2])[-1]
+    assert len(server.requests()) == 4
+    assert "failed 3 times in a row" in tool_messages(server.requests()[3])[-1]
 
 
 def test_bad_loop_config_names_file_and_line(mm_home: Path):

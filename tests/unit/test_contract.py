@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mmd import contract
 from mmd.contract import (
     InvalidArguments,
     answer,
@@ -656,3 +657,31 @@ def test_a_string_unpacked_past_the_depth_limit_is_answered_with_its_field():
         validate(schema, parse_arguments(json.dumps({"items": packed})))
     assert (caught.value.code, caught.value.field) == ("too_deep", "items")
     assert caught.value.reason == "items is nested too deep: 100 levels; the limit is 64."
+
+
+def test_shape_example_says_each_parameter_with_no_value_that_would_act():
+    schema = {
+        "type": "object",
+        "properties": {
+            "env": {"type": "string", "enum": ["staging", "production"]},
+            "commit": {"type": "string", "pattern": "^[0-9a-f]{7,40}$"},
+            "count": {"type": "integer", "minimum": 1, "maximum": 5},
+            "ratio": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "force": {"type": "boolean"},
+            "meta": {"type": "object", "properties": {"note": {"type": "string"}}},
+        },
+    }
+    shape = contract.shape_example(schema)
+    assert shape == {
+        "env": "<one of: staging, production>",
+        "commit": "<text matching ^[0-9a-f]{7,40}$>",
+        "count": "<whole number from 1 to 5>",
+        "ratio": "<number>",
+        "tags": ["<text>"],
+        "force": "<true or false>",
+        "meta": {"note": "<text>"},
+    }
+    # A model that copies the shape as its call is refused by the contract, never runs anything.
+    with pytest.raises(contract.ToolError):
+        contract.validate(schema, {"commit": shape["commit"], "count": shape["count"]})

@@ -18,7 +18,6 @@ import pytest
 import trio
 import trio.testing
 
-from mmd.config.turns import LoopLimits
 from mmd.contract import ToolResult
 from mmd.models.base import Message
 from mmd.rpc.methods import ConsentAnswer
@@ -216,14 +215,14 @@ async def test_max_steps_stops_a_model_that_never_answers(turn: Turn) -> None:
     assert len(provider.requests) == 3 and turn.lookup.ran == ["a", "b", "c"]
 
 
-async def test_a_repeated_call_is_nudged_once_then_stops_the_turn(turn: Turn) -> None:
-    same = call("lookup", {"key": "a"})
-    provider = await turn.run(same, same, same, same, answer("never reached"), loop=LoopLimits(repeat=3))
-    assert turn.lookup.ran == ["a", "a", "a"]  # the fourth never ran
-    assert "Loop:" in provider.requests[3].messages[-1].content  # the third answer carries the nudge
+async def test_a_failing_call_repeated_is_nudged_once_then_stops_the_turn(turn: Turn) -> None:
+    missing = call("lookup", {"key": "zz"})
+    provider = await turn.run(missing, missing, missing, answer("never reached"))
+    assert turn.lookup.ran == ["zz", "zz"]  # the third never ran
+    assert "Loop:" in provider.requests[2].messages[-1].content  # the second answer carries the nudge
     assert [e["action"] for e in turn.events("loop_detected")] == ["nudge", "stop"]
     assert turn.ended()["status"] == "loop"
-    assert len(provider.requests) == 4
+    assert len(provider.requests) == 3
 
 
 async def test_the_same_error_twice_in_a_row_is_nudged(turn: Turn) -> None:
@@ -342,3 +341,65 @@ async def test_a_session_is_idle_only_without_a_turn_or_a_client(
     turn.session.unsubscribe(client)
     await trio.sleep(30)
     assert turn.session.idle_for(trio.current_time()) == pytest.approx(30.0)
+
+
+# --- an answer a person can use; no loop after success -------------------------------------------
+
+
+async def test_a_reply_of_braces_is_asked_again_for_words(turn: Turn) -> None:
+    provider = await turn.run(call("lookup", {"key": "a"}), answer("{}"), answer("The value of a is 1."))
+    assert turn.ended() == {"status": "ok", "text": "The value of a is 1.", "error": None}
+    [event] = turn.events("unusable_answer")
+    assert (event["text"], event["reason"], event["action"]) == ("{}", "only punctuation", "ask_again")
+    asked = provider.requests[-1]
+    assert asked.tools == []  # asked without tools: it can only answer
+    assert "not an answer in words" in asked.messages[-1].content
+    assert turn.session.messages[-1].content == "The value of a is 1."
+
+
+async def test_when_the_model_still_gives_no_words_mm_says_what_ran(turn: Turn) -> None:
+    await turn.run(call("lookup", {"key": "b"}), answer(""), answer('{"name": "lookup", "arguments": {}}'))
+    end = turn.ended()
+    assert end["status"] == "ok"
+    assert (
+        end["text"]
+        == "The model gave no answer in words. What ran in this turn and succeeded:\n- lookup: b is 2"
+    )
+    assert [e["action"] for e in turn.events("unusable_answer")] == ["ask_again", "summarised"]
+
+
+async def test_no_words_and_nothing_succeeded_is_not_ok(turn: Turn) -> None:
+    await turn.run(call("lookup", {"key": "zz"}), answer("}"), answer("  "))
+    end = turn.ended()
+    assert end["status"] == "no_answer" and "no call of this turn succeeded" in end["text"]
+
+
+async def test_json_that_is_no_call_is_an_answer(turn: Turn) -> None:
+    await turn.run(answer('{"a": 1, "b": 2}'))
+    assert turn.ended()["text"] == '{"a": 1, "b": 2}' and turn.events("unusable_answer") == []
+
+
+async def test_a_call_repeated_after_it_succeeded_is_not_run_and_then_ends_the_turn_ok(turn: Turn) -> None:
+    same = call("put", {"key": "a"})
+    provider = await turn.run(same, same, same, answer("never reached"), yolo=True)
+    assert turn.put.ran == ["a"]  # ran once
+    assert "already succeeded" in provider.requests[2].messages[-1].content
+    end = turn.ended()
+    assert end == {"status": "ok", "text": "put succeeded:\na set", "error": None}
+    assert [(e["kind"], e["action"]) for e in turn.events("loop_detected")] == [
+        ("after_success", "nudge"),
+        ("after_success", "stop"),
+    ]
+    # Every call has its answer: the history stays valid for the next turn.
+    assert len(tool_messages(turn.session.messages)) == 3
+
+
+async def test_a_read_repeated_after_a_write_runs_again(turn: Turn) -> None:
+    await turn.run(
+        call("lookup", {"key": "a"}),
+        call("put", {"key": "a"}),
+        call("lookup", {"key": "a"}),
+        answer("a is 1."),
+        yolo=True,
+    )
+    assert turn.lookup.ran == ["a", "a"] and turn.events("loop_detected") == []

@@ -1,0 +1,60 @@
+"""What a turn ends with: an answer a person can use, and what counts as one.
+
+Small models often end a turn with no words at all: an empty reply, a lone ``{}``
+or ``}``, the raw tool call they meant to make, or the error JSON of the last
+result. None of that is an answer (other JSON is: it may be what was asked for). :func:`unusable` says why a final text is
+not one; the loop (mmd/turn/loop.py) then asks the model once more, without
+tools, for a sentence, and when that fails too, :func:`summary` writes one from
+what ran in the turn. The turn's status says which happened.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..contract import ToolResult
+
+# Asked, without tools, after a final reply that is no answer.
+ASK_FOR_WORDS = (
+    "Your last reply was not an answer in words. In one or two plain sentences, tell the user "
+    "what was done and what came of it. Do not call a tool and do not write JSON or code."
+)
+# Characters that make no answer on their own.
+_PUNCTUATION = set("{}[]()<>\"'`,:;.\\/|-_=* \t\r\n")
+_FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_CALL_TAG = re.compile(r"</?(tool_call|function_call|tools?)\b", re.IGNORECASE)
+# The first characters of a JSON object that names a call or an error, complete or cut short.
+_CALL_JSON = re.compile(r'^\s*[\[{]\s*"(name|function|tool|arguments|error|ok)"\s*:')
+# Longest result text quoted in a summary.
+_QUOTE = 300
+
+
+def unusable(text: str) -> str | None:
+    """Why *text* is not an answer a person can use, or None when it is one."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty"
+    if set(stripped) <= _PUNCTUATION:
+        return "only punctuation"
+    body = fence.group(1).strip() if (fence := _FENCE.match(stripped)) else stripped
+    if set(body) <= _PUNCTUATION:
+        return "only punctuation"
+    if _CALL_TAG.search(body) or _CALL_JSON.match(body):
+        return "a tool call or error written as text"
+    return None  # other JSON may be just what was asked for: an answer
+
+
+def summary(ran: list[tuple[str, ToolResult]]) -> str | None:
+    """A sentence mm writes from the turn's calls when the model gave none; None when no call succeeded."""
+    done = [(name, result) for name, result in ran if result.ok]
+    if not done:
+        return None
+    lines = ["The model gave no answer in words. What ran in this turn and succeeded:"]
+    for name, result in done:
+        lines.append(f"- {name}: {_first_lines(result.content)}")
+    return "\n".join(lines)
+
+
+def _first_lines(content: str) -> str:
+    text = " ".join([line.strip() for line in content.splitlines() if line.strip()][:3])
+    return text if len(text) <= _QUOTE else text[: _QUOTE - 1] + "…"

@@ -1,0 +1,56 @@
+"""What counts as an answer a person can use (mmd/turn/answers.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mmd.contract import ToolResult
+from mmd.turn.answers import summary, unusable
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "empty"),
+        ("  \n", "empty"),
+        ("{}", "only punctuation"),
+        ("{}}", "only punctuation"),
+        ("```json\n{}\n```", "only punctuation"),
+        ('{"name": "release", "arguments": {"version": "2.0.1"}}', "a tool call or error written as text"),
+        ('{"name": "release", "arguments": {"version": "2.0', "a tool call or error written as text"),
+        ('```json\n{"name": "status"}\n```', "a tool call or error written as text"),
+        ('{"ok": false, "error": {"code": "invalid_type"}}', "a tool call or error written as text"),
+        ('<tool_call>\n{"name": "status"}\n</tool_call>', "a tool call or error written as text"),
+    ],
+)
+def test_not_an_answer(text: str, reason: str) -> None:
+    assert unusable(text) == reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Released 2.0.1.",
+        "{a} is a set in Python.",
+        '{"dependencies": {"trio": "0.27"}}',
+        "[1, 2, 3] are the first three.",
+        "3",
+    ],
+)
+def test_an_answer(text: str) -> None:
+    assert unusable(text) is None
+
+
+def test_summary_names_what_succeeded_and_cuts_long_results() -> None:
+    ran = [
+        ("status", ToolResult(ok=False, content="no such service")),
+        ("release", ToolResult(ok=True, content="released 2.0.1\n\n[exit code 0]\nmore\n" + "x" * 400)),
+    ]
+    text = summary(ran)
+    assert text is not None and text.startswith("The model gave no answer in words.")
+    assert "- release: released 2.0.1 [exit code 0] more" in text and "status" not in text
+    assert len(text.splitlines()[-1]) < 320
+
+
+def test_no_summary_without_a_success() -> None:
+    assert summary([("status", ToolResult(ok=False, content="down"))]) is None
