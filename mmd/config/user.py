@@ -43,6 +43,9 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Turn tool calls the model wrote as text into calls (docs/loops-and-recovery.md).
     # None: on for kind openai on localhost/127.0.0.1/::1, off otherwise.
     recover_tool_calls: bool | None = None
+    # Constrain a tool call to the catalogue's schemas with a lazy grammar (llama-server only:
+    # mmd/models/grammar.py); tools are then described in the system prompt. Off unless set.
+    constrain_calls: bool = False
 
 
 class ModelAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -41,6 +41,8 @@ class ModelRef:
     script: Path | None = None
     # Turn tool calls written as text into calls (mmd.models.recovery).
     recover_tool_calls: bool = False
+    # Constrain calls with a lazy grammar (llama-server; mmd.models.grammar).
+    constrain_calls: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -79,6 +81,7 @@ class ModelRef:
             max_tokens=prov.max_tokens,
             headers=tuple(sorted(prov.headers.items())),
             recover_tool_calls=default_enabled(prov.kind, prov.base_url) if recover is None else recover,
+            constrain_calls=prov.constrain_calls,
         )
 
     @classmethod
@@ -119,6 +122,7 @@ class ModelRef:
             kind="openai",
             model=name,
             recover_tool_calls=True,
+            constrain_calls=catalog.constrain_calls(),
             max_tokens=LOCAL_MAX_TOKENS,
             extra={"local": name},
         )
@@ -155,4 +159,6 @@ class ModelRef:
         }
         if self.max_tokens is not None:  # else the provider's default (anthropic's API requires one)
             args["max_tokens"] = self.max_tokens
+        if self.constrain_calls:  # only providers that can take a grammar are given one
+            args["constrain_calls"] = True
         return provider_class(self.kind)(**args)

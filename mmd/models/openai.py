@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from mmd.models import grammar
 from mmd.models._http import Accumulator, HttpModel, decode_json, error_message, excerpt
 from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolSpec
 
@@ -41,12 +42,14 @@ class OpenAIProvider:
         max_tokens: int | None = None,
         client: httpx.AsyncClient | None = None,
         retry_base_delay: float = 0.5,
+        constrain_calls: bool = False,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"{name}: base_url must start with http:// or https://, not {base_url!r}")
         self.name = name
         self.model = model
         self.max_tokens = max_tokens
+        self.constrain_calls = constrain_calls
         self.base_url = base_url.rstrip("/")
         sent = {**(headers or {})}
         if api_key:
@@ -82,7 +85,10 @@ class OpenAIProvider:
         stream that broke off after deltas were handed on.
         Cancellation: closes the HTTP stream at once.
         """
-        body = request_body(self.model, messages, tools, self.max_tokens)
+        if self.constrain_calls and tools:
+            body = constrained_body(self.model, messages, tools, self.max_tokens)
+        else:
+            body = request_body(self.model, messages, tools, self.max_tokens)
         if temperature is not None:
             body["temperature"] = temperature
         return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
@@ -112,6 +118,24 @@ def request_body(
             }
             for t in tools
         ]
+    return body
+
+
+def constrained_body(
+    model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int | None = None
+) -> dict[str, Any]:
+    """A request whose tool call is constrained by a lazy grammar (llama-server's ``grammar`` fields).
+
+    llama-server refuses a grammar beside ``tools``, so the tools are described in the system
+    message instead and the call comes back as text, which recovery reads (mmd.models.recovery).
+    """
+    system = grammar.call_prompt(tools)
+    if messages and messages[0].role == "system":
+        messages = [Message(role="system", content=f"{messages[0].content}\n\n{system}"), *messages[1:]]
+    else:
+        messages = [Message(role="system", content=system), *messages]
+    body = request_body(model, messages, [], max_tokens)
+    body.update(grammar=grammar.call_grammar(tools), grammar_lazy=True, grammar_triggers=grammar.TRIGGERS)
     return body
 
 

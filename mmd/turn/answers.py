@@ -25,6 +25,8 @@ _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _CALL_TAG = re.compile(r"</?(tool_call|function_call|tools?)\b", re.IGNORECASE)
 # The first characters of a JSON object that names a call or an error, complete or cut short.
 _CALL_JSON = re.compile(r'^\s*[\[{]\s*"(name|function|tool|arguments|error|ok)"\s*:')
+# A process's status line, which small models echo as their "answer": [exit code 0], {"exit code": 0}.
+_STATUS_LINE = re.compile(r'\[exit code -?\d+\]|\{\s*"exit[ _]code"\s*:\s*-?\d+\s*\}', re.IGNORECASE)
 # Longest result text quoted in a summary.
 _QUOTE = 300
 
@@ -39,6 +41,8 @@ def unusable(text: str) -> str | None:
     body = fence.group(1).strip() if (fence := _FENCE.match(stripped)) else stripped
     if set(body) <= _PUNCTUATION:
         return "only punctuation"
+    if _STATUS_LINE.search(body) and set(_STATUS_LINE.sub("", body)) <= _PUNCTUATION:
+        return "only a tool's status line"
     if _CALL_TAG.search(body) or _CALL_JSON.match(body):
         return "a tool call or error written as text"
     return None  # other JSON may be just what was asked for: an answer

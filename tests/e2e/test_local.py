@@ -8,6 +8,7 @@ tests of the real model use the machine's cache ($XDG_DATA_HOME/mm of the user r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -19,12 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
-from mmd import paths
-from mmd.local import catalog
+from mmd import contract, paths
+from mmd.local import catalog, selftest
 from mmd.local.install import SetupError, setup_model
+from mmd.models.base import Completion, Message, ToolSpec
+from mmd.models.openai import constrained_body
+from mmd.models.recovery import recover_completion
 
 from ..model_wheels import tiny_model
 from ..paths import ROOT
@@ -360,3 +365,59 @@ def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped
     # Nobody uses it: stopped after the idle timeout, and reaped.
     _wait("the idle stop", lambda: not _llama_servers(mm_home), timeout=60)
     assert not second.is_running() or second.status() == psutil.STATUS_ZOMBIE
+
+
+@needs_stack
+def test_the_real_llama_server_takes_the_call_grammar_and_the_call_is_valid(mm_home: Path) -> None:
+    """The lazy grammar of mmd/models/grammar.py, given to the real llama-server with the 0.5B model:
+    it is accepted, the model's call is one of the catalogue's tools with arguments its schema
+    allows, and generation ends where the call ends."""
+    link_stack(mm_home)
+    release = ToolSpec(
+        name="release",
+        description="Publish a version of the package to a channel.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "version": {"type": "string", "description": "like 2.0.1"},
+                "channel": {"type": "string", "enum": ["stable", "beta"]},
+            },
+            "required": ["version", "channel"],
+        },
+    )
+    status = ToolSpec(
+        name="status",
+        description="Say how a service is doing.",
+        parameters={"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]},
+    )
+    port = selftest.free_port()
+    proc = subprocess.Popen(
+        selftest.server_argv("qwen2.5-coder-0.5b", port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        messages = [
+            Message(role="system", content="You are mm. Use a tool when the request needs one."),
+            Message(role="user", content="Release version 3.1.4 to the beta channel."),
+        ]
+        body = {**constrained_body("m", messages, [release, status], 256), "stream": False, "temperature": 0}
+        body.pop("stream_options")
+        reply = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=240)
+        assert reply.status_code == 200, reply.text  # the grammar parsed
+        text = reply.json()["choices"][0]["message"]["content"]
+        completion = recover_completion(Completion(text=text), ["release", "status"])
+        [call] = completion.tool_calls
+        tool = {"release": release, "status": status}[call.name]
+        args = contract.validate(tool.parameters, json.loads(call.arguments))
+        if call.name == "release":
+            assert args["channel"] in ("stable", "beta")
+        assert reply.json()["choices"][0]["finish_reason"] == "stop"  # it ended at the end of the call
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -175,8 +175,8 @@ USER_ERRORS = [
         "providers:\n  local:\n    kind: openai\n    base_ur: http://x\n",
         4,
         "providers.local.base_ur",
-        "4: providers.local.base_ur: unknown key; expected one of api_key_env, base_url, headers, kind,"
-        ' max_retries, max_tokens, recover_tool_calls, timeout — did you mean "base_url"?',
+        "4: providers.local.base_ur: unknown key; expected one of api_key_env, base_url, constrain_calls, headers,"
+        ' kind, max_retries, max_tokens, recover_tool_calls, timeout — did you mean "base_url"?',
     ),
     (
         "providers:\n  local:\n    kind: openai\n",

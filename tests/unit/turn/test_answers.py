@@ -21,6 +21,8 @@ from mmd.turn.answers import summary, unusable
         ('```json\n{"name": "status"}\n```', "a tool call or error written as text"),
         ('{"ok": false, "error": {"code": "invalid_type"}}', "a tool call or error written as text"),
         ('<tool_call>\n{"name": "status"}\n</tool_call>', "a tool call or error written as text"),
+        ("[exit code 0]", "only a tool's status line"),
+        ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
 )
 def test_not_an_answer(text: str, reason: str) -> None:
@@ -35,6 +37,7 @@ def test_not_an_answer(text: str, reason: str) -> None:
         '{"dependencies": {"trio": "0.27"}}',
         "[1, 2, 3] are the first three.",
         "3",
+        "The tests ran: [exit code 0], all 42 passed.",
     ],
 )
 def test_an_answer(text: str) -> None:
