@@ -274,7 +274,9 @@ def forbidden(modules: Sequence[str]) -> list[str]:
     for name in modules:
         top = name.split(".")[0]
         daemon_side = (
-            top == "mmd" and name != "mmd" and not (name == "mmd.rpc" or name.startswith("mmd.rpc."))
+            top == "mmd"
+            and name not in ("mmd", "mmd.paths")
+            and not (name == "mmd.rpc" or name.startswith("mmd.rpc."))
         )
         if top in FORBIDDEN or daemon_side:
             bad.append(name)
@@ -343,7 +345,9 @@ def check_modules(env: Env) -> None:
         ("mm --version", modules_after(["--version"], env.work, out)),
         ("mm -p hi (a whole turn, warm daemon)", modules_after(PROMPT_ARGS, env.work, out)),
     ]
-    print(f"  modules the client must not import ({', '.join(FORBIDDEN)}, mmd.* outside mmd.rpc):")
+    print(
+        f"  modules the client must not import ({', '.join(FORBIDDEN)}, mmd.* outside mmd.rpc and mmd.paths):"
+    )
     for what, modules in checks:
         bad = forbidden(modules)
         verdict = "ok" if not bad else "NOT EMPTY"
@@ -477,7 +481,7 @@ def print_figure3(calls: int, bash: Turn, read: Turn, small: str, bare: list[flo
     heading(f"3. harness overhead of one tool call ({calls} calls in one turn, model answers at once; ms)")
     print(f"  command: {shown(bash.argv)}   (and --model read/scripted for read_file)")
     print(
-        f"  script:  {calls} x {{tool_calls: [bash {{command: true}}]}} (or [read_file {{path: {small}}}]), then a text"
+        f"  script:  {calls} x {{tool_calls: [bash {{command: true N}}]}} (or [read_file {{path: {small}}}]), then a text"
     )
     print("  overhead_i = t_received(request i+1) - t_responded(response i) - the tool's own run time")
     print(f"  {'':<36}{'median':>8} {'p90':>8} {'min':>8} {'max':>8}   {'first 10':>8} {'last 10':>8}")
@@ -567,9 +571,16 @@ def main(argv: list[str] | None = None) -> int:
         env.start_servers(
             {
                 "chat": texts,
-                "bash": [{"tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]}] * calls
+                # Each call differs (a repeat of a call that succeeded is not run again).
+                "bash": [
+                    {"tool_calls": [{"name": "bash", "arguments": {"command": f"true {i}"}}]}
+                    for i in range(calls)
+                ]
                 + [{"text": "done"}],
-                "read": [{"tool_calls": [{"name": "read_file", "arguments": {"path": small}}]}] * calls
+                "read": [
+                    {"tool_calls": [{"name": "read_file", "arguments": {"path": small, "limit": 100 + i}}]}
+                    for i in range(calls)
+                ]
                 + [{"text": "done"}],
             },
             default="chat",

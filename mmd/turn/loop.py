@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..contract import ToolResult
-from ..models.base import Completion, Message, ToolCall
+from ..models.base import Completion, Message, ModelError, ToolCall
 from ..models.recovery import recover_completion
 from . import answers, phases
 from .calls import CallRunner, Conversation, StopTurn
@@ -114,13 +114,7 @@ async def _final(session: Conversation, setup: TurnSetup, text: str, progress: P
     if reason is None:
         return "ok", text
     session.emit("unusable_answer", {"text": text, "reason": reason, "action": "ask_again"})
-    retry = await setup.provider.complete(
-        [*setup.request_messages(session.messages), Message(role="user", content=answers.ASK_FOR_WORDS)],
-        [],
-        on_text=lambda chunk: None,
-        on_retry=lambda attempt, wait, why: None,
-        temperature=setup.temperature,
-    )
+    retry = await _ask_for_words(session, setup)
     if answers.unusable(retry.text) is None:
         session.add_message(Message(role="assistant", content=retry.text))
         session.emit("text", {"text": retry.text})
@@ -163,6 +157,25 @@ async def model_step(session: Conversation, setup: TurnSetup) -> Completion:
     session.add_message(Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls))
     session.emit("assistant", _assistant_record(completion))
     return completion
+
+
+async def _ask_for_words(session: Conversation, setup: TurnSetup) -> Completion:
+    """One more step, without tools, asking for an answer in words; a failed request is no answer."""
+    messages = [
+        *setup.request_messages(session.messages),
+        Message(role="user", content=answers.ASK_FOR_WORDS),
+    ]
+    try:
+        return await setup.provider.complete(
+            messages,
+            [],
+            on_text=lambda chunk: None,
+            on_retry=lambda attempt, wait, why: None,
+            temperature=setup.temperature,
+        )
+    except ModelError as exc:
+        session.emit("warning", {"message": f"asking the model for an answer in words failed: {exc}"})
+        return Completion(text="")
 
 
 def _assistant_record(completion: Completion) -> dict[str, object]:

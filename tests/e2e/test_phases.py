@@ -175,7 +175,7 @@ def test_a_package_json_block_is_an_answer_not_a_call(mm_home, scripted):
 def test_recovery_can_be_turned_off_per_provider(mm_home, scripted):
     work = mm_home / "work"
     text = (FIXTURES / "fenced_json_bare.txt").read_text()
-    server = scripted([{"text": text}])
+    server = scripted([{"text": text}, {"text": "I would grep src for TODO."}])
     write_config(
         mm_home,
         {
@@ -187,8 +187,10 @@ def test_recovery_can_be_turned_off_per_provider(mm_home, scripted):
     )
     result = run_mm("-p", "grep", cwd=work)
     assert result.returncode == 0, result.stderr
-    assert '"name": "grep"' in result.stdout
-    assert len(server.requests()) == 1
+    assert '"name": "grep"' in result.stdout  # shown as written: not run as a call
+    # A call written as text is no answer: the model is asked once more, without tools, for words.
+    assert result.stdout.endswith("I would grep src for TODO.\n")
+    assert len(server.requests()) == 2 and "tools" not in server.requests()[1]["body"]
 
 
 def test_a_second_phase_of_the_same_name_names_file_and_line(mm_home):

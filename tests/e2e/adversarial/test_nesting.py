@@ -159,10 +159,12 @@ def test_deep_json_written_in_the_text_stays_text(mm_home, scripted):
     fenced = '```json\n{"name": "read_file", "arguments": {"path": ' + deep + "}}\n```"
     bare = "and bare: {{{" + deep + " and " + '{"a":' * 3000
     text = "\n".join([tagged, fenced, bare])
-    use_model(mm_home, work, scripted, [{"text": text}], "openai")  # recovery is on for 127.0.0.1
+    steps = [{"text": text}, {"text": "I could not make that call."}]
+    use_model(mm_home, work, scripted, steps, "openai")  # recovery is on for 127.0.0.1
     result = prompt(work)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == text + "\n"
+    # Shown as the model wrote it; no call in it is run, and as it is no answer, the model is asked for one.
+    assert result.stdout == text + "\nI could not make that call.\n"
     assert of(session_events(work), "recovered_tool_call") == []
     assert_daemon_serves(mm_home)
 

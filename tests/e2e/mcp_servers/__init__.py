@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...paths import ROOT
+
 HERE = Path(__file__).resolve().parent
 SEED = HERE / "seed_server.py"
 # JSON-RPC methods that open a connection: the legacy handshake and the 2026 probe.
 HANDSHAKES = ("initialize", "server/discover")
 # Where .ci/run installs the third-party servers from npm.
-NPM_BIN = HERE.parent.parent / ".ci" / "npm" / "node_modules" / ".bin"
+NPM_BIN = ROOT / ".ci" / "npm" / "node_modules" / ".bin"
 
 
 def records(log: Path) -> list[dict[str, Any]]:
