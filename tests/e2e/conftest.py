@@ -136,7 +136,11 @@ def run_mm(
 
 
 def spawn_mm(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    """Start the real ``mm`` CLI without waiting for it (to signal it, or to race two of them)."""
+    """Start the real ``mm`` CLI without waiting for it (to signal it, or to race two of them).
+
+    Ctrl-C reaches it as in a terminal even when the test run itself ignores SIGINT (a suite started
+    in the background by a non-interactive shell inherits SIGINT ignored, and so would mm).
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "mm.cli", *args],
         cwd=cwd,
@@ -144,7 +148,12 @@ def spawn_mm(*args: str, cwd: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def daemon_pids(home: Path) -> list[int]:
