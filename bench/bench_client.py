@@ -29,7 +29,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,8 +41,8 @@ from typing import Any
 
 import psutil
 import yaml
+from mmd_child import PY, BenchError, answers, start_mmd
 
-PY = sys.executable
 CONSOLE_SCRIPT = Path(PY).with_name("mm")
 # The client command: the console script installed next to this interpreter, else the module.
 MM = [str(CONSOLE_SCRIPT)] if CONSOLE_SCRIPT.exists() else [PY, "-m", "mm.cli"]
@@ -52,10 +51,6 @@ FORBIDDEN = ("trio", "httpx", "httpcore", "anyio", "psutil", "h11")
 PROMPT_ARGS = ["--output-format", "stream-json", "--yolo", "-p", "hi"]
 # Seconds any one child command may take before the bench gives up on it.
 TIMEOUT = 60.0
-
-
-class BenchError(RuntimeError):
-    """A step of the bench failed; the message says which and shows the output."""
 
 
 # ---------------------------------------------------------------- numbers
@@ -152,32 +147,9 @@ class Env:
 
     # -- daemons ------------------------------------------------------------------
 
-    def answers(self) -> bool:
-        with contextlib.closing(socket.socket(socket.AF_UNIX)) as s:
-            try:
-                s.connect(str(self.socket))
-            except OSError:
-                return False
-            return True
-
     def start_daemon(self) -> None:
         """Start mmd as our own child on the private socket and wait until it answers."""
-        self.daemon = subprocess.Popen(
-            [PY, "-m", "mmd", "--socket", str(self.socket)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 20
-        while not self.answers():
-            if self.daemon.poll() is not None:
-                raise BenchError(
-                    f"mmd exited with {self.daemon.returncode}; see {self.home}/state/mm/mmd.log"
-                )
-            if time.monotonic() > deadline:
-                raise BenchError(f"mmd did not answer on {self.socket} within 20 s")
-            time.sleep(0.02)
+        self.daemon = start_mmd(self.socket, self.home)
 
     def stop_daemon(self) -> None:
         """Stop our own daemon (SIGTERM) and any daemon a client started on our socket."""
@@ -390,7 +362,7 @@ def first_event(env: Env) -> tuple[float, float, float]:
 
 def wait_daemon_gone(env: Env) -> None:
     deadline = time.monotonic() + 15
-    while env.detached_daemons() or env.answers():
+    while env.detached_daemons() or answers(env.socket):
         if time.monotonic() > deadline:
             raise BenchError("the daemon did not stop within 15 s of `mm daemon stop`")
         time.sleep(0.02)

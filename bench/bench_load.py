@@ -33,7 +33,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -47,8 +46,8 @@ from typing import Any
 
 import psutil
 import yaml
+from mmd_child import PY, BenchError, start_mmd
 
-PY = sys.executable
 CONSOLE_SCRIPT = Path(PY).with_name("mm")
 # The client command: the console script installed next to this interpreter, else the module.
 MM = [str(CONSOLE_SCRIPT)] if CONSOLE_SCRIPT.exists() else [PY, "-m", "mm.cli"]
@@ -63,10 +62,6 @@ SCRIPT = [
     {"tool_calls": [{"name": "bash", "arguments": {"command": "echo load"}}]},
     {"text": "done"},
 ]
-
-
-class BenchError(RuntimeError):
-    """A step of the bench failed; the message says which and shows the output."""
 
 
 def heading(text: str) -> None:
@@ -111,33 +106,9 @@ class Home:
         config.write_text(yaml.safe_dump({"daemon": {"session_idle": SESSION_IDLE}}))
         self.daemon: subprocess.Popen[bytes] | None = None
 
-    def answers(self) -> bool:
-        with contextlib.closing(socket.socket(socket.AF_UNIX)) as s:
-            try:
-                s.connect(str(self.socket))
-            except OSError:
-                return False
-            return True
-
     def start_daemon(self) -> psutil.Process:
         """Start mmd as our own child on the private socket; its process once it answers."""
-        self.daemon = subprocess.Popen(
-            [PY, "-m", "mmd", "--socket", str(self.socket)],
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 20
-        while not self.answers():
-            if self.daemon.poll() is not None:
-                raise BenchError(
-                    f"mmd exited with {self.daemon.returncode}; see {self.home}/state/mm/mmd.log"
-                )
-            if time.monotonic() > deadline:
-                raise BenchError(f"mmd did not answer on {self.socket} within 20 s")
-            time.sleep(0.02)
+        self.daemon = start_mmd(self.socket, self.home, self.env)
         return psutil.Process(self.daemon.pid)
 
     def stop_daemon(self) -> None:
