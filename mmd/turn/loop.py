@@ -115,7 +115,8 @@ async def _final(session: Conversation, setup: TurnSetup, text: str, progress: P
         return "ok", text
     session.emit("unusable_answer", {"text": text, "reason": reason, "action": "ask_again"})
     retry = await _ask_for_words(session, setup)
-    if answers.unusable(retry.text) is None:
+    still = answers.unusable(retry.text)
+    if still is None:
         session.add_message(Message(role="assistant", content=retry.text))
         session.emit("text", {"text": retry.text})
         return "ok", retry.text
@@ -124,7 +125,7 @@ async def _final(session: Conversation, setup: TurnSetup, text: str, progress: P
         "unusable_answer",
         {
             "text": retry.text,
-            "reason": answers.unusable(retry.text),
+            "reason": still,
             "action": "summarised" if written else "none",
         },
     )
