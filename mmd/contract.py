@@ -549,26 +549,26 @@ def shape_example(schema: dict[str, Any]) -> dict[str, Any]:
 
     Shown instead of a write tool's realistic example when a call is invalid: a small model
     copies a ready-to-run example (``deploy production a1b2c3d``) as its next call; a
-    placeholder such as ``"<text matching ^[0-9a-f]{7,40}$>"`` fails the contract instead.
+    placeholder such as ``"<commit matching ^[0-9a-f]{7,40}$>"`` fails the contract instead.
     """
-    return {name: _shape(prop) for name, prop in schema.get("properties", {}).items()}
+    return {name: _shape(prop, name) for name, prop in schema.get("properties", {}).items()}
 
 
-def _shape(prop: dict[str, Any]) -> Any:
+def _shape(prop: dict[str, Any], name: str = "value") -> Any:
     if "enum" in prop:
         return f"<one of: {', '.join(_plain(e) for e in prop['enum'])}>"
     kind = prop.get("type")
     if kind == "array":
         items = prop.get("items")
-        return [_shape(items) if isinstance(items, dict) else "<value>"]
+        return [_shape(items, name) if isinstance(items, dict) else "<value>"]
     if kind == "object" and isinstance(prop.get("properties"), dict):
         return shape_example(prop)
-    return f"<{_shape_words(kind, prop)}>"
+    return f"<{_shape_words(kind, prop, name)}>"
 
 
-def _shape_words(kind: Any, prop: dict[str, Any]) -> str:
+def _shape_words(kind: Any, prop: dict[str, Any], name: str) -> str:
     if kind == "string":
-        return f"text matching {prop['pattern']}" if "pattern" in prop else "text"
+        return f"{name} matching {prop['pattern']}" if "pattern" in prop else name
     if kind in ("integer", "number"):
         word = "whole number" if kind == "integer" else "number"
         low, high = prop.get("minimum"), prop.get("maximum")

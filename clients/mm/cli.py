@@ -19,7 +19,7 @@ from mmd import __version__
 from mmd.rpc import RPCError
 
 from .connection import Client, DaemonError, Untrusted
-from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
+from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, compacted
 
 if TYPE_CHECKING:  # imported when used: mm must start fast
     from . import eval as ev
@@ -270,7 +270,10 @@ def _chat(**opts: Any) -> int:
 
     view_format = opts.pop("output_format", "text")
     session_id = opts.pop("resume", None)
-    click.echo(f"mm {__version__} — Ctrl-C cancels a turn, Ctrl-D or /exit quits.", err=True)
+    click.echo(
+        f"mm {__version__} — Ctrl-C cancels a turn, /compact summarises the session, Ctrl-D or /exit quits.",
+        err=True,
+    )
     code = EXIT_OK
     while True:
         try:
@@ -280,12 +283,32 @@ def _chat(**opts: Any) -> int:
             return code
         if line.strip() in ("/exit", "/quit"):
             return code
+        if line.strip() == "/compact":
+            _compact(session_id, opts.get("model"))
+            continue
         if not line.strip():
             continue
         code = run_prompt(line, output_format=view_format, session_id=session_id, **opts)
         if session_id is None:
             session_id = _newest_session()
         opts["continue_"] = False
+
+
+def _compact(session_id: str | None, model: str | None) -> None:
+    """``/compact``: the chat's session summarised into one note by its model."""
+    if session_id is None:
+        click.echo("nothing to compact yet: this chat has no session", err=True)
+        return
+    client = _connect()
+    try:
+        done = client.call(
+            "session.compact", {"session_id": session_id, **({"model": model} if model else {})}
+        )
+        click.echo(f"compacted: {compacted(done)}", err=True)
+    except RPCError as exc:
+        click.echo(f"mm: {exc.message}", err=True)
+    finally:
+        client.close()
 
 
 def _newest_session() -> str | None:
@@ -474,17 +497,24 @@ def sessions_show(session_id: str, as_json: bool) -> None:
         return
     row = shown["session"]
     click.echo(f"session {row['id']} in {row['cwd']} ({row['model']})")
-    # Each turn starts with a user message: its ending is shown before the next one.
-    turns = iter(shown.get("turns", []))
+    # Each turn starts with a user message: its ending is shown before the next one. A summary note
+    # (the context budget's) stands for the first turns, whose messages are gone.
+    prompts = [m for m in shown["messages"] if m["role"] == "user" and not _is_note(m)]
+    turns = iter(shown.get("turns", [])[-len(prompts) :] if prompts else [])
     users = 0
     for msg in shown["messages"]:
-        if msg["role"] == "user":
+        if msg["role"] == "user" and not _is_note(msg):
             if users:
                 _print_turn_end(next(turns, None))
             users += 1
         _print_message(msg)
     if users:
         _print_turn_end(next(turns, None) if not row["running"] else None)
+
+
+def _is_note(msg: dict[str, Any]) -> bool:
+    """A summary of earlier messages mm wrote to fit the model's window (docs/local.md#context-budget)."""
+    return msg.get("content", "").startswith("[mm summarised the earlier part of this session")
 
 
 def _print_turn_end(ended: dict[str, Any] | None) -> None:

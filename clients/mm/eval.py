@@ -92,6 +92,29 @@ class RunResult:
     text: str = ""
     error: str | None = None
     session_id: str = ""
+    steps: int = 0  # model steps (assistant events)
+    # Summed over the steps whose server reported timings (llama-server does); None if none did.
+    prompt_tokens: int | None = None  # the prompts, cached tokens included
+    cached_tokens: int | None = None  # reused from the server's prompt cache, not processed again
+    prompt_seconds: float | None = None  # processing the prompts' uncached tokens
+    gen_tokens: int | None = None
+    gen_seconds: float | None = None  # generating the answers
+
+    def add_step(self, timings: Any) -> None:
+        """Count one model step and add what its server reported about its time, if anything."""
+        self.steps += 1
+        if not isinstance(timings, dict):
+            return
+
+        def add(total: float | None, key: str, scale: float = 1.0) -> float:
+            value = timings.get(key)
+            return (total or 0) + (value * scale if isinstance(value, int | float) else 0)
+
+        self.prompt_tokens = int(add(self.prompt_tokens, "prompt_tokens"))
+        self.cached_tokens = int(add(self.cached_tokens, "cached_tokens"))
+        self.gen_tokens = int(add(self.gen_tokens, "gen_tokens"))
+        self.prompt_seconds = round(add(self.prompt_seconds, "prompt_ms", 0.001), 3)
+        self.gen_seconds = round(add(self.gen_seconds, "gen_ms", 0.001), 3)
 
 
 def judge(argv: list[list[str]], expected: list[str]) -> bool:
@@ -283,6 +306,8 @@ class Runner:
                 result.tool_calls.append({"name": data["name"], "arguments": data["arguments"]})
             elif kind == "recovered_tool_call":
                 result.recovered += 1
+            elif kind == "assistant":
+                result.add_step(data.get("timings"))
             elif kind == "warning":
                 self._warnings.append(data.get("message", ""))
             elif kind == "turn_ended":
@@ -325,19 +350,57 @@ class Cell:
     successes: int = 0
     runs: int = 0
     seconds: list[float] = field(default_factory=list)
+    # Of the runs whose server reported timings: seconds per run, and the prompts' tokens.
+    prompt_seconds: list[float] = field(default_factory=list)
+    gen_seconds: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
     def add(self, r: RunResult) -> None:
         self.runs += 1
         self.successes += r.ok
         self.seconds.append(r.seconds)
+        if r.prompt_seconds is not None:
+            self.prompt_seconds.append(r.prompt_seconds)
+            self.gen_seconds.append(r.gen_seconds or 0.0)
+            self.prompt_tokens += r.prompt_tokens or 0
+            self.cached_tokens += r.cached_tokens or 0
 
     @property
     def mean(self) -> float:
         return statistics.fmean(self.seconds) if self.seconds else 0.0
 
+    @property
+    def timed(self) -> bool:
+        """Whether any run's server reported where the time went."""
+        return bool(self.prompt_seconds)
+
     def text(self, timing: bool = True) -> str:
         score = f"{self.successes}/{self.runs}"
         return f"{score} ({self.mean:.1f} s)" if timing else score
+
+    def speed(self) -> str:
+        """Mean prompt-processing + generation seconds per run, and the share of prompt tokens cached."""
+        if not self.timed:
+            return "-"
+        cached = 100 * self.cached_tokens // self.prompt_tokens if self.prompt_tokens else 0
+        pp, gen = statistics.fmean(self.prompt_seconds), statistics.fmean(self.gen_seconds)
+        return f"{pp:.1f} + {gen:.1f} s, {cached}% cached"
+
+    def speed_json(self) -> dict[str, Any]:
+        if not self.timed:
+            return {
+                "mean_prompt_seconds": None,
+                "mean_gen_seconds": None,
+                "prompt_tokens": None,
+                "cached_tokens": None,
+            }
+        return {
+            "mean_prompt_seconds": round(statistics.fmean(self.prompt_seconds), 2),
+            "mean_gen_seconds": round(statistics.fmean(self.gen_seconds), 2),
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+        }
 
 
 def _cells(results: list[RunResult], key: Callable[[RunResult], tuple[Any, ...]]) -> dict[Any, Cell]:
@@ -352,7 +415,7 @@ def _ordered(values: Iterator[str]) -> list[str]:
 
 
 def summary(results: list[RunResult]) -> list[dict[str, Any]]:
-    """Successes, runs and mean seconds per model and mode."""
+    """Successes, runs and mean seconds per model and mode; where the time went, if the server said."""
     cells = _cells(results, lambda r: (r.model, r.mode))
     return [
         {
@@ -361,6 +424,7 @@ def summary(results: list[RunResult]) -> list[dict[str, Any]]:
             "successes": c.successes,
             "runs": c.runs,
             "mean_seconds": round(c.mean, 2),
+            **c.speed_json(),
         }
         for (model, mode), c in cells.items()
     ]
@@ -397,7 +461,14 @@ def report(results: list[RunResult], mode_labels: dict[str, str] | None = None) 
             cells = [by_case.get((model, case, lang, m)) for m in modes]
             rows.append([model, case, lang, *(c.text(timing=False) if c else "-" for c in cells)])
     detail = table(["Model", "Case", "Lang", *(labels.get(m, m) for m in modes)], rows)
-    return f"{main}\n\nBy case:\n\n{detail}"
+    text = f"{main}\n\nBy case:\n\n{detail}"
+    if any(c.timed for c in by_mode.values()):
+        speed = table(
+            ["Model", *(labels.get(m, m) for m in modes)],
+            [[model, *(by_mode[model, m].speed() for m in modes)] for model in models],
+        )
+        text += f"\n\nMean seconds per run in prompt processing + generation, and prompt tokens cached:\n\n{speed}"
+    return text
 
 
 def describe_failure(r: RunResult) -> str:

@@ -125,6 +125,18 @@ class View:
         if self.fmt == "text":
             self.note(f"  phase: {data['from']} → {data['to']}")
 
+    def _on_context_stubbed(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text":
+            n = len(data["stubbed"])
+            self.note(
+                f"  context: {n} old tool output{'s' if n != 1 else ''} replaced by stubs to fit the "
+                f"{data['window']:,}-token window (about {data['before']:,} → {data['after']:,} tokens)"
+            )
+
+    def _on_context_compacted(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text" and data["by"] == "auto":
+            self.note(f"  context: {compacted(data)}")
+
     def _on_hook(self, data: dict[str, Any]) -> None:
         # A hook that let the call through says nothing; one that changed or stopped it is shown.
         decision = data.get("decision")
@@ -169,6 +181,17 @@ class View:
         elif status not in ("ok",) and ended.get("text"):
             self.note(ended["text"])
         return STATUS_EXIT.get(status, EXIT_ERROR)
+
+
+def compacted(data: dict[str, Any]) -> str:
+    """One line for a compaction (a ``context_compacted`` event, or ``session.compact``'s result)."""
+    if not data["summarised"]:
+        return "nothing to summarise"
+    by = "the model" if data["summary"] == "model" else "mm (the model gave none)"
+    return (
+        f"{data['summarised']} earlier messages summarised by {by} to fit the {data['window']:,}-token window "
+        f"(about {data['before']:,} → {data['after']:,} tokens)"
+    )
 
 
 def summary(result: dict[str, Any]) -> str:

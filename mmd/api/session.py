@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..rpc.methods import ListSessions, Prompt, SessionRef, ShowSession, Subscribe
+from ..rpc.methods import Compact, ListSessions, Prompt, SessionRef, ShowSession, Subscribe
 from ..rpc.results import (
     Cancelled,
     ChatMessage,
+    Compacted,
     Done,
     Prompted,
     SessionInfo,
@@ -33,6 +34,12 @@ async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> Prompted:
 async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> Cancelled:
     session = daemon.session(p.session_id)
     return Cancelled(cancelled=session.cancel())
+
+
+async def compact(daemon: Daemon, conn: Connection, p: Compact) -> Compacted:
+    """Summarise the session's conversation into one note with its model (between turns)."""
+    session_id, done = await daemon.compact(p.session_id, p.model)
+    return Compacted(session_id=session_id, **{k: done[k] for k in Compacted.__struct_fields__[1:]})
 
 
 async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> Subscribed:
@@ -92,6 +99,7 @@ def _running(daemon: Daemon, session_id: str) -> bool:
 METHODS = {
     "session.prompt": (Prompt, prompt),
     "session.cancel": (SessionRef, cancel),
+    "session.compact": (Compact, compact),
     "session.subscribe": (Subscribe, subscribe),
     "session.unsubscribe": (SessionRef, unsubscribe),
     "session.list": (ListSessions, list_),

@@ -46,6 +46,9 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tools: list[DeclaredToolSpec] = []
     # "strict" keeps required/enum keywords in the schemas, for providers that enforce them.
     schema: Literal["loose", "strict"] = "loose"
+    # How a tool's example is shown in its description: its real values, or a placeholder per parameter
+    # ("<one of: stable, beta>") that a small model cannot copy as a call (docs/loops-and-recovery.md).
+    tool_examples: Literal["values", "placeholders"] = "placeholders"
     # MCP servers by name (docs/mcp.md); they add to, and by name replace, config.yaml's.
     mcp: dict[str, McpServerSpec] = {}
     # The loop detector's thresholds (docs/loops-and-recovery.md).

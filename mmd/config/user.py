@@ -46,11 +46,16 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Constrain a tool call to the catalogue's schemas with a lazy grammar (llama-server only:
     # mmd/models/grammar.py); tools are then described in the system prompt. Off unless set.
     constrain_calls: bool = False
+    # The models' context window in tokens (docs/local.md#context-budget). None: what a llama-server
+    # on this machine reports, else 32768 for kind openai, 200000 for kind anthropic.
+    context_window: Annotated[int, msgspec.Meta(ge=256)] | None = None
 
 
 class ModelAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     provider: str  # a key of providers:
     model: str  # the model id that provider knows
+    # This model's context window in tokens, over its provider's context_window.
+    context_window: Annotated[int, msgspec.Meta(ge=256)] | None = None
 
 
 class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -173,13 +173,11 @@ def model_ready(model: str | LocalModel) -> bool:
 
 
 def constrain_calls() -> bool:
-    """Whether local models' tool calls are constrained by a grammar (mmd/models/grammar.py).
+    """Whether local models' steps are constrained by a grammar (mmd/models/grammar.py, mmd/models/llama.py).
 
-    Off unless the daemon's environment sets ``MM_LOCAL_GRAMMAR=1``: measured, it makes runs 2.5–4×
-    faster, but with the tools described in the system message the 0.5B also calls a tool for a
-    prompt that needs none (docs/loops-and-recovery.md), so it is not yet the default.
+    On unless the daemon's environment sets ``MM_LOCAL_GRAMMAR=0`` (to measure without it).
     """
-    return os.environ.get("MM_LOCAL_GRAMMAR", "0") == "1"
+    return os.environ.get("MM_LOCAL_GRAMMAR", "1") != "0"
 
 
 def context_size(name: str) -> int:

@@ -117,6 +117,11 @@ def server_argv(name: str, port: int) -> list[str]:
         str(os.cpu_count() or 1),
         "-c",
         str(catalog.context_size(name)),
+        # One slot: the whole window is one session's, and its prompt cache stays that session's. On two
+        # cores parallel slots gain nothing (one generation already uses every core) and each would get
+        # a fraction of -c; mm reads the window back from /props (docs/local.md#context-budget).
+        "-np",
+        "1",
         "--jinja",
         *catalog.server_args(name),
     ]

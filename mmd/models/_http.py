@@ -23,7 +23,7 @@ import httpx
 import msgspec
 import trio
 
-from mmd.models.base import Completion, ModelError, OnRetry, OnText, ToolCall, Usage
+from mmd.models.base import Completion, ModelError, OnRetry, OnText, Timings, ToolCall, Usage
 from mmd.untrusted import MAX_DOCUMENT_DEPTH, check_json
 
 T = TypeVar("T")
@@ -202,6 +202,7 @@ class Accumulator:
         self.finish_reason = ""
         self.input_tokens = 0
         self.output_tokens = 0
+        self.timings: Timings | None = None  # llama-server's, from its last event
         self._on_text = on_text
         self._text: list[str] = []
         self._unsent: list[str] = []
@@ -284,8 +285,28 @@ class Accumulator:
         ]
         usage = Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
         return Completion(
-            text="".join(self._text), tool_calls=calls, finish_reason=self.finish_reason, usage=usage
+            text="".join(self._text),
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            usage=usage,
+            timings=self.timings,
         )
+
+
+class _Document(Accumulator):
+    """An answer that is one JSON document, kept whole (``HttpModel.post_json``)."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(None, label)
+        self.document: Any = None
+
+    def feed(self, event: str, data: str) -> bool:
+        self.feed_body(decode_json(data, self.label))
+        return True
+
+    def feed_body(self, obj: Any) -> None:
+        self.document = obj
+        self.finish_reason = "stop"
 
 
 class SSEDecoder:
@@ -443,9 +464,14 @@ class HttpModel:
         )
 
     async def post(
-        self, body: dict[str, Any], parser: Callable[[], Accumulator], on_retry: OnRetry | None
+        self,
+        body: dict[str, Any],
+        parser: Callable[[], Accumulator],
+        on_retry: OnRetry | None,
+        *,
+        url: str | None = None,
     ) -> Completion:
-        """Send ``body``, parse the answer with a fresh ``parser()`` per attempt.
+        """Send ``body`` (to *url*, or the endpoint's URL), parse the answer with a fresh ``parser()`` per attempt.
 
         Errors: ModelError when retries are spent or the answer cannot succeed.
         Cancellation: closes the HTTP stream at once.
@@ -457,7 +483,7 @@ class HttpModel:
 
         try:
             return await with_retries(
-                lambda: self._attempt(body, parser()),
+                lambda: self._attempt(body, parser(), url or self.url),
                 label=self.label,
                 max_retries=self._max_retries,
                 base_delay=self._base_delay,
@@ -476,15 +502,21 @@ class HttpModel:
     def _scrub(self, text: str) -> str:
         return text.replace(self._secret, "<redacted>") if self._secret else text
 
-    async def _attempt(self, body: dict[str, Any], parser: Accumulator) -> Completion:
+    async def post_json(self, url: str, body: dict[str, Any], on_retry: OnRetry | None) -> Any:
+        """POST *body* to *url* and return its JSON answer (not streamed), with the same retries and errors."""
+        holder = _Document(self.label)
+        await self.post(body, lambda: holder, on_retry, url=url)
+        return holder.document
+
+    async def _attempt(self, body: dict[str, Any], parser: Accumulator, url: str) -> Completion:
         try:
             async with self._client.stream(
-                "POST", self.url, json=body, headers=self._headers, timeout=self._timeout
+                "POST", url, json=body, headers=self._headers, timeout=self._timeout
             ) as response:
                 return await self._read(response, parser)
         except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
             raise ModelError(
-                f"{self.label}: cannot send a request to {self.url} ({type(exc).__name__}: {exc}). "
+                f"{self.label}: cannot send a request to {url} ({type(exc).__name__}: {exc}). "
                 "Check base_url in config.yaml."
             ) from None
         except httpx.TimeoutException as exc:
@@ -492,7 +524,7 @@ class HttpModel:
             raise self._broken(parser, reason, "Raise timeout in config.yaml if the model is slow.") from None
         except httpx.TransportError as exc:
             reason = f"connection failed ({type(exc).__name__}: {exc or 'no detail'})"
-            raise self._broken(parser, reason, f"Is the server at {self.url} running?") from None
+            raise self._broken(parser, reason, f"Is the server at {url} running?") from None
 
     async def _read(self, response: httpx.Response, parser: Accumulator) -> Completion:
         if not 200 <= response.status_code < 300:

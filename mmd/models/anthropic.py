@@ -86,6 +86,7 @@ class AnthropicProvider:
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 
@@ -95,7 +96,7 @@ class AnthropicProvider:
         and for a stream that broke off after deltas were handed on.
         Cancellation: closes the HTTP stream at once.
         """
-        body = request_body(self.model, messages, tools, self.max_tokens)
+        body = request_body(self.model, messages, tools, _limit(self.max_tokens, max_tokens))
         if temperature is not None:
             body["temperature"] = temperature
         return await self._http.post(body, lambda: AnthropicStream(on_text, self.name), on_retry)
@@ -234,3 +235,10 @@ class AnthropicStream(Accumulator):
         if kind in RETRY_ERRORS and not self.started:
             raise Retry(f"{kind}: {text}", hint="The provider is overloaded; try again later.")
         raise ModelError(f"{self.label}: the provider reported an error: {text}")
+
+
+def _limit(own: int | None, step: int | None) -> int | None:
+    """The step's token limit: the smaller of the provider's and the step's."""
+    if step is None:
+        return own
+    return step if own is None else min(own, step)

@@ -8,7 +8,7 @@ in mmd.turn owns everything else: tools, consent, storage.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -32,7 +32,10 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True):
 class ToolSpec(msgspec.Struct, kw_only=True):
     name: str
     description: str
-    parameters: dict[str, Any]  # JSON Schema of the arguments object
+    parameters: dict[str, Any]  # JSON Schema of the arguments object, as the model reads it
+    # The tool's whole schema (required, enum, pattern, lengths kept), for providers that constrain
+    # decoding to it (mmd/models/grammar.py); None: parameters is all there is.
+    schema: dict[str, Any] | None = None
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -40,11 +43,26 @@ class Usage(msgspec.Struct, kw_only=True):
     output_tokens: int = 0
 
 
+class Timings(msgspec.Struct, kw_only=True):
+    """Where one step's time went, as llama-server reports it (its ``timings``).
+
+    ``prompt_tokens`` counts the whole prompt; ``cached_tokens`` of them were reused from the
+    server's prompt cache and not processed again, so ``prompt_ms`` is the time of the rest.
+    """
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prompt_ms: float = 0.0
+    gen_tokens: int = 0
+    gen_ms: float = 0.0
+
+
 class Completion(msgspec.Struct, kw_only=True):
     text: str = ""
     tool_calls: list[ToolCall] = []
     finish_reason: str = ""
     usage: Usage = msgspec.field(default_factory=Usage)
+    timings: Timings | None = None  # None: the server reported none (only llama-server does)
 
 
 class ModelError(Exception):
@@ -84,6 +102,19 @@ class Provider(Protocol):
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
         temperature: float | None = None,  # None: the server's default
+        max_tokens: int | None = None,  # this step's limit, below the provider's own; None: the provider's
     ) -> Completion: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Chooser(Protocol):
+    """A provider that can constrain a step to one of a few words (a llama-server mm controls)."""
+
+    async def choose(self, messages: list[Message], options: list[str]) -> str:
+        """One of *options*, as the model picks it given *messages*.
+
+        Errors: ModelError as for ``complete``.
+        """
+        ...

@@ -43,6 +43,10 @@ class ModelRef:
     recover_tool_calls: bool = False
     # Constrain calls with a lazy grammar (llama-server; mmd.models.grammar).
     constrain_calls: bool = False
+    # Ask llama-server to reuse the prompt prefix it processed last time (its `cache_prompt`).
+    cache_prompt: bool = False
+    # The context window config.yaml gives (tokens); None: the server's, else a default by kind.
+    context_window: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -82,6 +86,7 @@ class ModelRef:
             headers=tuple(sorted(prov.headers.items())),
             recover_tool_calls=default_enabled(prov.kind, prov.base_url) if recover is None else recover,
             constrain_calls=prov.constrain_calls,
+            context_window=_context_window(config, ref, prov),
         )
 
     @classmethod
@@ -123,6 +128,7 @@ class ModelRef:
             model=name,
             recover_tool_calls=True,
             constrain_calls=catalog.constrain_calls(),
+            cache_prompt=True,
             max_tokens=LOCAL_MAX_TOKENS,
             extra={"local": name},
         )
@@ -161,4 +167,14 @@ class ModelRef:
             args["max_tokens"] = self.max_tokens
         if self.constrain_calls:  # only providers that can take a grammar are given one
             args["constrain_calls"] = True
+        if self.cache_prompt:  # a llama-server field: only for the servers mm runs itself
+            args["cache_prompt"] = True
         return provider_class(self.kind)(**args)
+
+
+def _context_window(config: Any, ref: str, provider: Any) -> int | None:
+    """config.yaml's context window of *ref*: its alias's, else its provider's, else None."""
+    alias = config.models.get(ref)
+    if alias is not None and alias.context_window is not None:
+        return alias.context_window
+    return provider.context_window

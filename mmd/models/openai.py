@@ -16,6 +16,8 @@ import msgspec
 from mmd.models import grammar
 from mmd.models._http import Accumulator, HttpModel, decode_json, error_message, excerpt
 from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolSpec
+from mmd.models.llama import constrained_step, timings
+from mmd.models.tokens import server_root
 
 
 class OpenAIProvider:
@@ -24,7 +26,8 @@ class OpenAIProvider:
     ``base_url`` ends before ``/chat/completions``, e.g.
     ``http://127.0.0.1:8080/v1``. ``api_key`` is sent as a bearer token and
     never shown. ``client`` lets callers share a connection pool; it is then
-    theirs to close.
+    theirs to close. ``cache_prompt`` asks a llama-server to reuse the prompt
+    prefix it already processed (a field other servers may refuse).
 
     Errors: ValueError for a base_url that is not http(s).
     """
@@ -43,6 +46,7 @@ class OpenAIProvider:
         client: httpx.AsyncClient | None = None,
         retry_base_delay: float = 0.5,
         constrain_calls: bool = False,
+        cache_prompt: bool = False,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"{name}: base_url must start with http:// or https://, not {base_url!r}")
@@ -50,6 +54,7 @@ class OpenAIProvider:
         self.model = model
         self.max_tokens = max_tokens
         self.constrain_calls = constrain_calls
+        self.cache_prompt = cache_prompt
         self.base_url = base_url.rstrip("/")
         sent = {**(headers or {})}
         if api_key:
@@ -76,6 +81,7 @@ class OpenAIProvider:
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 
@@ -85,13 +91,28 @@ class OpenAIProvider:
         stream that broke off after deltas were handed on.
         Cancellation: closes the HTTP stream at once.
         """
-        if self.constrain_calls and tools:
-            body = constrained_body(self.model, messages, tools, self.max_tokens)
-        else:
-            body = request_body(self.model, messages, tools, self.max_tokens)
+        body = request_body(self.model, messages, tools, _limit(self.max_tokens, max_tokens))
         if temperature is not None:
             body["temperature"] = temperature
+        if self.cache_prompt:
+            body["cache_prompt"] = True
+        if self.constrain_calls and tools:
+            root = server_root(self.base_url)
+            return await constrained_step(self._http, root, body, tools, on_text=on_text, on_retry=on_retry)
         return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
+
+    async def choose(self, messages: list[Message], options: list[str]) -> str:
+        """One of *options* (a step constrained to them, greedy); only for a server that takes a grammar.
+
+        Errors: ModelError as for ``complete``; ValueError when this provider constrains nothing.
+        """
+        if not self.constrain_calls:
+            raise ValueError(f"{self.name}: choose needs a server that takes a grammar (constrain_calls)")
+        body = request_body(self.model, messages, [], max_tokens=8 + max(len(o) for o in options))
+        body.update(temperature=0, grammar=grammar.choice_grammar(options), cache_prompt=self.cache_prompt)
+        completion = await self._http.post(body, lambda: OpenAIStream(None, self.name), None)
+        text = completion.text.strip()
+        return text if text in options else options[-1]
 
     async def aclose(self) -> None:
         """Close the HTTP client if this provider created it."""
@@ -121,24 +142,6 @@ def request_body(
     return body
 
 
-def constrained_body(
-    model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int | None = None
-) -> dict[str, Any]:
-    """A request whose tool call is constrained by a lazy grammar (llama-server's ``grammar`` fields).
-
-    llama-server refuses a grammar beside ``tools``, so the tools are described in the system
-    message instead and the call comes back as text, which recovery reads (mmd.models.recovery).
-    """
-    system = grammar.call_prompt(tools)
-    if messages and messages[0].role == "system":
-        messages = [Message(role="system", content=f"{messages[0].content}\n\n{system}"), *messages[1:]]
-    else:
-        messages = [Message(role="system", content=system), *messages]
-    body = request_body(model, messages, [], max_tokens)
-    body.update(grammar=grammar.call_grammar(tools), grammar_lazy=True, grammar_triggers=grammar.TRIGGERS)
-    return body
-
-
 def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
@@ -159,6 +162,7 @@ class OpenAIStream(Accumulator):
             return True
         chunk = self._object(decode_json(data, self.label))
         self._usage(chunk.get("usage"))
+        self.timings = timings(chunk.get("timings")) or self.timings
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice.get("delta") or {}, choice.get("finish_reason"))
@@ -167,6 +171,7 @@ class OpenAIStream(Accumulator):
     def feed_body(self, obj: Any) -> None:
         body = self._object(obj)
         self._usage(body.get("usage"))
+        self.timings = timings(body.get("timings")) or self.timings
         choices = body.get("choices") or [{}]
         self._choice(choices[0].get("message") or {}, choices[0].get("finish_reason"))
 
@@ -201,3 +206,10 @@ class OpenAIStream(Accumulator):
         if isinstance(usage, dict):
             self.input_tokens = usage.get("prompt_tokens") or self.input_tokens
             self.output_tokens = usage.get("completion_tokens") or self.output_tokens
+
+
+def _limit(own: int | None, step: int | None) -> int | None:
+    """The step's token limit: the smaller of the provider's and the step's."""
+    if step is None:
+        return own
+    return step if own is None else min(own, step)

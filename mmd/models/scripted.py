@@ -11,7 +11,11 @@ or not; each such POST consumes the next step of the script. ``GET
 A script is ``{responses: [step, ...]}`` (or the bare list); a step has any of
 ``text``, ``tool_calls``, ``delay``, ``chunk_delay``, ``status``,
 ``retry_after``, ``body``, ``break_after``, ``raw``, ``content_type``,
-``usage`` (see ``Step``).
+``usage``, ``timings`` (see ``Step``). A script with ``context_window: N`` also answers as
+llama-server does about its window: ``GET /props`` (``n_ctx``), ``POST /tokenize`` (UTF-8
+bytes / 4 tokens a text), and a completion whose messages and tools come to more than N such
+tokens is refused with llama-server's HTTP 400 "exceeds the available context size" (no step is
+used); these two paths are not recorded.
 
 Run alone: ``python -m mmd.models.scripted SCRIPT [--host H] [--port N]``;
 the first stdout line is ``listening http://127.0.0.1:PORT``.
@@ -48,6 +52,9 @@ OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
 # The introspection endpoint; it is not itself recorded.
 REQUESTS_PATH = "/_mm/requests"
+# llama-server's window and tokenizer, served when the script has a context_window; not recorded.
+PROPS_PATH = "/props"
+TOKENIZE_PATH = "/tokenize"
 # The one model the server lists.
 MODEL_NAME = "scripted"
 # Headers whose values are never stored, only their presence.
@@ -104,6 +111,16 @@ class ScriptedUsage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     output_tokens: int | None = None
 
 
+class ScriptedTimings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """llama-server's ``timings`` of a step, sent as it sends them (OpenAI dialect only)."""
+
+    cache_n: Annotated[int, msgspec.Meta(ge=0)] = 0  # prompt tokens reused from the prompt cache
+    prompt_n: Annotated[int, msgspec.Meta(ge=0)] = 0  # prompt tokens processed
+    prompt_ms: NonNegative = 0.0
+    predicted_n: Annotated[int, msgspec.Meta(ge=0)] = 0
+    predicted_ms: NonNegative = 0.0
+
+
 class Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One answer of the script.
 
@@ -125,12 +142,15 @@ class Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     raw: str | None = None  # sent as the whole 200 body
     content_type: str | None = None  # for raw; default application/json
     usage: ScriptedUsage | None = None
+    timings: ScriptedTimings | None = None  # sent with the last event, as llama-server does
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The steps a server replays, in order."""
 
     responses: list[Step] = []
+    # Tokens of llama-server's window to stand in for (/props, /tokenize, refusals); None: none.
+    context_window: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
     @classmethod
     def from_obj(cls, obj: Any) -> Script:
@@ -189,6 +209,7 @@ class _Reply(NamedTuple):
     input_tokens: int
     output_tokens: int
     include_usage: bool  # OpenAI: the client asked for a usage chunk
+    timings: dict[str, Any] | None  # llama-server's timings, in the last chunk or the body
 
 
 def _words(text: str) -> list[str]:
@@ -244,6 +265,8 @@ def _openai_chunks(reply: _Reply) -> list[bytes]:
     chunks.append(chunk({}, "tool_calls" if reply.calls else "stop"))
     if reply.include_usage:
         chunks.append({**chunk({}), "choices": [], "usage": _openai_usage(reply)})
+    if reply.timings is not None:
+        chunks[-1]["timings"] = reply.timings
     return [b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
 
 
@@ -267,6 +290,7 @@ def _openai_message(reply: _Reply) -> dict[str, Any]:
         "model": reply.model,
         "choices": [choice],
         "usage": _openai_usage(reply),
+        **({"timings": reply.timings} if reply.timings is not None else {}),
     }
 
 
@@ -501,6 +525,9 @@ class ScriptedServer:
         if path == REQUESTS_PATH:
             await conn.send_json(200, self.requests)
             return conn.reusable()
+        if path in (PROPS_PATH, TOKENIZE_PATH):
+            await self._llama(conn, path, _parse_body(body))
+            return conn.reusable()
         record = {
             "path": path,
             "method": method,
@@ -543,6 +570,10 @@ class ScriptedServer:
             await conn.send_json(
                 400, dialect.error("scripted server: the request body is not a JSON object", 400)
             )
+            return True
+        window = self.script.context_window
+        if window is not None and dialect is DIALECTS[OPENAI_PATH] and (n := prompt_tokens(body)) > window:
+            await conn.send_json(400, _too_long(n, window))  # as llama-server: no step is used
             return True
         if self._next_step >= len(self.script.responses):
             message = f"scripted server: script exhausted after {len(self.script.responses)} responses"
@@ -606,7 +637,18 @@ class ScriptedServer:
             input_tokens=usage.input_tokens if usage.input_tokens is not None else estimate_in,
             output_tokens=usage.output_tokens if usage.output_tokens is not None else estimate_out,
             include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+            timings=msgspec.to_builtins(step.timings) if step.timings is not None else None,
         )
+
+    async def _llama(self, conn: _Connection, path: str, body: Any) -> None:
+        window = self.script.context_window
+        if window is None:
+            await conn.send_json(404, {"error": {"message": f"scripted server: no such path {path}"}})
+        elif path == PROPS_PATH:
+            await conn.send_json(200, {"default_generation_settings": {"n_ctx": window}, "total_slots": 1})
+        else:
+            text = body.get("content") if isinstance(body, dict) else None
+            await conn.send_json(200, {"tokens": [0] * _tokens(text if isinstance(text, str) else "")})
 
     def _call(self, call: ScriptedCall) -> _Call:
         call_id = call.id
@@ -621,6 +663,34 @@ class ScriptedServer:
         except ValueError:  # malformed (or nested too deep) on purpose: sent as it is
             value = call.arguments
         return _Call(call_id, call.name, call.arguments, value)
+
+
+def _tokens(text: str) -> int:
+    """The scripted tokenizer: UTF-8 bytes / 4, rounded up."""
+    return -(-len(text.encode()) // 4)
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The tokens of an OpenAI-dialect request as the scripted tokenizer counts them: each message's
+    content and calls, and the tools (no template around them)."""
+    texts = [msgspec.json.encode(body["tools"]).decode()] if body.get("tools") else []
+    for message in body.get("messages") or []:
+        if isinstance(message, dict):
+            texts.append(str(message.get("content") or ""))
+            texts += [_call_text(call) for call in message.get("tool_calls") or []]
+    return sum(_tokens(t) for t in texts)
+
+
+def _call_text(call: Any) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return ""
+    return f"{function.get('name', '')} {function.get('arguments', '')}"
+
+
+def _too_long(n: int, window: int) -> dict[str, Any]:
+    message = f"request ({n} tokens) exceeds the available context size ({window} tokens), try increasing it"
+    return {"error": {"code": 400, "message": message, "type": "exceed_context_size_error"}}
 
 
 def _loopback(host: str) -> str:

@@ -39,6 +39,11 @@ class SessionRef(_Params):
     session_id: str
 
 
+class Compact(_Params):
+    session_id: str
+    model: str | None = None  # the model that summarises; default: the one a prompt would use
+
+
 class Subscribe(_Params):
     session_id: str
     after_seq: int = 0

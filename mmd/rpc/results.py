@@ -120,6 +120,17 @@ class SessionShow(_Result):
     events: list[Event] | UnsetType = UNSET  # only when asked for
 
 
+class Compacted(_Result):
+    """What ``session.compact`` did: the data of its ``context_compacted`` event."""
+
+    session_id: str
+    before: int  # estimated tokens of a request with the conversation before
+    after: int  # and after
+    summarised: int  # messages replaced by the summary note (0: there was nothing)
+    summary: str  # who wrote it: "model", "mm" (the model gave none), or "none"
+    window: int  # the model's context window in tokens
+
+
 # -- consent.* --------------------------------------------------------------------------------
 
 

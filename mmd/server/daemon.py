@@ -37,7 +37,7 @@ from ..procs.environ import withhold
 from ..rpc import DEFAULT_MAX_FRAME, Method, RPCError, trust
 from ..rpc.methods import Prompt
 from ..store import Store, StoreError
-from ..turn import plan
+from ..turn import context, plan
 from ..turn.plan import TurnSetup
 from ..turn.providers import Providers
 from ..turn.session import Session
@@ -317,6 +317,28 @@ class Daemon:
         self._turns.start_soon(self._run_turn, session, p.prompt, setup)
         return session
 
+    async def compact(self, session_id: str, model: str | None) -> tuple[str, dict[str, Any]]:
+        """Summarise a session's conversation into one note (``session.compact``); the session id
+        and the ``context_compacted`` event's data.
+
+        Errors: RPCError no_session, busy (a turn runs), config_error, no_model, model_error.
+        """
+        session = self.session(session_id)
+        cwd, agent = Path(session.row.cwd), session.row.agent
+        resolved = await trio.to_thread.run_sync(
+            lambda: plan.resolve(cwd, agent=agent, model=model, yolo=False, config_path=self.config_path)
+        )
+        session = self.session(session.id)  # the one loaded now
+        if session.running:
+            raise RPCError("busy", f"session {session.id} is running a turn; compact it once the turn ends")
+        session.start()  # no turn may start meanwhile
+        try:
+            setup = await self._setup(resolved, session)
+            return session.id, await context.compact(session, setup, by="user")
+        finally:
+            session.abort_start()
+            await self.providers.release(session.id)
+
     def _resumed(self, p: Prompt) -> Session | None:
         """The session a prompt resumes (by id, or the newest of its cwd), or None for a new one."""
         if p.session_id:
@@ -330,8 +352,9 @@ class Daemon:
 
     async def _setup(self, resolved: plan.Plan, session: Session) -> TurnSetup:
         provider = await self.providers.get(resolved.model, session.id)
+        budget = await self.providers.budget(resolved.model, session.id)
         mcp_tools, mcp_warnings = await self.mcp.tools(resolved.agent, resolved.config)
-        setup = plan.assemble(resolved, provider, mcp_tools, mcp_warnings)
+        setup = plan.assemble(resolved, provider, mcp_tools, mcp_warnings, budget)
         for warning in setup.warnings:
             log.warning("%s", warning)
         return setup

@@ -498,6 +498,21 @@ class Store:
                 db.execute("UPDATE sessions SET turns = turns + 1 WHERE id = ?", (session_id,))
         return idx
 
+    def replace_messages(self, session_id: str, messages: list[Message]) -> None:
+        """Make *messages* the session's whole model context, in one transaction.
+
+        The context budget does it (mmd/turn/context.py): old tool outputs become stubs, older
+        messages a summary, so that a resumed session fits the model's window. The events keep
+        what was replaced; the session's turn count does not change.
+
+        Errors: NotFound.
+        """
+        blobs = [(session_id, idx, m.role, msgspec.msgpack.encode(m)) for idx, m in enumerate(messages)]
+        with self._write() as db:
+            self._require_session(session_id)
+            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            db.executemany("INSERT INTO messages (session_id, idx, role, data) VALUES (?, ?, ?, ?)", blobs)
+
     def messages(self, session_id: str) -> list[Message]:
         """The session's model context, in order.
 

@@ -6,7 +6,9 @@
 - :func:`process_answer` is what the model reads of a finished process: its
   output, then how it ended.
 - :func:`capped_text` cuts any long text a tool returns (an MCP answer) the
-  same way, the whole written to the spill file.
+  same way, the whole written to the spill file; :func:`cut_text` and
+  :func:`write_spill` are its two halves (the context budget cuts any tool's
+  result with them, mmd/turn/context.py).
 - :class:`EchoLimiter` caps the echo of one call's output, so a flood never
   fills the store.
 """
@@ -98,6 +100,24 @@ def _status(result: ProcResult) -> str:
     return f"[exit code {result.exit_code}]"
 
 
+def cut_text(text: str, *, max_bytes: int, max_lines: int, spill_name: str) -> str:
+    """*text* as bash's output is cut: head, a marker naming *spill_name* (which holds the whole), tail.
+
+    Nothing is written or echoed; a text within both budgets comes back whole.
+    """
+    capture = OutputCapture(None, max_bytes=max_bytes, max_lines=max_lines)
+    capture.feed("stdout", text.encode("utf-8", "replace"))
+    capture.finish()
+    return capture.render(spill_name) if capture.truncated else text
+
+
+def write_spill(path: Path, text: str) -> None:
+    """Write *text* to the spill file *path* (mode 0600, as every spill file), its folder made."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
+        f.write(text.encode("utf-8", "replace"))
+
+
 def capped_text(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
     """What the model reads of *text*: bash's head/tail within the limits, the whole in the spill file.
 
@@ -117,8 +137,6 @@ def capped_text(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
     data: dict[str, Any] = {"bytes": capture.total_bytes, "truncated": capture.truncated}
     if not capture.truncated:
         return capture.render(None), data
-    ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with os.fdopen(os.open(spill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
-        f.write(raw)  # 0600, as every spill file
+    write_spill(spill, text)
     data["output_file"] = str(spill)
     return capture.render(str(spill)), data

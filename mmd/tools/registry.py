@@ -15,9 +15,12 @@ from .base import Tool
 
 
 class Registry:
-    def __init__(self, tools: Iterable[Tool] = (), *, strict: bool = False) -> None:
+    def __init__(
+        self, tools: Iterable[Tool] = (), *, strict: bool = False, placeholders: bool = False
+    ) -> None:
         self.tools: dict[str, Tool] = {}
         self.strict = strict  # keep required/enum keywords for providers that enforce them
+        self.placeholders = placeholders  # examples shown as placeholders, not values
         self._specs: list[ToolSpec] | None = None
         for tool in tools:
             self.tools[tool.name] = tool
@@ -35,6 +38,11 @@ class Registry:
         close = difflib.get_close_matches(name, self.tools, n=1)
         return close[0] if close else None
 
+    def without(self, name: str) -> Registry:
+        """The same tools but *name*, rendered the same way."""
+        kept = [tool for tool in self.tools.values() if tool.name != name]
+        return Registry(kept, strict=self.strict, placeholders=self.placeholders)
+
     def specs(self) -> list[ToolSpec]:
         """What the model reads: a disabled tool is absent, not merely discouraged.
 
@@ -44,6 +52,11 @@ class Registry:
             self._specs = self._render()
         return self._specs
 
+    def _example(self, tool: Tool) -> dict | None:
+        if tool.example is None or not self.placeholders:
+            return tool.example
+        return contract.shape_example(tool.parameters)
+
     def _render(self) -> list[ToolSpec]:
         return [
             ToolSpec(
@@ -52,9 +65,10 @@ class Registry:
                     tool.description,
                     effects=None if tool.tier == "read" else tool.tier,
                     prerequisite=tool.prerequisite,
-                    example=tool.example,
+                    example=self._example(tool),
                 ),
                 parameters=contract.render_schema(tool.parameters, strict=self.strict),
+                schema=tool.parameters,
             )
             for tool in self.tools.values()
         ]

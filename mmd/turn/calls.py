@@ -38,6 +38,8 @@ from ..rpc.methods import Event
 from ..store import Store
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 from ..tools.declared import fill_verify_args
+from . import grounding
+from .context import cap_output
 from .plan import TurnSetup
 
 
@@ -63,6 +65,8 @@ class Conversation(consent.Asker, Protocol):
     def emit(self, kind: str, data: dict[str, Any]) -> Event: ...
 
     def add_message(self, msg: Message) -> None: ...
+
+    def replace_messages(self, messages: list[Message]) -> None: ...
 
 
 def canonical(args: dict[str, Any]) -> str:
@@ -104,6 +108,8 @@ class CallRunner:
         self.setup = setup
         self.store = session.store
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
+        # Where a value may come from (grounding.py): the session so far, then each result that really ran.
+        self._heard = grounding.corpus(session.messages)
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Take *call* through every stage; the result is what the model reads.
@@ -115,7 +121,14 @@ class CallRunner:
             if c.answer is not None:
                 break
             await stage(self, c)
-        return self._finish(c.call, c.answer or c.pre.with_context(c.result or _NOTHING), c.started)
+        result = c.answer or c.pre.with_context(c.result or _NOTHING)
+        if c.answer is None and c.result is not None and not c.denied:
+            self._heard += "\n" + c.result.content.lower()
+        # Within its share of the model's window (the whole in the spill file), as the model reads it.
+        result = await cap_output(
+            result, self.setup.budget, self.setup.limits, self._context(c.call, None).spill_path
+        )
+        return self._finish(c.call, result, c.started)
 
     # -- the stages, in order ---------------------------------------------------
 
@@ -134,6 +147,16 @@ class CallRunner:
             return
         self._telemetry(c.call.name, None)
         self._announce(c.call, c.tool, c.echo)
+
+    async def grounding(self, c: Call) -> None:
+        assert c.tool is not None
+        if not self.setup.ground_values or c.tool.source == "builtin":
+            return
+        missing = grounding.ungrounded(c.args, c.tool.parameters, self._heard)
+        if missing:
+            content = grounding.answer(c.call.name, missing)
+            data = {"error": {"code": "ungrounded_value", "values": [v for _, v in missing]}}
+            c.answer = ToolResult(ok=False, content=content, data=data)
 
     async def pre_hooks(self, c: Call) -> None:
         assert c.tool is not None
@@ -371,6 +394,7 @@ Stage = Callable[[CallRunner, Call], Awaitable[None]]
 # Every call goes through these, once each, in this order (the module's docstring says what each does).
 STAGES: tuple[Stage, ...] = (
     CallRunner.contract,
+    CallRunner.grounding,
     CallRunner.pre_hooks,
     CallRunner.replay,
     CallRunner.consent,

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ..contract import ToolResult
 from ..models.base import Completion, Message, ModelError, ToolCall
 from ..models.recovery import recover_completion
-from . import answers, phases
+from . import answers, context, phases, skillpick
 from .calls import CallRunner, Conversation, StopTurn
 from .loops import Key, LoopDetector, call_key, error_code
 from .plan import TurnSetup
@@ -29,6 +31,7 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     """
     runner = CallRunner(session, setup)
     phases.begin(session, setup)  # with phases: only the current phase's tools
+    await skillpick.begin(session, setup)  # small local models: the skill chosen and given to them
     progress = Progress(detector=LoopDetector(setup.loop))
     for _ in range(setup.max_steps):
         completion = await model_step(session, setup)
@@ -80,6 +83,8 @@ async def _run(
 ) -> str:
     if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
         session.emit("loop_detected", loop.data("stop"))
+        if (done := answers.summary(progress.ran)) is not None:  # what was asked for may be done
+            raise StopTurn("ok", done)
         raise StopTurn("loop", loop.message)
     result = await runner.run(call)
     tool = runner.setup.registry.get(call.name)
@@ -144,6 +149,7 @@ async def model_step(session: Conversation, setup: TurnSetup) -> Completion:
     def on_retry(attempt: int, wait: float, reason: str) -> None:
         session.emit("model_retry", {"attempt": attempt, "wait": round(wait, 3), "reason": reason})
 
+    await context.fit(session, setup)  # stubs or a summary when the window nears; never a request too big
     completion = await setup.provider.complete(
         setup.request_messages(session.messages),
         setup.registry.specs(),
@@ -162,11 +168,12 @@ async def model_step(session: Conversation, setup: TurnSetup) -> Completion:
 
 async def _ask_for_words(session: Conversation, setup: TurnSetup) -> Completion:
     """One more step, without tools, asking for an answer in words; a failed request is no answer."""
-    messages = [
-        *setup.request_messages(session.messages),
-        Message(role="user", content=answers.ASK_FOR_WORDS),
-    ]
     try:
+        await context.fit(session, setup)
+        messages = [
+            *setup.request_messages(session.messages),
+            Message(role="user", content=answers.ASK_FOR_WORDS),
+        ]
         return await setup.provider.complete(
             messages,
             [],
@@ -180,9 +187,12 @@ async def _ask_for_words(session: Conversation, setup: TurnSetup) -> Completion:
 
 
 def _assistant_record(completion: Completion) -> dict[str, object]:
-    return {
+    record: dict[str, object] = {
         "text": completion.text,
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
         "finish_reason": completion.finish_reason,
         "usage": {"input": completion.usage.input_tokens, "output": completion.usage.output_tokens},
     }
+    if completion.timings is not None:  # llama-server's: where the step's time went
+        record["timings"] = msgspec.to_builtins(completion.timings)
+    return record

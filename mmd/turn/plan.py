@@ -30,6 +30,7 @@ from ..tools.builtin import make_builtins
 from ..tools.declared import declared_tools
 from ..tools.registry import Registry
 from ..tools.skills import Catalogue, load_skills
+from .budget import Budget
 
 DEFAULT_SYSTEM = (
     "You are mm, an assistant that acts on the user's machine through tools. "
@@ -52,11 +53,15 @@ class TurnSetup:
     warnings: list[str] = field(default_factory=list)  # e.g. a skipped skill; sent as warning events
     # Loops, text-written calls and phases (docs/loops-and-recovery.md).
     recover_tool_calls: bool = False  # the model's; see mmd.models.recovery
+    choose_skills: bool = False  # choose and read the turn's skill first (mmd/turn/skillpick.py)
+    ground_values: bool = False  # a declared or MCP tool's names must come from the session (grounding.py)
     loop: LoopLimits = field(default_factory=LoopLimits)
     phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
     hooks: Hooks | None = None  # the turn's preToolCall / postToolCall hooks
     # Secret-looking variables of the daemon's environment the agent hands on to its children.
     pass_env: tuple[str, ...] = ()
+    # The model's window and token counter (mmd/turn/context.py); None: no budget is kept.
+    budget: Budget | None = None
 
     def request_messages(self, history: list[Message]) -> list[Message]:
         return [Message(role="system", content=self.system), *history]
@@ -98,7 +103,10 @@ def build_tools(
         *declared_tools(agent.tools, base_dir),
     ]
     kept, clashes = admit(mcp_tools or [], taken_names(tools))
-    return Registry([*tools, *kept], strict=agent.schema == "strict"), skills, [*warnings, *clashes]
+    registry = Registry(
+        [*tools, *kept], strict=agent.schema == "strict", placeholders=agent.tool_examples == "placeholders"
+    )
+    return registry, skills, [*warnings, *clashes]
 
 
 @dataclass(kw_only=True)
@@ -178,9 +186,17 @@ def _local_default() -> str | None:
     return None
 
 
-def assemble(plan: Plan, provider: Provider, mcp_tools: list[McpTool], mcp_warnings: list[str]) -> TurnSetup:
-    """The :class:`TurnSetup` of a resolved plan, given its model connection and its MCP tools."""
+def assemble(
+    plan: Plan,
+    provider: Provider,
+    mcp_tools: list[McpTool],
+    mcp_warnings: list[str],
+    budget: Budget | None = None,
+) -> TurnSetup:
+    """The :class:`TurnSetup` of a resolved plan, given its model connection, MCP tools and budget."""
     agent, cwd, d = plan.agent, plan.cwd, plan.config.daemon
+    # A tool's output is cut to its share of the model's window where that is less than the config's.
+    max_bytes = budget.window.output_bytes(d.output_max_bytes) if budget else d.output_max_bytes
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     pass_env = tuple(agent.pass_env)
     return TurnSetup(
@@ -197,10 +213,13 @@ def assemble(plan: Plan, provider: Provider, mcp_tools: list[McpTool], mcp_warni
         max_steps=agent.max_steps or d.max_steps,
         temperature=agent.temperature,
         limits=Limits(
-            timeout=d.tool_timeout, grace=d.grace, max_bytes=d.output_max_bytes, max_lines=d.output_max_lines
+            timeout=d.tool_timeout, grace=d.grace, max_bytes=max_bytes, max_lines=d.output_max_lines
         ),
+        budget=budget,
         skills=skills,
         recover_tool_calls=plan.model.recover_tool_calls,
+        choose_skills=plan.model.constrain_calls,  # a server that takes a grammar can make the choice
+        ground_values=plan.model.constrain_calls,  # the small models mm serves itself
         loop=agent.loop,
         phases=agent.phases,
     )

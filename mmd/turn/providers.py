@@ -14,11 +14,13 @@ from typing import Any
 import trio
 
 from ..config import ConfigError
+from ..local import catalog
 from ..local.server import LocalServerError, LocalServers
-from ..models import scripted
+from ..models import scripted, tokens
 from ..models.base import Provider
 from ..models.factory import ModelRef
 from ..rpc import RPCError
+from .budget import Budget, Window, window_tokens
 
 # Sessions whose scripted model position is remembered; the oldest is forgotten past this.
 SCRIPT_POSITIONS = 10_000
@@ -31,6 +33,7 @@ class _Scripted:
     server: scripted.ScriptedServer
     scope: trio.CancelScope
     provider: Provider
+    counter: tokens.Counter | None = None  # its /tokenize, when it serves one
 
 
 class Providers:
@@ -42,6 +45,9 @@ class Providers:
         self.cache: dict[tuple[Any, ...], Provider] = {}
         self._scripted: dict[str, _Scripted] = {}
         self._positions: dict[str, scripted.Position] = {}
+        # Token counters of the llama-servers asked (by URL): each keeps the counts of its texts.
+        self._counters: dict[str, tokens.Counter] = {}
+        self._estimate = tokens.Counter()
 
     async def get(self, model: ModelRef, session_id: str) -> Provider:
         """The provider for *model* in a turn of *session_id*.
@@ -59,11 +65,49 @@ class Providers:
                 raise RPCError("config_error", str(exc)) from None
         return self.cache[model.key]
 
-    async def _local(self, model: ModelRef) -> Provider:
+    async def budget(self, model: ModelRef, session_id: str) -> Budget:
+        """The window of *model* in a turn of *session_id* and how its tokens are counted.
+
+        A llama-server on this machine (a local model's, a scripted one's, or the user's) tells its
+        window and counts with its own tokenizer; config.yaml's ``context_window`` is the most a
+        window may be; others are estimated (mmd/turn/budget.py's defaults).
+
+        Errors: RPCError model_error (a local server that cannot start).
+        """
+        root = await self._root(model, session_id)
+        asked = model.kind == "openai" and tokens.on_loopback(root)
+        server = await tokens.llama_window(root) if asked else None
+        local = catalog.context_size(model.extra["local"]) if "local" in model.extra else None
+        size, source = window_tokens(model.kind, config=model.context_window, server=server, catalog=local)
+        # A local model's server is llama-server even when /props did not answer: its /tokenize is
+        # tried, and a text it does not count is counted as dense (mmd/models/tokens.py).
+        counter = self._counter(root, session_id) if server or local else self._estimate
+        return Budget(window=Window.of(size, model.max_tokens), counter=counter, source=source)
+
+    async def _root(self, model: ModelRef, session_id: str) -> str:
+        if "local" in model.extra:
+            return tokens.server_root(await self._local_url(model))
+        if model.script is not None and session_id in self._scripted:
+            return self._scripted[session_id].server.url
+        return tokens.server_root(model.base_url)
+
+    def _counter(self, root: str, session_id: str) -> tokens.Counter:
+        entry = self._scripted.get(session_id)
+        if entry is not None and entry.server.url == root:  # lives as long as the turn's server
+            entry.counter = entry.counter or tokens.LlamaCounter(root)
+            return entry.counter
+        if root not in self._counters:
+            self._counters[root] = tokens.LlamaCounter(root)
+        return self._counters[root]
+
+    async def _local_url(self, model: ModelRef) -> str:
         try:
-            url = await self.local.url(model.extra["local"])
+            return await self.local.url(model.extra["local"])
         except LocalServerError as exc:
             raise RPCError("model_error", str(exc)) from None
+
+    async def _local(self, model: ModelRef) -> Provider:
+        url = await self._local_url(model)
         key = ("local", model.model, url)
         if key not in self.cache:
             self.cache[key] = model.build(base_url=url)
@@ -93,11 +137,15 @@ class Providers:
         entry.scope.cancel()
         with trio.CancelScope(shield=True):
             await entry.provider.aclose()
+            if entry.counter is not None:
+                await entry.counter.aclose()
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
             for provider in self.cache.values():
                 await provider.aclose()
+            for counter in self._counters.values():
+                await counter.aclose()
 
 
 async def _serve_scripted(

@@ -126,6 +126,11 @@ class Session:
         self.store.append_message(self.id, msg)
         self.messages.append(msg)
 
+    def replace_messages(self, messages: list[Message]) -> None:
+        """The whole conversation replaced (stubs, a summary: mmd/turn/context.py), stored first."""
+        self.store.replace_messages(self.id, messages)
+        self.messages = list(messages)
+
     def close_open_calls(self, reason: str) -> None:
         """Answer tool calls left without a result, so the history stays valid for the model."""
         for index in range(len(self.messages) - 1, -1, -1):

@@ -87,12 +87,19 @@ class ScriptedServer:
 
 @pytest.fixture
 def scripted(mm_home: Path) -> Iterator[Any]:
-    """``scripted(steps)`` starts a scripted model server process and makes it the default model."""
+    """``scripted(steps)`` starts a scripted model server process and makes it the default model.
+
+    ``context_window=N`` makes it stand in for a llama-server with that window (/props, /tokenize, and
+    HTTP 400 for a request over it: mmd/models/scripted.py).
+    """
     servers: list[ScriptedServer] = []
 
-    def start(steps: list[dict[str, Any]], *, default: bool = True) -> ScriptedServer:
+    def start(
+        steps: list[dict[str, Any]], *, default: bool = True, context_window: int | None = None
+    ) -> ScriptedServer:
         script = mm_home / f"script-{len(servers)}.json"
-        script.write_text(json.dumps({"responses": steps}))
+        window = {"context_window": context_window} if context_window else {}
+        script.write_text(json.dumps({"responses": steps, **window}))
         proc = subprocess.Popen(
             [sys.executable, "-m", "mmd.models.scripted", str(script)],
             stdout=subprocess.PIPE,

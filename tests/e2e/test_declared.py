@@ -158,7 +158,7 @@ def test_packed_call_is_answered_then_the_corrected_call_runs_once_and_is_verifi
     # A write tool's answer shows the call's shape, never values that would act if copied.
     [example_line] = [line for line in lines if line.startswith("Example: release(")]
     assert "1.4.2" not in example_line and json.dumps(RELEASE) not in answer
-    assert '"version": "<text matching ^\\\\d+\\\\.\\\\d+\\\\.\\\\d+$>"' in example_line
+    assert '"version": "<version matching ^\\\\d+\\\\.\\\\d+\\\\.\\\\d+$>"' in example_line
     machine = json.loads(lines[-1])
     assert machine["ok"] is False
     error = machine["error"]

@@ -1,5 +1,5 @@
 """``mm eval``: whole evals run through a real daemon against scripted models (the shipped
-contrib/eval fixture, its real MCP stand-in server included). The fixture format, the plan, the
+contrib/eval and contrib/eval-ops fixtures, their real MCP stand-in servers included). The fixture format, the plan, the
 report and the judging alone are in tests/unit/mm/test_eval.py; the run with the real local model
 is in test_local.py.
 """
@@ -17,6 +17,7 @@ from ..paths import FIXTURES, ROOT
 from .conftest import run_mm, spawn_mm
 
 CONTRIB = ROOT / "contrib" / "eval"
+OPS = ROOT / "contrib" / "eval-ops"
 
 
 def script(home: Path, name: str, steps: list[dict[str, Any]]) -> str:
@@ -122,6 +123,58 @@ def test_a_model_that_only_talks_fails_and_a_slow_one_is_cancelled_at_the_timeou
     # The cancelled session is not left running in the daemon.
     sessions = json.loads(run_mm("sessions", "list", "--json", cwd=mm_home / "work").stdout)
     assert not any(s["running"] for s in sessions)
+
+
+def test_the_second_fixture_runs_its_integer_call_in_every_mode(mm_home: Path) -> None:
+    # The declared tool and the MCP server both turn the integer 7 into the argv "7"; skill mode runs bash.
+    typed = script(mm_home, "scale", call("scale", service="checkout", replicas=7))
+    out = eval_json(
+        str(OPS), "-m", typed, "--mode", "declared", "--mode", "mcp", "--case", "scale", "--case", "ticket",
+        "--lang", "de", "-n", "1", cwd=mm_home / "work",
+    )  # fmt: skip
+    assert [(r["mode"], r["case"], r["ok"]) for r in out["runs"]] == [
+        ("declared", "scale", True),
+        ("declared", "ticket", False),
+        ("mcp", "scale", True),
+        ("mcp", "ticket", False),
+    ]
+    assert all(r["argv"] == [["scale", "checkout", "7"]] for r in out["runs"])
+    steps = [
+        {"tool_calls": [{"name": "read_skill", "arguments": {"name": "platform-ops"}}]},
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "./actions/ticket SUP-4821"}}]},
+        {"text": "SUP-4821 is open."},
+    ]
+    [run] = eval_json(
+        str(OPS), "-m", script(mm_home, "skill", steps), "--mode", "skill", "--case", "ticket", "--lang", "fr",
+        "-n", "1", "--no-warmup", cwd=mm_home / "work",
+    )["runs"]  # fmt: skip
+    assert (run["ok"], run["argv"]) == (True, [["ticket", "SUP-4821"]])
+
+
+def test_llama_server_timings_are_summed_per_run(mm_home: Path) -> None:
+    # The scripted server sends `timings` as llama-server does, in the last event of each step.
+    first = {"cache_n": 300, "prompt_n": 150, "prompt_ms": 900.0, "predicted_n": 30, "predicted_ms": 1500.0}
+    second = {"cache_n": 470, "prompt_n": 40, "prompt_ms": 200.0, "predicted_n": 10, "predicted_ms": 500.0}
+    steps = [
+        {"tool_calls": [{"name": "backup", "arguments": {"database": "orders"}}], "timings": first},
+        {"text": "Done.", "timings": second},
+    ]
+    out = eval_json(
+        str(OPS), "-m", script(mm_home, "timed", steps), "--mode", "declared", "--case", "backup",
+        "--lang", "en", "-n", "1", "--no-warmup", cwd=mm_home / "work",
+    )  # fmt: skip
+    [run] = out["runs"]
+    assert run["ok"] and run["steps"] == 2
+    assert (run["prompt_tokens"], run["cached_tokens"], run["gen_tokens"]) == (960, 770, 40)
+    assert (run["prompt_seconds"], run["gen_seconds"]) == (1.1, 2.0)
+    [cell] = out["summary"]
+    assert (cell["mean_prompt_seconds"], cell["mean_gen_seconds"], cell["cached_tokens"]) == (1.1, 2.0, 770)
+    # A server without timings (OpenAI, the scripted server by default): null, not zero.
+    [plain] = eval_json(
+        str(OPS), "-m", script(mm_home, "plain", call("backup", database="orders")), "--mode", "declared",
+        "--case", "backup", "--lang", "en", "-n", "1", "--no-warmup", cwd=mm_home / "work",
+    )["runs"]  # fmt: skip
+    assert (plain["steps"], plain["prompt_seconds"], plain["cached_tokens"]) == (2, None, None)
 
 
 def test_a_model_that_cannot_start_stops_the_eval_at_the_warm_up(mm_home: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,12 +24,13 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+import trio
 
 from mmd import contract, paths
 from mmd.local import catalog, selftest
 from mmd.local.install import SetupError, setup_model
 from mmd.models.base import Completion, Message, ToolSpec
-from mmd.models.openai import constrained_body
+from mmd.models.openai import OpenAIProvider
 from mmd.models.recovery import recover_completion
 
 from ..model_wheels import tiny_model
@@ -368,18 +370,24 @@ def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped
 
 
 @needs_stack
-def test_the_real_llama_server_takes_the_call_grammar_and_the_call_is_valid(mm_home: Path) -> None:
-    """The lazy grammar of mmd/models/grammar.py, given to the real llama-server with the 0.5B model:
-    it is accepted, the model's call is one of the catalogue's tools with arguments its schema
-    allows, and generation ends where the call ends."""
+def test_the_real_llama_server_takes_the_grammar_answers_in_words_and_calls_validly(mm_home: Path) -> None:
+    """The constrained step of mmd/models/llama.py against the real llama-server and 0.5B model: the
+    request is rendered by the model's own template and completed under mmd/models/grammar.py's grammar;
+    a prompt that needs no tool is answered in words, an action is one call of the catalogue whose
+    arguments its schema allows (enum and pattern included), and generation ends where the call ends.
+    The skill choice's constrained step answers one of its options."""
     link_stack(mm_home)
     release = ToolSpec(
         name="release",
         description="Publish a version of the package to a channel.",
         parameters={
             "type": "object",
+            "properties": {"version": {"type": "string"}, "channel": {"type": "string"}},
+        },
+        schema={
+            "type": "object",
             "properties": {
-                "version": {"type": "string", "description": "like 2.0.1"},
+                "version": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$", "description": "like 2.0.1"},
                 "channel": {"type": "string", "enum": ["stable", "beta"]},
             },
             "required": ["version", "channel"],
@@ -394,6 +402,35 @@ def test_the_real_llama_server_takes_the_call_grammar_and_the_call_is_valid(mm_h
     proc = subprocess.Popen(
         selftest.server_argv("qwen2.5-coder-0.5b", port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+
+    async def steps() -> tuple[Completion, Completion, str]:
+        provider = OpenAIProvider(
+            name="local",
+            base_url=f"http://127.0.0.1:{port}/v1",
+            model="m",
+            constrain_calls=True,
+            cache_prompt=True,
+        )
+        system = Message(role="system", content="You are mm. Use a tool when the request needs one.")
+        try:
+            act = await provider.complete(
+                [system, Message(role="user", content="Release version 3.1.4 to the beta channel.")],
+                [release, status],
+                temperature=0,
+            )
+            plain = await provider.complete(
+                [system, Message(role="user", content="Reply with exactly one word: pong")],
+                [release, status],
+                temperature=0,
+            )
+            chosen = await provider.choose(
+                [Message(role="user", content="Which fits 'publish 3.1.4'? release-ops or none")],
+                ["release-ops", "none"],
+            )
+        finally:
+            await provider.aclose()
+        return act, plain, chosen
+
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -402,22 +439,101 @@ def test_the_real_llama_server_takes_the_call_grammar_and_the_call_is_valid(mm_h
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     break
             time.sleep(0.2)
-        messages = [
-            Message(role="system", content="You are mm. Use a tool when the request needs one."),
-            Message(role="user", content="Release version 3.1.4 to the beta channel."),
-        ]
-        body = {**constrained_body("m", messages, [release, status], 256), "stream": False, "temperature": 0}
-        body.pop("stream_options")
-        reply = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=240)
-        assert reply.status_code == 200, reply.text  # the grammar parsed
-        text = reply.json()["choices"][0]["message"]["content"]
-        completion = recover_completion(Completion(text=text), ["release", "status"])
+        act, plain, chosen = trio.run(steps)
+        completion = recover_completion(act, ["release", "status"])
         [call] = completion.tool_calls
         tool = {"release": release, "status": status}[call.name]
-        args = contract.validate(tool.parameters, json.loads(call.arguments))
+        args = contract.validate(tool.schema or tool.parameters, json.loads(call.arguments))
         if call.name == "release":
             assert args["channel"] in ("stable", "beta")
-        assert reply.json()["choices"][0]["finish_reason"] == "stop"  # it ended at the end of the call
+            assert re.fullmatch(r"\d+\.\d+\.\d+", args["version"])
+        assert act.finish_reason == "stop"  # it ended at the end of the call
+        assert act.timings is not None and act.timings.prompt_tokens > 0
+        assert not recover_completion(plain, ["release", "status"]).tool_calls
+        assert "pong" in plain.text.lower()
+        assert chosen in ("release-ops", "none")
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+# The long session: the window of the added model it runs (small enough that within 30 steps old outputs
+# become stubs and older turns a summary), and the most steps it may take to get there.
+LONG_WINDOW = 4096
+LONG_STEPS = 30
+LONG_PROMPTS = 36
+
+
+def _long_session_files(work: Path) -> list[str]:
+    """Twelve 60 KB text files: each alone is several times the window."""
+    names = []
+    for n in range(1, 13):
+        rows = [
+            f"data{n:02} row {i:04}: sensor {i % 17} read {(i * 37 + n) % 1000} units at site {n}\n"
+            for i in range(1, 2000)
+        ]
+        text = "".join(rows)
+        names.append(f"data{n:02}.txt")
+        (work / names[-1]).write_text(text[:60_000])
+    return names
+
+
+@needs_stack
+def test_a_long_session_over_files_larger_than_the_window_stays_inside_it(mm_home: Path) -> None:
+    """Issue 15's long session: 30 model steps of the real 0.5B over 60 KB files in a 4,096-token window;
+    llama-server never refuses a request for its size, and the session still answers afterwards."""
+    link_stack(mm_home)
+    work = mm_home / "work"
+    gguf = REAL_DATA / "models" / "qwen2.5-coder-0.5b.gguf"
+    added = run_mm("local", "add", str(gguf), "--name", "small", "--ctx-size", str(LONG_WINDOW), "--no-check")
+    assert added.returncode == 0, added.stderr
+    names = _long_session_files(work)
+    # One step a prompt: the model's call, run, and the turn ends (status max_steps). Each turn then looks
+    # like the last, which the 0.5B follows turn after turn; left to answer, it soon answers from the
+    # history (or with nothing) instead of calling, and its answers after a call can run to its 1,024-token
+    # limit — minutes a step on two busy cores, and nothing the budget needs.
+    (work / "agent.yaml").write_text(
+        "system: You run commands for the user with the bash tool.\n"
+        "builtins: [bash]\nmax_steps: 1\ntemperature: 0\nyolo: true\n"
+    )
+    started, steps, turn = time.monotonic(), 0, 0
+    base = ["--agent", "agent.yaml", "--model", "local/small"]
+    while steps < LONG_STEPS and turn < LONG_PROMPTS:
+        again = ["--continue"] if turn else []
+        # A call to copy: the 0.5B copies it into a call (recovered from its text) every time.
+        name = names[turn % len(names)]  # 60 KB: cut as it streams to a quarter of the window
+        prompt = f'Call the bash tool with {{"command": "cat {name}"}}.'
+        result = run_mm(*base, *again, "-p", prompt, cwd=work, timeout=900)
+        assert result.returncode in (0, 1), result.stderr  # statuses are checked below: never `error`
+        turn += 1
+        steps = sum(e["kind"] == "assistant" for e in _session_events(work))
+    assert steps >= LONG_STEPS, f"only {steps} model steps in {turn} prompts"
+    (work / "answer.yaml").write_text("system: Answer in one short sentence.\nbuiltins: []\ntemperature: 0\n")
+    final = run_mm(
+        "--agent", "answer.yaml", "--model", "local/small", "--continue", "-p", "Which files did you read?",
+        cwd=work, timeout=900,
+    )  # fmt: skip
+    assert final.returncode == 0 and final.stdout.strip(), final.stderr
+    events = _session_events(work)
+    inputs = [e["data"]["usage"]["input"] for e in events if e["kind"] == "assistant"]
+    refused = "exceeds the available context"
+    assert all(refused not in json.dumps(e["data"]) for e in events)
+    assert refused not in (mm_home / "state" / "mm" / "llama-server-small.log").read_text()
+    statuses = [e["data"]["status"] for e in events if e["kind"] == "turn_ended"]
+    assert set(statuses) <= {"ok", "max_steps"}, statuses  # never `error`: no request was refused
+    outputs = sum(e["kind"] == "tool_result" for e in events)
+    assert outputs >= LONG_STEPS - 3, f"only {outputs} tool outputs"
+    assert max(inputs) <= LONG_WINDOW
+    assert any(e["kind"] == "context_stubbed" for e in events)
+    compactions = sum(e["kind"] == "context_compacted" for e in events)
+    print(
+        f"long session: {steps} steps in {turn} prompts, {time.monotonic() - started:.0f} s; "
+        f"peak prompt {max(inputs)} tokens of {LONG_WINDOW}; "
+        f"{sum(e['kind'] == 'context_stubbed' for e in events)} stub rounds, {compactions} summaries"
+    )
+
+
+def _session_events(work: Path) -> list[dict[str, Any]]:
+    [row] = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    shown = run_mm("sessions", "show", row["id"], "--json", cwd=work)
+    return json.loads(shown.stdout)["events"]

@@ -20,7 +20,17 @@ from typing import Any
 
 import trio
 
-from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolCall, ToolSpec, Usage
+from mmd.models.base import (
+    Completion,
+    Message,
+    ModelError,
+    OnRetry,
+    OnText,
+    Timings,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 
 @dataclass
@@ -36,6 +46,7 @@ class Step:
     delay: float = 0.0  # seconds the model "thinks" before answering
     error: str | None = None  # fail the request for good (a ModelError) instead
     finish_reason: str = ""
+    timings: Timings | None = None  # what a llama-server would report about the step
 
 
 def answer(text: str, **kw: Any) -> Step:
@@ -66,12 +77,20 @@ class Request:
 class ScriptedProvider:
     """Replays *steps* in order, one per ``complete``; a request past the last is a ModelError."""
 
-    def __init__(self, *steps: Step, name: str = "test/scripted") -> None:
+    def __init__(self, *steps: Step, name: str = "test/scripted", choices: tuple[str, ...] = ()) -> None:
         self.name = name
         self.steps = collections.deque(steps)
         self.requests: list[Request] = []
+        self.choices = collections.deque(choices)  # what ``choose`` answers, in order
+        self.choice_requests: list[tuple[list[Message], list[str]]] = []
         self.closed = False
         self._ids = 0
+
+    async def choose(self, messages: list[Message], options: list[str]) -> str:
+        """The next scripted choice (a Chooser, like a llama-server mm runs); the last option when none is left."""
+        self.choice_requests.append((list(messages), list(options)))
+        await trio.sleep(0)
+        return self.choices.popleft() if self.choices else options[-1]
 
     async def complete(
         self,
@@ -81,6 +100,7 @@ class ScriptedProvider:
         on_text: OnText | None = None,
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         self.requests.append(Request(list(messages), [t.name for t in tools], temperature))
         if not self.steps:
@@ -101,6 +121,7 @@ class ScriptedProvider:
             tool_calls=[ToolCall(id=self._next_id(), name=n, arguments=a) for n, a in step.tool_calls],
             finish_reason=step.finish_reason,
             usage=Usage(input_tokens=sum(len(m.content) for m in messages), output_tokens=len(step.text)),
+            timings=step.timings,
         )
 
     async def aclose(self) -> None:

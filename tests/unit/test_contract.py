@@ -675,12 +675,12 @@ def test_shape_example_says_each_parameter_with_no_value_that_would_act():
     shape = contract.shape_example(schema)
     assert shape == {
         "env": "<one of: staging, production>",
-        "commit": "<text matching ^[0-9a-f]{7,40}$>",
+        "commit": "<commit matching ^[0-9a-f]{7,40}$>",
         "count": "<whole number from 1 to 5>",
         "ratio": "<number>",
-        "tags": ["<text>"],
+        "tags": ["<tags>"],
         "force": "<true or false>",
-        "meta": {"note": "<text>"},
+        "meta": {"note": "<note>"},
     }
     # A model that copies the shape as its call is refused by the contract, never runs anything.
     with pytest.raises(contract.ToolError):

@@ -73,14 +73,14 @@ AGENT_ERRORS = [
         "yolo: false\nmodle: x\n",
         2,
         "modle",
-        "2: modle: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tools, yolo"
+        "2: modle: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tool_examples, tools, yolo"
         ' — did you mean "model"?',
     ),
     (
         "zzz: 1\n",
         1,
         "zzz",
-        "1: zzz: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tools, yolo"
+        "1: zzz: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tool_examples, tools, yolo"
         " — remove it, or check its spelling",
     ),
     ("yolo: yes please\n", 1, "yolo", '1: yolo: expected true or false, found a string ("yes please")'),
@@ -117,7 +117,7 @@ AGENT_ERRORS = [
         "- model: x\n",
         1,
         "",
-        "1: expected a map with the keys builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tools, yolo, found a list"
+        "1: expected a map with the keys builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tool_examples, tools, yolo, found a list"
         " — write one `key: value` per line",
     ),
     ("just words\n", 1, "", None),
@@ -175,8 +175,8 @@ USER_ERRORS = [
         "providers:\n  local:\n    kind: openai\n    base_ur: http://x\n",
         4,
         "providers.local.base_ur",
-        "4: providers.local.base_ur: unknown key; expected one of api_key_env, base_url, constrain_calls, headers,"
-        ' kind, max_retries, max_tokens, recover_tool_calls, timeout — did you mean "base_url"?',
+        "4: providers.local.base_ur: unknown key; expected one of api_key_env, base_url, constrain_calls, context_window,"
+        ' headers, kind, max_retries, max_tokens, recover_tool_calls, timeout — did you mean "base_url"?',
     ),
     (
         "providers:\n  local:\n    kind: openai\n",

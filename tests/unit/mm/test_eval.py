@@ -5,18 +5,23 @@ Whole evals through a real daemon are in tests/e2e/test_eval.py.
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from mm.eval import Fixture, FixtureError, RunResult, judge, load_fixture, plan, report
+from mm.eval import Fixture, FixtureError, RunResult, judge, load_fixture, plan, report, summary
 
 from mmd.api.eval import check
 
 from ...paths import ROOT
 
 CONTRIB = ROOT / "contrib" / "eval"
+OPS = ROOT / "contrib" / "eval-ops"
 
 
 class InProcess:
@@ -53,6 +58,49 @@ def test_the_shipped_fixture_is_the_seeds_measurement() -> None:
     }
     assert all(set(c.prompts) == {"en", "fr"} for c in spec.cases)
     assert len(plan(fixture, ["m"])) == 3 * 3 * 2 * 5
+
+
+def test_the_second_fixture_asks_for_values_its_tools_never_show() -> None:
+    fixture = fixture_at(OPS)
+    spec = fixture.spec
+    assert (spec.runs, list(spec.modes)) == (5, ["declared", "skill", "mcp"])  # comparable with contrib/eval
+    assert {c.name: c.expect for c in spec.cases} == {
+        "backup": ["backup", "orders"],
+        "scale": ["scale", "checkout", "7"],
+        "ticket": ["ticket", "SUP-4821"],
+    }
+    assert all(set(c.prompts) == {"en", "fr", "de"} for c in spec.cases)
+    assert len(plan(fixture, ["m"])) == 3 * 3 * 3 * 5  # 45 runs per mode
+    for case in spec.cases:
+        assert all(value in prompt for prompt in case.prompts.values() for value in case.expect[1:]), case
+    # No agent file, skill or server of the fixture shows a value a prompt asks for.
+    shown = [p for p in OPS.rglob("*") if p.is_file() and p.name != "eval.yaml"]
+    for value in ("orders", "checkout", "7", "SUP-4821", "4821"):
+        used = [
+            str(p.relative_to(OPS)) for p in shown if re.search(rf"\b{re.escape(value)}\b", p.read_text())
+        ]
+        assert not used, f"{value} is shown in {used}"
+
+
+def test_the_second_fixtures_actions_record_their_argv(tmp_path: Path) -> None:
+    log = tmp_path / "argv.log"
+    env = {**os.environ, "MM_ARGV_LOG": str(log)}
+    for argv in (
+        ["backup", "orders"],
+        ["scale", "checkout", "7"],
+        ["ticket", "SUP-4821"],
+        ["scale", "x", "many"],
+    ):
+        done = subprocess.run(
+            [str(OPS / "actions" / argv[0]), *argv[1:]], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == (1 if argv[-1] == "many" else 0), done.stderr
+    assert [json.loads(line)["argv"] for line in log.read_text().splitlines()] == [
+        ["backup", "orders"],
+        ["scale", "checkout", "7"],
+        ["ticket", "SUP-4821"],
+        ["scale", "x", "many"],  # recorded before it is refused: the judge sees every run
+    ]
 
 
 def test_plan_filters_and_refuses_what_the_fixture_lacks() -> None:
@@ -137,3 +185,37 @@ def test_the_report_is_the_seeds_table_then_per_case() -> None:
     assert ["m1", "release", "en", "2/2", "1/2"] in [cells(line) for line in lines if line.startswith("| ")]
     # Padded: every line of a table has the same width.
     assert len({len(line) for line in lines[:3]}) == 1
+
+
+def test_a_runs_timings_are_summed_over_its_steps_and_reported_per_mode() -> None:
+    def step(prompt: int, cached: int, pp_ms: float, gen: int, gen_ms: float) -> dict[str, Any]:
+        return {
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "prompt_ms": pp_ms,
+            "gen_tokens": gen,
+            "gen_ms": gen_ms,
+        }
+
+    timed = RunResult("m1", "declared", "release", "en", 1, True, 3.0, "ok", [], [])
+    timed.add_step(step(600, 0, 1500.0, 30, 900.0))  # the first step: nothing cached yet
+    timed.add_step(step(650, 600, 120.0, 10, 300.0))  # the second reuses the first's prompt
+    assert (timed.steps, timed.prompt_tokens, timed.cached_tokens, timed.gen_tokens) == (2, 1250, 600, 40)
+    assert (timed.prompt_seconds, timed.gen_seconds) == (1.62, 1.2)
+    untimed = RunResult("m1", "skill", "release", "en", 1, False, 2.0, "ok", [], [])
+    untimed.add_step(None)  # a server that reports no timings: counted as a step, nothing else
+    assert (untimed.steps, untimed.prompt_seconds, untimed.cached_tokens) == (1, None, None)
+    declared, skill = summary([timed, untimed])
+    assert declared["mean_prompt_seconds"] == 1.62 and declared["mean_gen_seconds"] == 1.2
+    assert (declared["prompt_tokens"], declared["cached_tokens"]) == (1250, 600)
+    assert skill["mean_prompt_seconds"] is None and skill["cached_tokens"] is None
+    lines = report([timed, untimed]).splitlines()
+    speed = lines[lines.index(next(line for line in lines if line.startswith("Mean seconds per run"))) + 2 :]
+    assert cells(speed[0]) == ["Model", "declared", "skill"]
+    assert cells(speed[2]) == ["m1", "1.6 + 1.2 s, 48% cached", "-"]
+
+
+def test_the_report_has_no_speed_table_when_no_server_reported_timings() -> None:
+    run = RunResult("m1", "declared", "release", "en", 1, True, 3.0, "ok", [], [])
+    run.add_step(None)
+    assert "prompt processing" not in report([run])

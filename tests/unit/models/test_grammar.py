@@ -1,30 +1,83 @@
-"""The lazy grammar that constrains a local model's tool call (mmd/models/grammar.py).
+"""The grammar of one step of a local model (mmd/models/grammar.py), read as llama.cpp reads it.
 
-These read the GBNF text; tests/e2e/test_local.py gives it to the real llama-server.
+tests/unit/gbnf.py parses the GBNF the way llama.cpp's parser does and says whether a whole text is
+one the grammar lets the model write: a call of a catalogued tool with arguments its schema allows
+(bare, in a ```json fence or in a <tool_call> tag), or words that do not start like a call.
+tests/e2e/test_local.py gives the grammar to the real llama-server.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+from collections.abc import Callable
+from typing import Any
 
-from mmd.models.base import Message, ToolSpec
-from mmd.models.grammar import TRIGGERS, call_grammar, call_prompt
-from mmd.models.openai import constrained_body
+import pytest
+
+from mmd.models.base import ToolSpec
+from mmd.models.grammar import call_grammar, pattern_rule
+
+from .. import gbnf
 
 RELEASE = ToolSpec(
     name="release",
     description="Publish a version.",
+    # What the model reads: the pattern and the enum said in words; the schema keeps them.
     parameters={
+        "type": "object",
+        "properties": {
+            "version": {"type": "string", "description": "Like 2.0.1."},
+            "channel": {"type": "string", "description": "One of: stable, beta."},
+            "notes": {"type": "string"},
+            "dry": {"type": "boolean"},
+        },
+        "required": ["version", "channel"],
+    },
+    schema={
         "type": "object",
         "properties": {
             "version": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
             "channel": {"type": "string", "enum": ["stable", "beta"]},
+            "notes": {"type": "string"},
             "dry": {"type": "boolean"},
-            "count": {"type": "integer"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "meta": {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]},
         },
         "required": ["version", "channel"],
+    },
+)
+SCALE = ToolSpec(
+    name="scale",
+    description="Run a number of replicas of a service.",
+    parameters={
+        "type": "object",
+        "properties": {"service": {"type": "string"}, "replicas": {"type": "integer"}},
+        "required": ["service", "replicas"],
+    },
+)
+LABEL = ToolSpec(
+    name="label",
+    description="Tag a service.",
+    parameters={
+        "type": "object",
+        "properties": {"service": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["service", "tags"],
+    },
+)
+DEPLOY = ToolSpec(
+    name="deploy",
+    description="Deploy a service to a host.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "service": {"type": "string"},
+            "target": {
+                "type": "object",
+                "properties": {"host": {"type": "string"}, "port": {"type": "integer"}},
+                "required": ["host"],
+            },
+        },
+        "required": ["service", "target"],
     },
 )
 STATUS = ToolSpec(
@@ -35,91 +88,416 @@ STATUS = ToolSpec(
         "properties": {"service": {"type": "string"}, "verbose": {"type": "boolean"}},
     },
 )
+RENAME = ToolSpec(
+    name="rename",
+    description="Give the project a short name.",
+    parameters={
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 2, "maxLength": 5}},
+        "required": ["name"],
+    },
+)
+ODD = ToolSpec(
+    name='say "hi" \\ café',  # a name JSON must escape
+    description="Greet.",
+    parameters={"type": "object", "properties": {}},
+)
+TOOLS = (RELEASE, SCALE, LABEL, DEPLOY, STATUS, RENAME, ODD)
 
 
-def rules(grammar: str) -> dict[str, str]:
-    return dict(line.split(" ::= ", 1) for line in grammar.strip().splitlines())
+def grammar(tools: tuple[ToolSpec, ...] = TOOLS) -> gbnf.Grammar:
+    return _parse(call_grammar(list(tools)))
 
 
-def test_every_rule_used_is_defined_and_names_are_gbnf_names() -> None:
-    g = rules(call_grammar([RELEASE, STATUS]))
-    assert all(re.fullmatch(r"[a-z0-9-]+", name) for name in g)
-    literals = re.compile(r'"(\\.|[^"\\])*"|\[(\\.|[^\]\\])*\]')  # strings and character classes
-    words = re.compile(r"(?<![\w-])[a-z][a-z0-9-]*(?![\w-])")
-    used = {w for body in g.values() for w in words.findall(literals.sub(" ", body))}
-    assert used <= set(g), used - set(g)
+@functools.cache
+def _parse(text: str) -> gbnf.Grammar:
+    return gbnf.parse(text)
 
 
-def test_the_call_names_only_catalogued_tools_in_every_trigger_shape() -> None:
-    g = rules(call_grammar([RELEASE, STATUS]))
-    assert g["root"] == '"```json" ws call ws "```" | "<tool_call>" ws call ws "</tool_call>" | call'
-    assert g["call"] == '"{" ws "\\"name\\"" ws ":" ws (t0 | t1) ws "}"'
-    assert g["t0"].startswith('"\\"release\\"" ws "," ws "\\"arguments\\"" ws ":" ws t0-args')
-    assert g["t1"].startswith('"\\"status\\""')
+def accepts(text: str, tools: tuple[ToolSpec, ...] = TOOLS) -> bool:
+    return grammar(tools).accepts(text)
 
 
-def test_required_keys_come_first_in_order_then_each_optional_key_may_follow() -> None:
-    args = rules(call_grammar([RELEASE]))["t0-args"]
-    assert args.startswith(
-        '"{" ws "\\"version\\"" ws ":" ws string ws "," ws "\\"channel\\"" ws ":" ws ("\\"stable\\"" | "\\"beta\\"")'
+def call(name: str, arguments: Any, **dumps: Any) -> str:
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, **dumps)
+
+
+def fenced(text: str) -> str:
+    return f"```json\n{text}\n```"
+
+
+def tagged(text: str) -> str:
+    return f"<tool_call>\n{text}\n</tool_call>"
+
+
+SHAPES: dict[str, Callable[[str], str]] = {"bare": lambda text: text, "fenced": fenced, "tagged": tagged}
+
+
+# -- the grammar as text --------------------------------------------------------------------------------
+
+
+def test_the_grammar_is_one_llama_cpp_reads_with_every_rule_defined_once() -> None:
+    text = call_grammar(list(TOOLS))
+    written = grammar().written  # gbnf.parse refuses an undefined rule, as llama.cpp does
+    assert len(written) == len(set(written)) == len(text.strip().splitlines())
+    assert "root" in written
+    assert all(re.fullmatch(r"[a-z0-9-]+", name) for name in written)
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda tool: tool.name)
+def test_the_grammar_of_each_tool_alone_is_one_llama_cpp_reads(tool: ToolSpec) -> None:
+    assert grammar((tool,)).accepts("pong")
+
+
+def test_the_same_tools_give_the_same_grammar() -> None:
+    assert call_grammar(list(TOOLS)) == call_grammar(list(TOOLS))
+
+
+# -- calls --------------------------------------------------------------------------------------------------
+
+VALID_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("release", {"version": "2.0.1", "channel": "stable"}),
+    ("release", {"version": "10.20.300", "channel": "beta", "notes": 'Fixes "quoted" bugs\nand more'}),
+    ("release", {"version": "1.0.0", "channel": "beta", "dry": True}),
+    ("release", {"version": "1.0.0", "channel": "stable", "notes": "", "dry": False}),
+    ("scale", {"service": "web", "replicas": 3}),
+    ("scale", {"service": "web", "replicas": -1}),
+    ("label", {"service": "web", "tags": []}),
+    ("label", {"service": "web", "tags": ["a", "b c", "ü"]}),
+    ("deploy", {"service": "api", "target": {"host": "h1"}}),
+    ("deploy", {"service": "api", "target": {"host": "h1", "port": 8080}}),
+    ("status", {}),
+    ("status", {"service": "db"}),
+    ("status", {"verbose": True}),
+    ("status", {"service": "db", "verbose": False}),
+    ("rename", {"name": "ab"}),
+    ("rename", {"name": "abcde"}),
+    ("rename", {"name": 'a"\\b'}),  # escapes count as the one character they stand for
+    (ODD.name, {}),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("name", "arguments"), VALID_CALLS)
+def test_a_valid_call_is_accepted_bare_fenced_and_tagged(
+    name: str, arguments: dict[str, Any], shape: str
+) -> None:
+    assert accepts(SHAPES[shape](call(name, arguments)))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_call_may_be_spread_over_lines_and_follow_a_newline(shape: str) -> None:
+    text = call("deploy", {"service": "api", "target": {"host": "h1", "port": 80}}, indent=2)
+    assert accepts(SHAPES[shape](text))
+    assert accepts("\n" + SHAPES[shape](text))
+    assert accepts(SHAPES[shape](call("scale", {"service": "web", "replicas": 3}, separators=(",", ":"))))
+
+
+def test_the_schema_is_followed_where_there_is_one_and_the_parameters_where_not() -> None:
+    # RELEASE's parameters say nothing of the version's form; its schema does.
+    assert not accepts(call("release", {"version": "soon", "channel": "stable"}))
+    assert not accepts(call("scale", {"service": "web"}))  # SCALE has parameters only
+
+
+def test_required_keys_come_first_in_the_schema_order_then_optional_ones_in_order() -> None:
+    assert not accepts(call("release", {"channel": "stable", "version": "2.0.1"}))
+    assert not accepts(call("release", {"notes": "x", "version": "2.0.1", "channel": "stable"}))
+    assert not accepts(call("release", {"version": "2.0.1", "channel": "stable", "dry": True, "notes": "x"}))
+    assert not accepts(call("status", {"verbose": True, "service": "db"}))
+
+
+CALLS_REFUSED: dict[str, str] = {
+    "unknown tool": call("restart", {"service": "web"}),
+    "a tool name differing in case": call("Scale", {"service": "web", "replicas": 3}),
+    "missing required key": call("release", {"version": "2.0.1"}),
+    "missing nested required key": call("deploy", {"service": "api", "target": {"port": 80}}),
+    "string for integer": call("scale", {"service": "web", "replicas": "seven"}),
+    "quoted integer": call("scale", {"service": "web", "replicas": "7"}),
+    "fraction for integer": call("scale", {"service": "web", "replicas": 3.5}),
+    "integer for string": call("scale", {"service": 7, "replicas": 3}),
+    "quoted boolean": call("status", {"verbose": "true"}),
+    "nested wrong type": call("deploy", {"service": "api", "target": {"host": "h1", "port": "80"}}),
+    "string for array": call("label", {"service": "web", "tags": "a"}),
+    "integer in array of strings": call("label", {"service": "web", "tags": ["a", 1]}),
+    "value not in the enum": call("release", {"version": "2.0.1", "channel": "nightly"}),
+    "unknown key": call("scale", {"service": "web", "replicas": 3, "force": True}),
+    "unknown key, no required ones": call("status", {"colour": "red"}),
+    "unknown nested key": call("deploy", {"service": "api", "target": {"host": "h1", "user": "root"}}),
+    "key for a tool without any": call(ODD.name, {"x": 1}),
+    "version 1.4": call("release", {"version": "1.4", "channel": "stable"}),
+    "version 1.4.2.1": call("release", {"version": "1.4.2.1", "channel": "stable"}),
+    "version v1.4.2": call("release", {"version": "v1.4.2", "channel": "stable"}),
+    "name shorter than minLength": call("rename", {"name": "a"}),
+    "name longer than maxLength": call("rename", {"name": "abcdef"}),
+    "tool name unescaped": '{"name": "say "hi" \\ café", "arguments": {}}',
+    "arguments as a JSON string": call("scale", json.dumps({"service": "web", "replicas": 3})),
+    "arguments before the name": '{"arguments": {"service": "web", "replicas": 3}, "name": "scale"}',
+    "a call cut short": call("scale", {"service": "web", "replicas": 3})[:-1],
+    "a fence not closed": "```json\n" + call("scale", {"service": "web", "replicas": 3}),
+    "a tag not closed": "<tool_call>\n" + call("scale", {"service": "web", "replicas": 3}),
+    "a second call": call("status", {}) + "\n" + call("status", {}),
+    "a second fenced call": fenced(call("status", {})) + "\n" + fenced(call("status", {})),
+    "words after a tagged call": tagged(call("status", {})) + "\nDone.",
+    "words after a bare call": call("status", {}) + " Done.",
+    "prose starting with {": '{"answer": 42}',
+    "prose starting with { and words": "{ is a brace.",
+    "```json fence around other JSON": fenced('{"answer": 42}'),
+    "```json fence around words": "```json\nnot json\n```",
+    "<tool_call> tag around words": "<tool_call>\nhello\n</tool_call>",
+}
+
+
+@pytest.mark.parametrize("text", CALLS_REFUSED.values(), ids=CALLS_REFUSED.keys())
+def test_a_step_that_starts_like_a_call_must_be_exactly_one_valid_call(text: str) -> None:
+    assert not accepts(text)
+
+
+# -- words --------------------------------------------------------------------------------------------------
+
+PROSE = {
+    "one word": "pong",
+    "a sentence": "The capital of France is Paris.",
+    "lines": "Two steps:\n\n1. build\n2. test\n",
+    "a python fence": "Like this:\n```python\nprint({'a': 1})\n```",
+    "starting with a python fence": "```python\nprint('hi')\n```",
+    "starting with a bare fence": "```\nls -l\n```",
+    "an empty step": "",
+    "a leading newline": "\nParis.",
+    "leading spaces": "   Paris.",
+    "inline code first": "`ls` lists files.",
+    "a brace later": "Use {} for an empty dict.",
+    "a call written later": 'I would call {"name": "status", "arguments": {}} here.',
+    "an angle bracket first": "<3 thanks",
+    "a tag later": "Call it as <tool_call>...</tool_call> next time.",
+    "unicode": "Grüße, 世界! 🎉",
+}
+
+
+@pytest.mark.parametrize("text", PROSE.values(), ids=PROSE.keys())
+def test_an_answer_in_words_is_free(text: str) -> None:
+    assert accepts(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["```javascript\nconsole.log(1)\n```", "```jsx\n<App />\n```", "<table><tr><td>1</td></tr></table>"],
+)
+def test_an_answer_that_starts_like_another_fence_or_tag_is_free(text: str) -> None:
+    assert accepts(text)
+
+
+# -- what the grammar must never let through -----------------------------------------------------------------
+
+
+def _one_string_tool(schema: dict[str, Any]) -> tuple[ToolSpec, ...]:
+    return (
+        ToolSpec(
+            name="t",
+            description="",
+            parameters={"type": "object", "properties": {"v": schema}, "required": ["v"]},
+        ),
     )
-    for optional in ("dry", "count", "tags", "meta"):
-        assert f'(ws "," ws "\\"{optional}\\"" ws ":" ws ' in args
-    assert args.endswith('ws "}"')
 
 
-def test_types_arrays_and_nested_objects() -> None:
-    g = rules(call_grammar([RELEASE]))
-    args = g["t0-args"]
-    assert '"\\"dry\\"" ws ":" ws boolean' in args and '"\\"count\\"" ws ":" ws integer' in args
-    assert g["t0-args-tags"] == '"[" ws (string (ws "," ws string)*)? ws "]"'
-    assert g["t0-args-meta"] == '"{" ws "\\"note\\"" ws ":" ws string ws "}"'
+@pytest.mark.parametrize(
+    ("pattern", "value"),
+    [(r"^a\sb$", "a\tb"), (r"^[ -~]+$", 'a"b'), (r"^[ -~]+$", "a\\q"), (r"^[A-z]+$", "a\\q")],
+)
+def test_a_pattern_never_lets_a_string_hold_what_json_must_escape(pattern: str, value: str) -> None:
+    text = '{"name": "t", "arguments": {"v": "' + value + '"}}'  # the value written raw, unescaped
+    with pytest.raises(ValueError):
+        json.loads(text)
+    assert not accepts(text, _one_string_tool({"type": "string", "pattern": pattern}))
 
 
-def test_an_object_without_required_keys_may_be_empty_or_start_with_any_key() -> None:
-    args = rules(call_grammar([STATUS]))["t0-args"]
-    assert args == (
-        '"{" ws (("\\"service\\"" ws ":" ws string (ws "," ws "\\"verbose\\"" ws ":" ws boolean)?) | '
-        '("\\"verbose\\"" ws ":" ws boolean))? ws "}"'
+@pytest.mark.parametrize(("first", "second"), [("name", "Name"), ("dry_run", "dry-run")])
+def test_keys_that_differ_only_in_case_or_punctuation_keep_their_own_schemas(first: str, second: str) -> None:
+    tool = ToolSpec(
+        name="t",
+        description="",
+        parameters={
+            "type": "object",
+            "properties": {
+                first: {"type": "string", "maxLength": 3},
+                second: {"type": "array", "items": {"type": "integer"}},
+            },
+            "required": [first, second],
+        },
     )
+    assert accepts(call("t", {first: "abc", second: [1]}), (tool,))
 
 
-def test_enum_values_and_odd_names_are_json_literals() -> None:
-    odd = ToolSpec(
-        name='say "hi"',
-        description="x",
-        parameters={"type": "object", "properties": {"n": {"enum": [1, "two", None]}}, "required": ["n"]},
-    )
-    g = rules(call_grammar([odd]))
-    assert g["t0"].startswith('"\\"say \\\\\\"hi\\\\\\"\\""')
-    assert '("1" | "\\"two\\"" | "null")' in g["t0-args"]
+# -- patterns -----------------------------------------------------------------------------------------------
 
 
-def test_triggers_are_where_small_models_start_a_call() -> None:
-    patterns = [re.compile(t["value"]) for t in TRIGGERS]
-    for text in ('```json\n{"name": "x"}', '<tool_call>{"name": "x"}', 'I will call it: { "name" : "x"'):
-        assert any(p.search(text) for p in patterns), text
-    assert not any(p.search("The release is done; nothing more to call.") for p in patterns)
+def pattern_grammar(pattern: str) -> gbnf.Grammar:
+    """The characters of a JSON string matching *pattern* as rule ``pattern``, beside grammar.py's own rules."""
+    rule = pattern_rule(pattern)
+    assert rule is not None, pattern
+    return gbnf.parse(f"pattern ::= {rule}\n" + call_grammar([SCALE]))
 
 
-def test_a_constrained_request_sends_the_grammar_and_describes_the_tools_in_the_system_message() -> None:
-    body = constrained_body(
-        "m",
-        [Message(role="system", content="You are mm."), Message(role="user", content="go")],
-        [RELEASE, STATUS],
-    )
-    assert "tools" not in body  # llama-server refuses a grammar beside tools
-    assert body["grammar_lazy"] is True and body["grammar_triggers"] == TRIGGERS
-    assert body["grammar"] == call_grammar([RELEASE, STATUS])
-    system = body["messages"][0]
-    assert system["role"] == "system" and system["content"].startswith("You are mm.\n\n")
-    assert (
-        "- release: Publish a version." in system["content"]
-        and "Required: version, channel." in system["content"]
-    )
-    assert (
-        call_prompt([STATUS])
-        in system["content"].replace(call_prompt([RELEASE, STATUS]), call_prompt([STATUS]))
-        or True
-    )
-    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+# Samples hold no character JSON escapes, so the JSON text of each is the sample itself. JSON Schema's
+# regexes are ECMA-262's, where \d and \w are ASCII: compared with re.ASCII.
+PATTERNS = {
+    r"^[a-z][a-z0-9-]*$": ["web", "web-2", "a", "a-", "", "2web", "Web", "web_2", "web 2", "-web", "wéb"],
+    r"^\d+\.\d+\.\d+$": [
+        "1.2.3",
+        "10.20.300",
+        "01.2.3",
+        "1.2",
+        "1.2.3.4",
+        "a.b.c",
+        "1..3",
+        "",
+        "1.2.3 ",
+        "v1.2.3",
+    ],
+    r"^(stable|beta)$": ["stable", "beta", "stablebeta", "", "Stable", "bet", "stable "],
+    r"^[0-9a-f]{7,40}$": ["abc1234", "a" * 40, "0" * 7, "a" * 41, "abc123", "ABC1234", "abc123g", ""],
+    r"^[^/]+$": ["a", "a b", "-", "é", "a/b", "/", "a/", ""],
+    r"^(?:v)?\d{1,3}$": ["v1", "123", "v", "1234", "vv1", ""],
+    r"^[A-Z]{2}-\d{4}$": ["AB-1234", "A-1234", "AB-123", "ab-1234", "AB1234"],
+    r"^[a-z]+(-[a-z]+)*$": ["a", "a-b-c", "a-", "-a", "a--b", ""],
+    r"^\w+@[\w.-]+\.[a-z]{2,}$": ["me@x.org", "a_b@x-y.co", "me@x", "@x.org", "me@x.o"],
+    r"^.{2,4}$": ["ab", "abcd", "a", "abcde", "é€"],
+    r"^x?y*z+$": ["z", "xz", "xyyz", "x", "yx z", ""],
+    r"^\.\-\+\*\?\(\)\[\]\{\}\|\^\$\/$": [".-+*?()[]{}|^$/", ".-+*?()[]{}|^$"],
+    r"^[\d\w.-]+$": ["a.b-c_1", "a b", "a/b"],
+    r"^[^\d]+$": ["abc", "a1", ""],
+}
+
+
+@pytest.mark.parametrize(("pattern", "samples"), PATTERNS.items(), ids=PATTERNS.keys())
+def test_a_pattern_is_said_in_the_grammar_as_the_regex_means_it(pattern: str, samples: list[str]) -> None:
+    said = pattern_grammar(pattern)
+    for sample in samples:
+        assert json.dumps(sample, ensure_ascii=False)[1:-1] == sample
+        expected = re.fullmatch(pattern, sample, re.ASCII) is not None
+        assert said.accepts(sample, rule="pattern") == expected, sample
+
+
+def test_an_escaped_caret_first_in_a_class_is_a_caret() -> None:
+    said = pattern_grammar(r"^[\^a]+$")
+    for sample in ["^", "a", "^a", "b", "^b"]:
+        expected = re.fullmatch(r"^[\^a]+$", sample) is not None
+        assert said.accepts(sample, rule="pattern") == expected, sample
+
+
+def test_a_string_with_a_pattern_in_a_call() -> None:
+    tools = _one_string_tool({"type": "string", "pattern": r"^[a-z][a-z0-9-]*$", "maxLength": 3})
+    assert accepts(
+        call("t", {"v": "web-server-2"}), tools
+    )  # the pattern says it; the length is the contract's
+    assert not accepts(call("t", {"v": "Web"}), tools)
+
+
+def test_a_pattern_the_grammar_cannot_say_leaves_the_string_to_its_length() -> None:
+    tools = _one_string_tool({"type": "string", "pattern": r"^(?=x).*$", "minLength": 2})
+    assert accepts(call("t", {"v": "yz"}), tools)
+    assert not accepts(call("t", {"v": "x"}), tools)
+
+
+REFUSED_PATTERNS = {
+    "unanchored": r"\d+",
+    "anchored at the start only": r"^\d+",
+    "anchored at the end only": r"\d+$",
+    "an escaped dollar at the end": r"^\d+\$",
+    "look-ahead": r"^(?=x).*$",
+    "look-behind": r"^(?<=x)y$",
+    "named group": r"^(?P<n>a)$",
+    "inline flag": r"^(?i)abc$",
+    "back-reference": r"^(a)\1$",
+    "word boundary": r"^\bfoo$",
+    "a class holding a quote": r'^["a]+$',
+    "a class holding a backslash": r"^[\\a]+$",
+    "a quote": r'^a"b$',
+    "unicode property": r"^\p{L}+$",
+    "lazy star": r"^.*?$",
+    "lazy plus": r"^a+?$",
+    "possessive": r"^a++$",
+    "{,n}": r"^a{,3}$",
+    "four digits of repetition": r"^a{1000}$",
+    "maximum below minimum": r"^a{3,2}$",
+    "dollar inside": r"^a$b$",
+    "unclosed group": r"^(ab$",
+    "unclosed class": r"^[ab$",
+    "empty class": r"^[]$",
+}
+
+
+@pytest.mark.parametrize("pattern", REFUSED_PATTERNS.values(), ids=REFUSED_PATTERNS.keys())
+def test_what_pattern_rule_cannot_say_it_refuses(pattern: str) -> None:
+    assert pattern_rule(pattern) is None
+
+
+@pytest.mark.parametrize("pattern", [r"^a|b$", r"^\d+|auto$"])
+def test_a_pattern_anchored_only_in_its_outer_branches_is_refused(pattern: str) -> None:
+    assert pattern_rule(pattern) is None
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^(a|)*$",  # left recursion through a group that may be empty
+        r"^([A-Za-z0-9_-]{1,64}/){0,32}[A-Za-z0-9_-]{1,64}$",  # 64 rules 32 times: past 2000
+        r"^[]a]+$",  # a ] first in a class: GBNF's class ends there
+    ],
+)
+def test_what_pattern_rule_says_llama_cpp_reads(pattern: str) -> None:
+    tools = _one_string_tool({"type": "string", "pattern": pattern})
+    grammar(tools)
+
+
+# -- the recogniser itself (tests/unit/gbnf.py) -------------------------------------------------------------
+
+SYNTAX = r"""
+# a comment
+root ::= greeting ("," [ \t]* name)? "!"{1,3} |
+  "x" [^a-c\n]+ | digits
+greeting ::= ( "hi"
+  | "h\x65llo" | "caf\u00e9" )   # escapes
+name ::= [A-Z] [a-z\-]* ("." [a-z]{2})?
+digits ::= [0-9]{2} [0-9]{0,2} "\"\\" ("a"{2,})?
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("hi!", True),
+        ("hello, Anne-marie!!", True),
+        ("café,\tBo.xy!!!", True),
+        ("hi!!!!", False),
+        ("hi, anne!", False),
+        ("hi", False),
+        ("xdz", True),
+        ("xa", False),
+        ("x\n", False),
+        ('12"\\', True),
+        ('1234"\\aaa', True),
+        ('12345"\\', False),
+        ('12"\\a', False),
+    ],
+)
+def test_the_recogniser_reads_llama_cpp_syntax(text: str, expected: bool) -> None:
+    assert gbnf.parse(SYNTAX).accepts(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'root ::= "a\\q"\n',  # unknown escape
+        'root ::= "\\x4"\n',  # short hex escape
+        "root ::= a\n",  # undefined rule
+        'root ::= "a"\n  "b"\n',  # a newline inside a rule, outside parentheses
+        "root ::= *\n",  # a quantifier with nothing before it
+        'root ::= "a" "b\n',  # unclosed literal
+        'root = "a"\n',
+        'root ::= x\nx ::= x "a" | "b"\n',  # left recursion
+        'root ::= ("a"{1,100}){1,100}\n',  # past llama.cpp's 2000 rules
+    ],
+)
+def test_the_recogniser_refuses_what_llama_cpp_refuses(text: str) -> None:
+    with pytest.raises(gbnf.GrammarError):
+        gbnf.parse(text)

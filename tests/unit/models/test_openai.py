@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmd.models._http import MAX_WAIT, retry_after_seconds
-from mmd.models.base import Message, ModelError, ToolCall, ToolSpec
-from mmd.models.openai import OpenAIProvider
+from mmd.models.base import Message, ModelError, Timings, ToolCall, ToolSpec
+from mmd.models.openai import OpenAIProvider, timings
 from mmd.models.scripted import serve
 
 # A fake key: the tests check it never shows up anywhere.
@@ -330,6 +330,35 @@ async def test_max_tokens_is_sent_when_configured(start: Any) -> None:
     assert server.requests[0]["body"]["max_tokens"] == 1024
 
 
+async def test_llama_server_timings_come_back_with_the_completion(start: Any) -> None:
+    # As llama-server sends them: in the last chunk of a stream (the usage chunk), and in a whole body.
+    sent = {"cache_n": 400, "prompt_n": 100, "prompt_ms": 250.5, "predicted_n": 20, "predicted_ms": 800.0}
+    raw = '{"choices": [{"message": {"content": "whole"}}], "timings": {"prompt_n": 7, "prompt_ms": 9}}'
+    _, provider = await start({"text": "hi", "timings": sent}, {"raw": raw}, {"text": "no timings"})
+    streamed, whole, plain = [await complete(provider, Recorder()) for _ in range(3)]
+    assert streamed.timings == Timings(
+        prompt_tokens=500, cached_tokens=400, prompt_ms=250.5, gen_tokens=20, gen_ms=800.0
+    )
+    assert whole.timings == Timings(prompt_tokens=7, prompt_ms=9.0)  # an older build: no cache_n
+    assert plain.timings is None
+
+
+def test_timings_of_a_strange_shape_count_as_zero() -> None:
+    assert timings(None) is None and timings([1, 2]) is None
+    odd = {"prompt_n": "12", "cache_n": -3, "prompt_ms": float("nan"), "predicted_n": True, "predicted_ms": 5}
+    assert timings(odd) == Timings(gen_ms=5.0)
+
+
+async def test_cache_prompt_is_sent_only_when_asked(start: Any) -> None:
+    server, cached = await start({"text": "a"}, {"text": "b"}, cache_prompt=True)
+    await cached.complete(HELLO, [])
+    await cached.complete(HELLO, [ToolSpec(name="t", description="d", parameters={"type": "object"})])
+    assert [r["body"]["cache_prompt"] for r in server.requests] == [True, True]
+    server, plain = await start({"text": "c"})
+    await plain.complete(HELLO, [])
+    assert "cache_prompt" not in server.requests[0]["body"]  # OpenAI itself does not know the field
+
+
 async def test_temperature_is_sent_only_when_given(start: Any) -> None:
     server, provider = await start({"text": "a"}, {"text": "b"})
     await provider.complete(HELLO, [], temperature=0.0)
@@ -355,6 +384,9 @@ def test_model_refs_give_each_provider_its_token_limit(tmp_path: Any) -> None:
     assert ModelRef.parse(config, "claude/m", tmp_path).build().max_tokens == 4096
     local = ModelRef.parse(config, "local/qwen2.5-coder-0.5b", tmp_path)
     assert local.max_tokens == LOCAL_MAX_TOKENS == 1024
+    # Only the llama-server mm runs itself is asked to reuse its prompt cache.
+    assert local.build(base_url="http://127.0.0.1:1/v1").cache_prompt  # type: ignore[attr-defined]
+    assert not ModelRef.parse(config, "llama/m", tmp_path).build().cache_prompt  # type: ignore[attr-defined]
 
 
 async def test_api_key_never_shown(start: Any) -> None:

@@ -214,6 +214,19 @@ def test_messages_round_trip_with_tool_calls(store):
         store.append_message("none", msgs[0])
 
 
+def test_replaced_messages_are_the_whole_context_and_the_turn_count_stays(store):
+    row = new_session(store)
+    for text in ("one", "two", "three"):
+        store.append_message(row.id, Message(role="user", content=text))
+    note = Message(role="user", content="[a summary of one and two]")
+    store.replace_messages(row.id, [note, Message(role="user", content="three")])
+    assert [m.content for m in store.messages(row.id)] == ["[a summary of one and two]", "three"]
+    assert store.get_session(row.id).turns == 3
+    assert store.append_message(row.id, Message(role="assistant", content="ok")) == 2
+    with pytest.raises(NotFound):
+        store.replace_messages("none", [note])
+
+
 # -- consents ---------------------------------------------------------------
 
 MATCHES = [

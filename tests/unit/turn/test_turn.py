@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from mmd.contract import ToolResult
-from mmd.models.base import Message
+from mmd.models.base import Message, Timings
 from mmd.rpc.methods import ConsentAnswer
 from mmd.store import Store
 from mmd.tools.base import Tool, ToolContext
@@ -186,6 +186,20 @@ async def test_a_call_runs_and_its_result_is_what_the_model_reads_next(turn: Tur
     assert (announced["name"], announced["echo"], announced["tier"]) == ("lookup", "lookup b", "read")
     [result] = turn.events("tool_result")
     assert result["ok"] and result["call_id"] == "call_1"
+
+
+async def test_each_step_records_the_timings_its_server_reported(turn: Turn) -> None:
+    timed = Timings(prompt_tokens=500, cached_tokens=400, prompt_ms=120.5, gen_tokens=20, gen_ms=800.0)
+    await turn.run(call("lookup", {"key": "b"}, timings=timed), answer("b is 2."))
+    first, second = turn.events("assistant")
+    assert first["timings"] == {
+        "prompt_tokens": 500,
+        "cached_tokens": 400,
+        "prompt_ms": 120.5,
+        "gen_tokens": 20,
+        "gen_ms": 800.0,
+    }
+    assert "timings" not in second  # a server that reports none (every one but llama-server)
 
 
 async def test_several_calls_in_one_step_run_in_order(turn: Turn) -> None:

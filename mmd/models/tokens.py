@@ -1,0 +1,122 @@
+"""How many tokens a text is, and how large a model's window is: asked of llama-server, else estimated.
+
+llama-server (the one mm runs for ``local/`` models, or any other on this machine) answers
+``GET /props`` with the window of its slot (``default_generation_settings.n_ctx``) and
+``POST /tokenize {"content": text}`` with the tokens of a text in the model's own vocabulary.
+Other servers get an estimate: UTF-8 bytes / 4, rounded up (English prose and code run 3.5–4.5
+bytes a token; denser text runs fewer, which the context budget's margins absorb —
+docs/local.md#context-budget).
+
+A count never changes for a text, so each counter keeps its counts (:class:`Counter`); the turn
+asks again only for messages it has not seen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+
+log = logging.getLogger("mmd.tokens")
+
+# Bytes per token of the estimate where no tokenizer answers.
+ESTIMATE_BYTES = 4
+# Bytes per token when llama-server should have answered but did not: dense text's worst case, so
+# a missed count never lets an oversized request through.
+FALLBACK_BYTES = 2
+# Texts whose counts a counter keeps; the oldest is forgotten past this.
+CACHE_SIZE = 4096
+# Seconds for /props and /tokenize: they answer from the HTTP thread, never behind a generation.
+TIMEOUT = 10.0
+# Hosts whose server may be a llama-server worth asking (never a remote API: it is not asked at all).
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def estimate(text: str, bytes_per_token: int = ESTIMATE_BYTES) -> int:
+    """The estimated tokens of *text*: its UTF-8 bytes / *bytes_per_token*, rounded up."""
+    return -(-len(text.encode("utf-8", "replace")) // bytes_per_token)
+
+
+def server_root(base_url: str) -> str:
+    """The server's own root of an OpenAI-compatible base URL: ``http://h:p/v1`` → ``http://h:p``."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def on_loopback(url: str) -> bool:
+    try:
+        return (urlsplit(url).hostname or "").lower() in LOOPBACK
+    except ValueError:
+        return False
+
+
+class Counter:
+    """Counts tokens by the estimate; keeps each text's count (subclasses count otherwise)."""
+
+    exact = False  # the model's own tokenizer, or an estimate
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    async def count(self, text: str) -> int:
+        """The tokens of *text*, counted once per text."""
+        if not text:
+            return 0
+        if (known := self._counts.get(text)) is not None:
+            self._counts.move_to_end(text)
+            return known
+        counted = await self._count(text)
+        if counted is not None:
+            self._counts[text] = counted
+            if len(self._counts) > CACHE_SIZE:
+                self._counts.popitem(last=False)
+            return counted
+        return estimate(text, FALLBACK_BYTES)  # not kept: asked again next time
+
+    async def _count(self, text: str) -> int | None:
+        return estimate(text)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class LlamaCounter(Counter):
+    """Counts with llama-server's ``/tokenize`` at *root* (``http://127.0.0.1:PORT``)."""
+
+    exact = True
+
+    def __init__(self, root: str) -> None:
+        super().__init__()
+        self.root = root
+        self._http = httpx.AsyncClient(timeout=TIMEOUT)
+
+    async def _count(self, text: str) -> int | None:
+        try:
+            response = await self._http.post(f"{self.root}/tokenize", json={"content": text})
+            response.raise_for_status()
+            tokens = msgspec.json.decode(response.content).get("tokens")
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.warning("could not count tokens at %s/tokenize: %s", self.root, exc)
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+async def llama_window(root: str) -> int | None:
+    """The window (``n_ctx``) of the llama-server at *root*, or None when it is no llama-server."""
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+            response = await http.get(f"{root}/props")
+        if response.status_code != 200:
+            return None
+        props: Any = msgspec.json.decode(response.content)
+        n_ctx = props["default_generation_settings"]["n_ctx"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None

@@ -1,0 +1,268 @@
+"""The context budget at work: every request fits the model's window, and so does the stored session.
+
+- :func:`cap_output` cuts a tool's result to its share of the window before the model (or the
+  store) sees it; the whole stays in the call's spill file.
+- :func:`fit` runs before each model step: when the request nears the window, the oldest tool
+  outputs become one-line stubs naming their spill files, then older messages are summarised by
+  the same model into one note (:func:`compact`, which ``session.compact`` also runs when a person
+  asks). Both rewrite the stored conversation, so a resumed session fits too. A request that still
+  cannot fit is never sent: :class:`ContextFull` ends the turn saying what to do.
+
+The numbers are mmd/turn/budget.py's; tokens are counted by mmd/models/tokens.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..contract import ToolResult
+from ..models.base import Message, ModelError, ToolSpec
+from ..rpc.methods import Event
+from ..tools.base import Limits
+from ..tools.process import cut_text, write_spill
+from . import answers, budget
+from .budget import Budget
+from .plan import TurnSetup
+
+# Tokens a stub line takes, about (its name, id, size and path).
+STUB_TOKENS = 64
+# Tokens of the summary request besides the transcript (its instructions, the template), and of the
+# note besides the summary (the summary itself is held to budget.SUMMARY_WORDS: about 300 tokens).
+SUMMARY_OVERHEAD = 200
+NOTE_TOKENS = 400
+# Times a result is cut again when its count says it is still too dense for its share.
+CUT_ROUNDS = 3
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class ContextFull(ModelError):
+    """The request cannot fit the model's window even after stubs and a summary: it is not sent."""
+
+
+class History(Protocol):
+    """What the budget needs of a session (mmd.turn.session.Session is one)."""
+
+    id: str
+    dir: Path
+    messages: list[Message]
+
+    def emit(self, kind: str, data: dict[str, Any]) -> Event: ...
+
+    def replace_messages(self, messages: list[Message]) -> None: ...
+
+
+@dataclass
+class Measure:
+    """A request's tokens: the fixed part (system prompt, tools) and each message's."""
+
+    fixed: int
+    sizes: list[int]
+
+    @property
+    def total(self) -> int:
+        return self.fixed + sum(self.sizes)
+
+
+# -- counting ---------------------------------------------------------------------
+
+
+async def measure(setup: TurnSetup, messages: list[Message]) -> Measure:
+    """The tokens a request of *messages* takes with the turn's system prompt and tools (estimated
+    from each part's count and the template's overheads; each part counted once)."""
+    assert setup.budget is not None
+    counter = setup.budget.counter
+    fixed = await counter.count(setup.system) + budget.MESSAGE_OVERHEAD
+    fixed += await _tools_tokens(setup.budget, setup.registry.specs())
+    return Measure(fixed=fixed, sizes=[await message_tokens(setup.budget, m) for m in messages])
+
+
+async def message_tokens(b: Budget, message: Message) -> int:
+    tokens = await b.counter.count(message.content) + budget.MESSAGE_OVERHEAD
+    for call in message.tool_calls:
+        tokens += await b.counter.count(f"{call.name} {call.arguments}") + budget.CALL_OVERHEAD
+    return tokens
+
+
+async def _tools_tokens(b: Budget, specs: list[ToolSpec]) -> int:
+    if not specs:
+        return 0
+    block = [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in specs
+    ]
+    return await b.counter.count(json.dumps(block, ensure_ascii=False)) + budget.TOOLS_OVERHEAD
+
+
+# -- one tool output --------------------------------------------------------------------
+
+
+async def cap_output(result: ToolResult, b: Budget | None, limits: Limits, spill: Path) -> ToolResult:
+    """*result* within its share of the window; when cut, the whole is in its spill file.
+
+    A process or MCP tool's output already kept its whole in *spill* (``data.output_file``); any
+    other tool's (read_file, grep…) is written there now.
+    """
+    if b is None:
+        return result
+    share, whole = b.window.output_tokens, result.content
+    limit = b.window.output_bytes(limits.max_bytes)
+    data = dict(result.data or {})
+    name = str(data.get("output_file") or spill)
+    text = whole
+    for _ in range(CUT_ROUNDS):
+        # Bytes alone: a line budget (bash's) would cut read_file's lines, which cost no more than bytes.
+        text = cut_text(whole, max_bytes=limit, max_lines=limit, spill_name=name)
+        tokens = await b.counter.count(text)
+        if tokens <= share:
+            break
+        size = len(text.encode())
+        limit = budget.cut_bytes(size, tokens, share, overhead=max(0, size - limit))
+    if text == whole:
+        return result
+    if "output_file" not in data:
+        write_spill(spill, whole)
+        data["output_file"] = name
+    return ToolResult(ok=result.ok, content=text, data={**data, "cut_to_window": True})
+
+
+# -- before each model step ------------------------------------------------------------
+
+
+async def fit(history: History, setup: TurnSetup) -> None:
+    """Make the next request fit the window: stubs, then a summary; else ContextFull.
+
+    Errors: ContextFull when even that is not enough (nothing is sent).
+    """
+    b = setup.budget
+    if b is None:
+        return
+    m = await measure(setup, history.messages)
+    if m.total <= b.window.stub_at:
+        return
+    m = await stub_outputs(history, setup, m, target=b.window.stub_to)
+    if m.total > b.window.stub_at:
+        m = await _compact(history, setup, m, by="auto")
+    if m.total > b.window.room:
+        raise ContextFull(budget.cannot_fit(setup.model_name, m.total, b.window, m.fixed))
+
+
+async def stub_outputs(history: History, setup: TurnSetup, m: Measure, *, target: int) -> Measure:
+    """Replace the oldest tool outputs by stubs until the request is at most *target* tokens."""
+    messages = history.messages
+    chosen = budget.choose_stubs(m.sizes, budget.stubbable(messages), m.total, target, STUB_TOKENS)
+    if not chosen:
+        return m
+    replaced, records = list(messages), []
+    for index in chosen:
+        replaced[index], record = _stub(history.dir, messages[index])
+        records.append(record)
+    history.replace_messages(replaced)
+    after = await measure(setup, history.messages)
+    history.emit(
+        "context_stubbed",
+        {"stubbed": records, "before": m.total, "after": after.total, "window": _window(setup)},
+    )
+    return after
+
+
+def _stub(folder: Path, message: Message) -> tuple[Message, dict[str, Any]]:
+    size = len(message.content.encode())
+    path = budget.spill_named(message.content) or _keep(folder, message)
+    content = budget.stub_text(message.name, message.tool_call_id, size, path)
+    record = {"call_id": message.tool_call_id, "name": message.name, "bytes": size, "file": path}
+    return Message(role="tool", tool_call_id=message.tool_call_id, name=message.name, content=content), record
+
+
+def _keep(folder: Path, message: Message) -> str:
+    """Write a whole tool output that was never cut to a file of its own; its path."""
+    call = _UNSAFE.sub("_", message.tool_call_id or "call")[:64]
+    digest = hashlib.sha256(message.content.encode()).hexdigest()[:8]
+    path = folder / f"output-{call}-{digest}.log"
+    if not path.exists():
+        write_spill(path, message.content)
+    return str(path)
+
+
+# -- summaries ---------------------------------------------------------------------------
+
+
+async def compact(history: History, setup: TurnSetup, *, by: str = "user") -> dict[str, Any]:
+    """Summarise the whole conversation into one note (what ``session.compact`` does).
+
+    Returns the ``context_compacted`` event's data (``summarised: 0`` when there was nothing).
+    """
+    before = await measure(setup, history.messages)
+    if not history.messages:
+        return _record(by, before.total, before.total, 0, "none", setup)
+    return await _summarise_into_note(history, setup, len(history.messages), before, by=by)
+
+
+async def _compact(history: History, setup: TurnSetup, m: Measure, *, by: str) -> Measure:
+    assert setup.budget is not None
+    keep = max(0, setup.budget.window.stub_to - m.fixed - NOTE_TOKENS)
+    split = budget.compaction_split([x.role for x in history.messages], m.sizes, keep)
+    if split is None:
+        return m
+    await _summarise_into_note(history, setup, split, m, by=by)
+    return await measure(setup, history.messages)
+
+
+async def _summarise_into_note(
+    history: History, setup: TurnSetup, split: int, before: Measure, *, by: str
+) -> dict[str, Any]:
+    assert setup.budget is not None
+    older, kept = history.messages[:split], history.messages[split:]
+    summary, source = await _summary(setup, older)
+    request = budget.pending_request(older, kept) if by == "auto" else None
+    note = Message(role="user", content=budget.note_text(summary, setup.budget.window.tokens, request))
+    history.replace_messages([note, *kept])
+    after = await measure(setup, history.messages)
+    record = _record(by, before.total, after.total, len(older), source, setup)
+    history.emit("context_compacted", record)
+    return record
+
+
+# A summary is asked for in at most 150 words; a small model that goes on is cut here, not at its step limit.
+SUMMARY_TOKENS = 300
+
+
+async def _summary(setup: TurnSetup, older: list[Message]) -> tuple[str, str]:
+    """A summary of *older* by the turn's model ("model"), or the one mm writes ("mm") when it gives none."""
+    assert setup.budget is not None
+    lines = [budget.transcript_line(m) for m in older]
+    sizes = [await setup.budget.counter.count(line) + budget.MESSAGE_OVERHEAD for line in lines]
+    start = budget.newest_fitting(sizes, setup.budget.window.room - SUMMARY_OVERHEAD)
+    try:
+        completion = await setup.provider.complete(
+            budget.summary_prompt(lines[start:]), [], temperature=setup.temperature, max_tokens=SUMMARY_TOKENS
+        )
+    except ModelError:
+        return budget.fallback_summary(older), "mm"
+    if answers.unusable(completion.text) is not None:
+        return budget.fallback_summary(older), "mm"
+    return completion.text, "model"
+
+
+def _record(
+    by: str, before: int, after: int, summarised: int, source: str, setup: TurnSetup
+) -> dict[str, Any]:
+    return {
+        "by": by,
+        "before": before,
+        "after": after,
+        "summarised": summarised,
+        "summary": source,
+        "window": _window(setup),
+    }
+
+
+def _window(setup: TurnSetup) -> int:
+    return setup.budget.window.tokens if setup.budget else 0

@@ -1,0 +1,62 @@
+"""Values a small model did not get from anywhere: a call of a declared or MCP tool is checked first.
+
+Measured on contrib/eval with the 0.5B, the failures left after the grammar were calls whose values come
+from nowhere in the conversation: after a right ``release 1.4.2 beta`` it went on with ``pkgtest parser`` —
+"parser" is the example in the description — and it answered "the status of billing?" with ``status search``.
+A value of a domain tool (a service, a package, a ticket) should come from the user or from a result the
+model read. So for models whose server mm controls (``TurnSetup.ground_values``), each string argument of
+a declared or MCP tool that reads like a name — one word, no spaces, not one of an enum's values — must
+appear somewhere in what the user wrote or in a tool result of the session (case ignored). A call with a
+value that does not is answered, not run, saying which value and where values come from. Built-in tools
+are not checked: their paths, commands and patterns are the model's own to compose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..models.base import Message
+
+# Longer single words are taken as text the model composes (a message, a hash it was given whole).
+_MAX_WORD = 80
+
+
+def ungrounded(args: dict[str, Any], schema: dict[str, Any], corpus: str) -> list[tuple[str, str]]:
+    """(parameter, value) of each name-like string in *args* that *corpus* (lower-cased) never holds."""
+    out: list[tuple[str, str]] = []
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    for name, value in args.items():
+        prop = props.get(name) if isinstance(props, dict) else None
+        for word in _words(value, prop if isinstance(prop, dict) else {}):
+            if word.lower() not in corpus:
+                out.append((name, word))
+    return out
+
+
+def _words(value: Any, prop: dict[str, Any]) -> Iterable[str]:
+    if isinstance(value, str):
+        if "enum" not in prop and value and len(value) <= _MAX_WORD and not any(c.isspace() for c in value):
+            yield value
+    elif isinstance(value, list):
+        items = prop.get("items") if isinstance(prop.get("items"), dict) else {}
+        for item in value:
+            yield from _words(item, items)
+
+
+def corpus(messages: list[Message]) -> str:
+    """What the user wrote and what tools answered in the session, lower-cased: where values may come from.
+
+    The turn's own calls add only results that really ran (mmd/turn/calls.py): an answer that quotes a
+    refused value back must not make it a value the user gave."""
+    return "\n".join(m.content for m in messages if m.role in ("user", "tool")).lower()
+
+
+def answer(tool: str, missing: list[tuple[str, str]]) -> str:
+    values = ", ".join(f'{name} "{value}"' for name, value in missing)
+    return (
+        f"{tool} was not run: {values} appears nowhere in the user's request or in any tool result, so it "
+        "was not given to you (an example in a description is not a value to use). Call it again only with "
+        "values the user gave. If what the user asked for is already done, do not call anything: answer "
+        "the user in plain words now."
+    )

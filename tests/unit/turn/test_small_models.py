@@ -1,0 +1,243 @@
+"""What a turn does differently for the small models mm serves itself (docs/local.md).
+
+The skill chosen and read before the first step (mmd/turn/skillpick.py), values of domain tools that
+must come from the conversation (mmd/turn/grounding.py), and a loop after a success that ends ``ok``.
+Same harness as test_turn.py: a real Session and store, the scripted provider, in-process tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mmd.contract import ToolResult
+from mmd.tools.base import Tool, ToolContext
+from mmd.tools.builtin.skill import ReadSkill
+from mmd.tools.registry import Registry
+from mmd.tools.skills import Catalogue, Skill
+from mmd.turn import grounding
+from mmd.turn.plan import TurnSetup
+
+from ..scripted_provider import ScriptedProvider, Step, answer, call
+from .test_turn import Turn
+
+SERVICES = {"billing": "up", "search": "down"}
+
+
+class Status(Tool):
+    """A declared-like read tool whose value must come from the conversation."""
+
+    name = "status"
+    description = "The status of one service."
+    parameters = {
+        "type": "object",
+        "properties": {
+            "service": {"type": "string"},
+            "format": {"type": "string", "enum": ["short", "long"]},
+        },
+        "required": ["service"],
+    }
+    tier = "read"
+    source = "declared"
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return f"status {args['service']}"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.ran.append(args["service"])
+        if args["service"] == "all":
+            return ToolResult(ok=True, content="services: " + ", ".join(SERVICES))
+        state = SERVICES.get(args["service"])
+        if state is None:
+            return ToolResult(
+                ok=False, content=f"no service {args['service']}", data={"error": {"code": "nf"}}
+            )
+        return ToolResult(ok=True, content=f"{args['service']} is {state}")
+
+
+@pytest.fixture
+async def turn(tmp_path: Path) -> AsyncIterator[Turn]:
+    t = Turn(tmp_path)
+    yield t
+    t.host.store.close()
+
+
+async def run(turn: Turn, tools: list[Tool], *steps: Step, prompt: str, **kw: Any) -> ScriptedProvider:
+    provider = ScriptedProvider(*steps, choices=kw.pop("choices", ()))
+    system = kw.pop("system", "You are a test.")
+    setup = TurnSetup(
+        provider=provider, model_name=provider.name, system=system, registry=Registry(tools), **kw
+    )
+    turn.session.start()
+    await turn.session.run_turn(prompt, setup)
+    return provider
+
+
+# --- grounding ------------------------------------------------------------------------------------------
+
+
+async def test_a_value_from_nowhere_is_answered_not_run_and_the_right_call_then_runs(turn: Turn) -> None:
+    status = Status()
+    provider = await run(
+        turn,
+        [status],
+        call("status", {"service": "search"}),  # the description's example, not the user's word
+        call("status", {"service": "billing"}),
+        answer("billing is up."),
+        prompt="What is the status of the Billing service?",
+        ground_values=True,
+    )
+    assert status.ran == ["billing"]  # case ignored: "Billing" in the prompt grounds "billing"
+    refused = provider.requests[1].messages[-1].content
+    assert refused.startswith('status was not run: service "search" appears nowhere')
+    assert turn.ended() == {"status": "ok", "text": "billing is up.", "error": None}
+
+
+async def test_a_refused_value_stays_refused_although_the_answer_quoted_it(turn: Turn) -> None:
+    status = Status()
+    await run(
+        turn,
+        [status],
+        call("status", {"service": "search"}),
+        call("status", {"service": "search"}),
+        answer("I cannot tell."),
+        prompt="How is billing?",
+        ground_values=True,
+    )
+    assert status.ran == []
+
+
+async def test_a_value_read_in_a_result_may_be_used(turn: Turn) -> None:
+    status = Status()
+    await run(
+        turn,
+        [status],
+        call("status", {"service": "all"}),
+        call("status", {"service": "search"}),  # named by the first result
+        answer("search is down."),
+        prompt="List every service, then check the status of all of them.",
+        ground_values=True,
+    )
+    assert status.ran == ["all", "search"]
+
+
+async def test_models_that_route_themselves_and_built_in_tools_are_not_checked(turn: Turn) -> None:
+    status = Status()
+    await run(turn, [status], call("status", {"service": "search"}), answer("ok"), prompt="How is billing?")
+    assert status.ran == ["search"]  # ground_values off: a large model's inference is its own
+
+
+def test_only_name_like_values_outside_an_enum_are_checked() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "service": {"type": "string"},
+            "format": {"type": "string", "enum": ["short", "long"]},
+            "message": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "count": {"type": "integer"},
+        },
+    }
+    args = {
+        "service": "search",
+        "format": "long",
+        "message": "a whole sentence",
+        "tags": ["x1", "ok"],
+        "count": 7,
+    }
+    assert grounding.ungrounded(args, schema, "ok, all good") == [("service", "search"), ("tags", "x1")]
+    assert grounding.ungrounded({"service": "SEARCH"}, schema, "the search service") == []
+
+
+# --- a loop after a success ends ok ------------------------------------------------------------------------
+
+
+async def test_a_loop_after_a_success_ends_ok_with_what_succeeded(turn: Turn) -> None:
+    status = Status()
+    failing = [call("status", {"service": "nope"}) for _ in range(4)]
+    await run(turn, [status], call("status", {"service": "billing"}), *failing, prompt="billing? nope?")
+    ended = turn.ended()
+    assert ended["status"] == "ok"
+    assert "status: billing is up" in ended["text"]
+    assert [e["action"] for e in turn.events("loop_detected")][-1] == "stop"
+
+
+async def test_a_loop_with_nothing_done_still_ends_as_a_loop(turn: Turn) -> None:
+    status = Status()
+    await run(turn, [status], *[call("status", {"service": "nope"}) for _ in range(4)], prompt="nope?")
+    assert turn.ended()["status"] == "loop"
+
+
+# --- the skill chosen at the start ------------------------------------------------------------------------
+
+
+def catalogue(tmp_path: Path) -> Catalogue:
+    skills = {}
+    for name, body in (("release-ops", "Run ./release VERSION."), ("db-ops", "Run ./backup DB.")):
+        folder = tmp_path / "skills" / name
+        folder.mkdir(parents=True)
+        (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: x\n---\n{body}\n")
+        skills[name] = Skill(
+            name=name, description=f"How to do {name}.", keywords=(), folder=folder, body=body
+        )
+    return Catalogue(skills)
+
+
+async def test_the_chosen_skill_is_in_the_first_step_and_read_skill_is_not(
+    turn: Turn, tmp_path: Path
+) -> None:
+    skills = catalogue(tmp_path)
+    provider = await run(
+        turn,
+        [ReadSkill(skills), Status()],
+        answer("Released."),
+        prompt="Publie la version 1.4.2",
+        choose_skills=True,
+        skills=skills,
+        system="You are a test.\n\n" + skills.render(),
+        choices=("release-ops",),
+    )
+    [(asked, options)] = provider.choice_requests
+    assert options == ["release-ops", "db-ops", "none"]
+    assert "- release-ops: How to do release-ops." in asked[0].content
+    assert asked[1].content == "Publie la version 1.4.2"
+    [chosen] = turn.events("skill_chosen")
+    assert chosen["skill"] == "release-ops" and chosen["options"] == ["release-ops", "db-ops"]
+    [first] = provider.requests
+    assert [m.role for m in first.messages] == ["system", "user"]
+    system = first.messages[0].content
+    assert "The skill release-ops applies to this request" in system and "Run ./release VERSION." in system
+    assert skills.render() not in system  # the list that says to call read_skill is gone
+    assert first.tools == ["status"]
+    assert turn.events("tool_call") == []
+    # Not in the stored history: the next turn chooses again.
+    assert all("Run ./release VERSION." not in m.content for m in turn.session.messages)
+
+
+@pytest.mark.parametrize("choice", ["none", "not-a-skill"])
+async def test_no_skill_is_given_when_none_applies(turn: Turn, tmp_path: Path, choice: str) -> None:
+    skills = catalogue(tmp_path)
+    provider = await run(
+        turn,
+        [ReadSkill(skills)],
+        answer("Hi."),
+        prompt="hello",
+        choose_skills=True,
+        skills=skills,
+        choices=(choice,),
+    )
+    assert turn.events("skill_chosen")[0]["skill"] is None
+    assert provider.requests[0].tools == ["read_skill"]
+    assert "applies to this request" not in provider.requests[0].messages[0].content
+
+
+async def test_models_that_route_themselves_choose_nothing(turn: Turn, tmp_path: Path) -> None:
+    skills = catalogue(tmp_path)
+    provider = await run(turn, [ReadSkill(skills)], answer("Hi."), prompt="release 2.0", skills=skills)
+    assert provider.choice_requests == [] and turn.events("skill_chosen") == []
