@@ -87,6 +87,7 @@ class AnthropicProvider:
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        words_first: bool = False,
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 

@@ -103,6 +103,7 @@ class Provider(Protocol):
         on_retry: OnRetry | None = None,
         temperature: float | None = None,  # None: the server's default
         max_tokens: int | None = None,  # this step's limit, below the provider's own; None: the provider's
+        words_first: bool = False,  # a provider that constrains decoding: words before any call (grammar.py)
     ) -> Completion: ...
 
     async def aclose(self) -> None: ...

@@ -46,8 +46,12 @@ any ::= [^\x00]
 """
 
 
-def call_grammar(tools: list[ToolSpec]) -> str:
-    """The GBNF of one step: free text, or one call of one of *tools* in a fence, a tag or bare."""
+def call_grammar(tools: list[ToolSpec], *, words_first: bool = False) -> str:
+    """The GBNF of one step: free text, or one call of one of *tools* in a fence, a tag or bare.
+
+    *words_first*: the step must start with at least a line of words, and only then may a call follow (the
+    step after a success: a small model that would repeat the call it just made says what it has instead).
+    """
     rules: dict[str, str] = {}
     alternatives = []
     for index, tool in enumerate(tools):
@@ -56,7 +60,11 @@ def call_grammar(tools: list[ToolSpec]) -> str:
         alternatives.append(f"t{index}")
     rules["call"] = '"{" ws "\\"name\\"" ws ":" ws (' + " | ".join(alternatives) + ') ws "}"'
     rules["block"] = '"```json" ws call ws "```" | "<tool_call>" ws call ws "</tool_call>" | call'
-    rules["root"] = "[ \\t\\n]* (block | prose)?"
+    if words_first:
+        rules["root"] = "[ \\t\\n]* line+ ([ \\t\\n]* block)?"
+        rules["line"] = "[^{`< \\t\\n] [^{`<\\n]* [\\n]*"
+    else:
+        rules["root"] = "[ \\t\\n]* (block | prose)?"
     rules["not-fence"] = _not_prefix("```json")
     rules["not-tag"] = _not_prefix("<tool_call>")
     lines = [f"{name} ::= {body}" for name, body in reversed(rules.items())]

@@ -34,6 +34,7 @@ async def constrained_step(
     *,
     on_text: OnText | None,
     on_retry: OnRetry | None,
+    words_first: bool = False,
 ) -> Completion:
     """One streamed step: the chat body rendered by the server's template, then completed under the grammar.
 
@@ -46,7 +47,7 @@ async def constrained_step(
         raise ModelError(f"{http.label}: /apply-template answered without a prompt: {excerpt(str(rendered))}")
     body: dict[str, Any] = {
         "prompt": prompt,
-        "grammar": grammar.call_grammar(tools),
+        "grammar": grammar.call_grammar(tools, words_first=words_first),
         "stream": True,
         "n_predict": chat_body.get("max_tokens", -1),
         "cache_prompt": bool(chat_body.get("cache_prompt", True)),

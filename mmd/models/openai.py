@@ -82,6 +82,7 @@ class OpenAIProvider:
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        words_first: bool = False,
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 
@@ -98,7 +99,9 @@ class OpenAIProvider:
             body["cache_prompt"] = True
         if self.constrain_calls and tools:
             root = server_root(self.base_url)
-            return await constrained_step(self._http, root, body, tools, on_text=on_text, on_retry=on_retry)
+            return await constrained_step(
+                self._http, root, body, tools, on_text=on_text, on_retry=on_retry, words_first=words_first
+            )
         return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
 
     async def choose(self, messages: list[Message], options: list[str]) -> str:

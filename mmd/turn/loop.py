@@ -33,12 +33,18 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     phases.begin(session, setup)  # with phases: only the current phase's tools
     await skillpick.begin(session, setup)  # small local models: the skill chosen and given to them
     progress = Progress(detector=LoopDetector(setup.loop))
+    words_first = False
     for _ in range(setup.max_steps):
-        completion = await model_step(session, setup)
+        completion = await model_step(session, setup, words_first=words_first)
         if not completion.tool_calls:
             return await _final(session, setup, completion.text, progress)
+        before = len(progress.ran)
         for call in completion.tool_calls:
             await _one_call(session, runner, progress, call)
+        # Measured: after a call that worked, small models repeat it rather than answer. Their next step
+        # must open with words; a call may still follow them.
+        ran = progress.ran[before:]
+        words_first = setup.words_after_success and all(r.ok for _, r in ran)  # repeats only: all ok too
     raise StopTurn(
         "max_steps",
         f"Stopped after {setup.max_steps} model steps (max_steps). "
@@ -143,7 +149,7 @@ async def _final(session: Conversation, setup: TurnSetup, text: str, progress: P
     return "ok", written
 
 
-async def model_step(session: Conversation, setup: TurnSetup) -> Completion:
+async def model_step(session: Conversation, setup: TurnSetup, *, words_first: bool = False) -> Completion:
     """Ask the model for its next step; its text streams out as ``text`` events."""
 
     def on_retry(attempt: int, wait: float, reason: str) -> None:
@@ -156,6 +162,7 @@ async def model_step(session: Conversation, setup: TurnSetup) -> Completion:
         on_text=lambda text: session.emit("text", {"text": text}),
         on_retry=on_retry,
         temperature=setup.temperature,
+        words_first=words_first,
     )
     if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
         completion = recover_completion(completion, setup.recoverable_names())

@@ -55,6 +55,7 @@ class TurnSetup:
     recover_tool_calls: bool = False  # the model's; see mmd.models.recovery
     choose_skills: bool = False  # choose and read the turn's skill first (mmd/turn/skillpick.py)
     ground_values: bool = False  # a declared or MCP tool's names must come from the session (grounding.py)
+    words_after_success: bool = False  # the step after calls that all succeeded starts with words (loop.py)
     loop: LoopLimits = field(default_factory=LoopLimits)
     phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
     hooks: Hooks | None = None  # the turn's preToolCall / postToolCall hooks
@@ -220,6 +221,7 @@ def assemble(
         recover_tool_calls=plan.model.recover_tool_calls,
         choose_skills=plan.model.constrain_calls,  # a server that takes a grammar can make the choice
         ground_values=plan.model.constrain_calls,  # the small models mm serves itself
+        words_after_success=plan.model.constrain_calls,
         loop=agent.loop,
         phases=agent.phases,
     )

@@ -101,6 +101,7 @@ class ScriptedProvider:
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        words_first: bool = False,
     ) -> Completion:
         self.requests.append(Request(list(messages), [t.name for t in tools], temperature))
         if not self.steps:
