@@ -12,8 +12,12 @@ finds such calls in the shapes those models write:
 
 Refuse rather than guess: only an object whose ``name`` is a tool of the
 catalogue, that carries ``arguments`` (or ``parameters``) and nothing else but
-``id``/``type``, is a call. A ``package.json`` in a code block, a call naming an
-unknown tool, JSON that does not parse, or JSON nested deeper than
+``id``/``type``, is a call. A block whose JSON does not parse is read only where
+the intent is plain — several calls one after the other, a call missing its last
+closing braces or with one too many — and one that starts as a call of a
+catalogued tool but cannot be read is answered as unreadable by the contract. A
+``package.json`` in a code block, a call naming an
+unknown tool, other JSON that does not parse, or JSON nested deeper than
 ``MAX_DOCUMENT_DEPTH`` (mmd/untrusted.py, checked before decoding) is left as text. The arguments are
 not checked here: they go through the tool's contract like any other call.
 Arguments sent as a string holding a JSON object are unpacked. The same call
@@ -123,17 +127,95 @@ def default_enabled(kind: str, base_url: str) -> bool:
 
 
 def _calls_in(body: str, names: set[str]) -> list[ToolCall]:
-    """The calls of one block: a call object, or a list of them; [] unless every item is a call."""
+    """The calls of one block: a call object, or a list of them; [] unless every item is a call.
+
+    A block that does not parse is read where its intent is plain: several call objects one after the
+    other, or one call whose closing brackets are missing or doubled. Failing that, a block that starts as
+    a call of a catalogued tool is that call with its text as arguments, which the contract answers as
+    unreadable, quoting it back; anything else stays text.
+    """
     try:
         check_json(body, max_depth=MAX_DOCUMENT_DEPTH)  # a block nested deeper is no clear call
-        value = json.loads(body)
     except ValueError:
         return []
-    items = value if isinstance(value, list) else [value]
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return _repaired(body, names)
+    return _all_calls(value if isinstance(value, list) else [value], names)
+
+
+def _all_calls(items: list[Any], names: set[str]) -> list[ToolCall]:
     calls = [_call(item, names) for item in items]
     if not calls or any(c is None for c in calls):
         return []
     return [c for c in calls if c is not None]
+
+
+# A block that begins like a call of a named tool: {"name": "release"
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]{1,200})"')
+
+
+def _repaired(body: str, names: set[str]) -> list[ToolCall]:
+    if len(body) > MAX_ARGUMENTS_BYTES:
+        return []
+    for candidate in (_sequence(body), _balanced(body)):
+        if candidate:
+            calls = _all_calls(candidate, names)
+            if calls:
+                return calls
+    head = _CALL_HEAD.match(body)
+    if head and head.group(1) in names:
+        return [ToolCall(id=f"rc_{secrets.token_hex(6)}", name=head.group(1), arguments=body.strip())]
+    return []
+
+
+def _sequence(body: str) -> list[Any]:
+    """Objects written one after the other (``{…}\n{…}``, or with commas between); [] if any is not."""
+    items, pos = [], 0
+    while True:
+        while pos < len(body) and body[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(body):
+            return items if len(items) > 1 else []
+        try:  # no deeper than the whole block, which was checked
+            value, pos = _decoder.raw_decode(body, pos)
+        except ValueError:
+            return []
+        items.append(value)
+
+
+def _balanced(body: str) -> list[Any]:
+    """The one value *body* holds once missing closing brackets are added or doubled ones dropped; [] if none."""
+    text = body.strip()
+    opened: list[str] = []
+    in_string = escaped = False
+    cut = len(text)
+    for i, c in enumerate(text):
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+            continue
+        if c == '"':
+            in_string = True
+        elif c in "{[":
+            opened.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if not opened:  # a closer too many: the value ended before it
+                cut = i
+                break
+            if opened.pop() != c:
+                return []
+    if in_string:
+        return []  # cut off inside a string: what it meant to say is not known
+    if cut < len(text) and text[cut:].strip(" \t\r\n}]"):
+        return []  # more than stray closers after the value
+    repaired = text[:cut] + "".join(reversed(opened))
+    try:
+        check_json(repaired, max_depth=MAX_DOCUMENT_DEPTH)
+        value = json.loads(repaired)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else [value]
 
 
 def _call(item: Any, names: set[str]) -> ToolCall | None:

@@ -140,13 +140,57 @@ def test_parameters_key_and_bare_object_in_prose():
         "package_json.txt",  # a package.json block: no tool is called "my-app", and it has no arguments
         "package_json_tool_name.txt",  # named like a tool, but a manifest: version/main, no arguments
         "unknown_name.txt",  # a call of a tool the catalogue does not hold
-        "malformed.txt",  # JSON that does not parse
         "python_block.txt",  # code that mentions a call is not a call
     ],
 )
 def test_false_positives_are_left_alone(name):
     original = fixture(name)
     assert recover(original, TOOLS) == (original, [])
+
+
+def test_a_call_missing_its_last_brace_is_read():
+    text, [call] = recover(fixture("malformed.txt"), TOOLS)
+    assert (text, call.name, call.arguments) == ("", "read_file", '{"path": "README.md"}')
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ('{"name": "grep", "arguments": {"pattern": "x"}}}', [("grep", '{"pattern": "x"}')]),  # a brace too many
+        ('{"name": "grep", "arguments": {"pattern": "x"', [("grep", '{"pattern": "x"}')]),  # two missing
+        (
+            '{"name": "grep", "arguments": {"pattern": "a"}}\n{"name": "grep", "arguments": {"pattern": "b"}}',
+            [("grep", '{"pattern": "a"}'), ("grep", '{"pattern": "b"}')],
+        ),  # two calls in one block
+        (
+            '{"name": "grep", "arguments": {"pattern": "a"}},\n{"name": "read_file", "arguments": {"path": "b"}}',
+            [("grep", '{"pattern": "a"}'), ("read_file", '{"path": "b"}')],
+        ),
+    ],
+)
+def test_unbalanced_blocks_and_several_calls_in_one_block_are_read(block, expected):
+    for written in (f"```json\n{block}\n```", f"<tool_call>{block}</tool_call>"):
+        _, calls = recover(written, TOOLS)
+        assert [(c.name, c.arguments) for c in calls] == expected, written
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        '{"name": "grep", "arguments": {"pattern": "x}',  # cut off inside a string
+        '{"name": "grep", "arguments": {"pattern": "x"], "y": 1}',  # brackets that do not pair
+        '{"name": "grep", "arguments": {"pattern": "a"}, {"name": "grep"}}',  # which call is meant?
+    ],
+)
+def test_a_call_that_cannot_be_read_goes_to_the_contract_to_be_answered(block):
+    _, [call] = recover(f"```json\n{block}\n```", TOOLS)
+    assert call.name == "grep" and call.arguments == block  # not JSON of an object: answered, quoted back
+
+
+def test_an_unreadable_block_of_an_unknown_tool_or_no_call_stays_text():
+    for block in ('{"name": "nope", "arguments": {"x": 1}', '{"version": "1.0"', "[1, 2"):
+        written = f"```json\n{block}\n```"
+        assert recover(written, TOOLS) == (written, [])
 
 
 def test_only_tools_of_the_catalogue():
