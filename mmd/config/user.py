@@ -43,8 +43,8 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Turn tool calls the model wrote as text into calls (docs/loops-and-recovery.md).
     # None: on for kind openai on localhost/127.0.0.1/::1, off otherwise.
     recover_tool_calls: bool | None = None
-    # Constrain a tool call to the catalogue's schemas with a lazy grammar (llama-server only:
-    # mmd/models/grammar.py); tools are then described in the system prompt. Off unless set.
+    # A llama-server: steps rendered by its /apply-template and generated under mm's grammar (a call is
+    # valid by construction; mmd/models/llama.py), skills chosen, values grounded. Off unless set; on for local/.
     constrain_calls: bool = False
     # The models' context window in tokens (docs/local.md#context-budget). None: what a llama-server
     # on this machine reports, else 32768 for kind openai, 200000 for kind anthropic.

@@ -41,7 +41,7 @@ class ModelRef:
     script: Path | None = None
     # Turn tool calls written as text into calls (mmd.models.recovery).
     recover_tool_calls: bool = False
-    # Constrain calls with a lazy grammar (llama-server; mmd.models.grammar).
+    # A llama-server mm may constrain: its template and mm's grammar (mmd.models.llama, mmd.models.grammar).
     constrain_calls: bool = False
     # Ask llama-server to reuse the prompt prefix it processed last time (its `cache_prompt`).
     cache_prompt: bool = False
@@ -84,7 +84,10 @@ class ModelRef:
             max_retries=prov.max_retries,
             max_tokens=prov.max_tokens,
             headers=tuple(sorted(prov.headers.items())),
-            recover_tool_calls=default_enabled(prov.kind, prov.base_url) if recover is None else recover,
+            # A constrained call comes back as text: recovery reads it, wherever the server is.
+            recover_tool_calls=(default_enabled(prov.kind, prov.base_url) or prov.constrain_calls)
+            if recover is None
+            else recover,
             constrain_calls=prov.constrain_calls,
             context_window=_context_window(config, ref, prov),
         )

@@ -30,6 +30,11 @@ from typing import Any
 
 from .base import ToolSpec
 
+# Characters of grammar one tool's arguments may take; a bigger schema gets "any object" (the contract checks).
+_MAX_TOOL_GRAMMAR = 64 * 1024
+# Optional keys said in every order they may start from; more are said as "any of them, in any order".
+_MAX_ORDERED_OPTIONAL = 8
+
 _BASE = r"""
 ws ::= [ \t\n]{0,8}
 string ::= "\"" char* "\""
@@ -55,14 +60,23 @@ def call_grammar(tools: list[ToolSpec], *, words_first: bool = False) -> str:
     rules: dict[str, str] = {}
     alternatives = []
     for index, tool in enumerate(tools):
-        args = _value(tool.schema or tool.parameters, f"t{index}-args", rules)
+        own: dict[str, str] = {}
+        try:
+            args = _value(tool.schema or tool.parameters, f"t{index}-args", own)
+        except (TypeError, ValueError, AttributeError, RecursionError):
+            args, own = (
+                "object",
+                {},
+            )  # a schema of a shape no JSON Schema has: any object, the contract judges
+        if sum(len(body) for body in own.values()) > _MAX_TOOL_GRAMMAR:
+            args, own = "object", {}  # a schema too big to say (thousands of keys or enum values)
+        rules.update(own)
         rules[f"t{index}"] = f'{_literal(tool.name)} ws "," ws "\\"arguments\\"" ws ":" ws {args}'
         alternatives.append(f"t{index}")
     rules["call"] = '"{" ws "\\"name\\"" ws ":" ws (' + " | ".join(alternatives) + ') ws "}"'
     rules["block"] = '"```json" ws call ws "```" | "<tool_call>" ws call ws "</tool_call>" | call'
-    if words_first:
-        rules["root"] = "[ \\t\\n]* line+ ([ \\t\\n]* block)?"
-        rules["line"] = "[^{`< \\t\\n] [^{`<\\n]* [\\n]*"
+    if words_first:  # words first; what follows them is free (a call there is read by recovery)
+        rules["root"] = "[ \\t\\n]* [^{`< \\t\\n] any*"
     else:
         rules["root"] = "[ \\t\\n]* (block | prose)?"
     rules["not-fence"] = _not_prefix("```json")
@@ -132,12 +146,22 @@ def _string(schema: dict[str, Any]) -> str | None:
 def _object(schema: dict[str, Any], name: str, rules: dict[str, str]) -> str:
     """An object with exactly the schema's keys: required ones always, in order, then optional ones."""
     props: dict[str, Any] = schema["properties"]
-    required = [k for k in props if k in set(schema.get("required", ()))]
+    listed = schema.get("required")
+    wanted = {k for k in listed if isinstance(k, str)} if isinstance(listed, list) else set()
+    if wanted - set(props) or schema.get("additionalProperties", False) is not False:
+        return '"{" ws (string ws ":" ws value (ws "," ws string ws ":" ws value)*)? ws "}"'  # open: any keys
+    required = [k for k in props if k in wanted]
     optional = [k for k in props if k not in required]
     member = {
         k: f'{_literal(k)} ws ":" ws {_value(v, f"{name}-{n}-{_slug(k)}", rules)}'
         for n, (k, v) in enumerate(props.items())
     }
+    if len(optional) > _MAX_ORDERED_OPTIONAL:  # linear, not quadratic: any of them, in any order
+        rules[f"{name}-opt"] = " | ".join(member[k] for k in optional)
+        tail = f' (ws "," ws {name}-opt)*'
+        head = ' ws "," ws '.join(member[k] for k in required)
+        body = f"{head}{tail}" if required else f"({name}-opt{tail})?"
+        return f'"{{" ws {body} ws "}}"'
     if required:
         body = ' ws "," ws '.join(member[k] for k in required)
         body += "".join(f' (ws "," ws {member[k]})?' for k in optional)

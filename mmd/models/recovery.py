@@ -152,6 +152,8 @@ def _all_calls(items: list[Any], names: set[str]) -> list[ToolCall]:
     return [c for c in calls if c is not None]
 
 
+# Most calls read from objects written one after the other in one block.
+_MAX_SEQUENCE = 5
 # A block that begins like a call of a named tool: {"name": "release"
 _CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]{1,200})"')
 
@@ -178,6 +180,8 @@ def _sequence(body: str) -> list[Any]:
             pos += 1
         if pos >= len(body):
             return items if len(items) > 1 else []
+        if len(items) >= _MAX_SEQUENCE:
+            return []  # a runaway, not an intent: the block is answered as unreadable
         try:  # no deeper than the whole block, which was checked
             value, pos = _decoder.raw_decode(body, pos)
         except ValueError:

@@ -109,7 +109,7 @@ class CallRunner:
         self.store = session.store
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
         # Where a value may come from (grounding.py): the session so far, then each result that really ran.
-        self._heard = grounding.corpus(session.messages)
+        self._heard = grounding.corpus(session.messages) + "\n" + setup.system.lower()
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Take *call* through every stage; the result is what the model reads.

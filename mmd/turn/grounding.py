@@ -35,6 +35,8 @@ def ungrounded(args: dict[str, Any], schema: dict[str, Any], corpus: str) -> lis
 
 
 def _words(value: Any, prop: dict[str, Any]) -> Iterable[str]:
+    if "default" in prop and value == prop["default"]:
+        return  # filled in by the contract, or the tool's own choice: not the model's invention
     if isinstance(value, str):
         if "enum" not in prop and value and len(value) <= _MAX_WORD and not any(c.isspace() for c in value):
             yield value
@@ -49,7 +51,13 @@ def corpus(messages: list[Message]) -> str:
 
     The turn's own calls add only results that really ran (mmd/turn/calls.py): an answer that quotes a
     refused value back must not make it a value the user gave."""
-    return "\n".join(m.content for m in messages if m.role in ("user", "tool")).lower()
+    heard = [m.content for m in messages if m.role == "user" or (m.role == "tool" and not _refusal(m))]
+    return "\n".join(heard).lower()
+
+
+def _refusal(message: Message) -> bool:
+    """An answer of this module in an earlier turn: it quotes the refused value, which it must not ground."""
+    return message.content.startswith(f"{message.name} was not run: ")
 
 
 def answer(tool: str, missing: list[tuple[str, str]]) -> str:

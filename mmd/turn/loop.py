@@ -61,12 +61,14 @@ class Progress:
     # Successful calls since the last successful write, by key; a repeat is not run again.
     succeeded: dict[Key, ToolResult] = field(default_factory=dict)
     told: set[Key] = field(default_factory=set)  # repeats answered "already succeeded"
+    wrote: bool = False  # a write (not a read) succeeded in this turn
 
     def record(self, key: Key, name: str, tier: str | None, result: ToolResult) -> None:
         self.ran.append((name, result))
         if result.ok:
             if tier not in (None, "read"):
                 self.succeeded.clear()  # a write may change what a read returns
+                self.wrote = True
             self.succeeded[key] = result
 
 
@@ -89,7 +91,7 @@ async def _run(
 ) -> str:
     if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
         session.emit("loop_detected", loop.data("stop"))
-        if (done := answers.summary(progress.ran)) is not None:  # what was asked for may be done
+        if progress.wrote and (done := answers.summary(progress.ran)) is not None:  # the action may be done
             raise StopTurn("ok", done)
         raise StopTurn("loop", loop.message)
     result = await runner.run(call)

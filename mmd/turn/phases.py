@@ -72,7 +72,7 @@ class Phases:
         tools = [self.full.tools[n] for n in self.tool_names(self.index)]
         if self.index + 1 < len(self.specs):
             tools.append(NextPhase(self, self.index))
-        return Registry(tools, strict=self.full.strict)
+        return Registry(tools, strict=self.full.strict, placeholders=self.full.placeholders)
 
     def unmatched(self) -> list[str]:
         names = self.full.names()

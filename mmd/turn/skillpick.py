@@ -22,6 +22,8 @@ from .calls import Conversation
 from .plan import TurnSetup
 
 NONE = "none"
+# Characters of a chosen skill's body put in the system message: about 2,000 tokens, a quarter of an 8k window.
+MAX_BODY = 8_000
 READ_SKILL = "read_skill"
 SKILL_CHOSEN = "skill_chosen"
 
@@ -45,7 +47,7 @@ def choice_messages(setup: TurnSetup, prompt: str) -> list[Message]:
 
 async def begin(session: Conversation, setup: TurnSetup) -> None:
     """Choose the skill that applies to the turn's prompt and read it into the context (see the module)."""
-    names = setup.skill_names()
+    names = [n for n in setup.skill_names() if n != NONE]  # a skill called "none" cannot be told apart
     if not setup.choose_skills or not names or not isinstance(setup.provider, Chooser):
         return
     prompt = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
@@ -82,8 +84,8 @@ async def begin(session: Conversation, setup: TurnSetup) -> None:
 
 
 def skill_text(skill: Skill) -> str:
-    """How a chosen skill is put in front of the model."""
-    return (
-        f"The skill {skill.name} applies to this request; follow it. Its instructions "
-        f"(folder {skill.folder}):\n\n{skill.body.strip()}"
-    )
+    """How a chosen skill is put in front of the model (a body past MAX_BODY is cut, saying where the rest is)."""
+    body = skill.body.strip()
+    if len(body) > MAX_BODY:
+        body = f"{body[:MAX_BODY]}\n[cut here: the rest is in {skill.folder / 'SKILL.md'}]"
+    return f"The skill {skill.name} applies to this request; follow it. Its instructions (folder {skill.folder}):\n\n{body}"

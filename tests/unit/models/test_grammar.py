@@ -501,3 +501,59 @@ def test_the_recogniser_reads_llama_cpp_syntax(text: str, expected: bool) -> Non
 def test_the_recogniser_refuses_what_llama_cpp_refuses(text: str) -> None:
     with pytest.raises(gbnf.GrammarError):
         gbnf.parse(text)
+
+
+# -- the step after a success, and schemas of odd shapes ------------------------------------------------------
+
+
+def test_after_a_success_the_step_opens_with_words_and_is_free_after_them() -> None:
+    g = gbnf.parse(call_grammar(list(TOOLS), words_first=True))
+    for text in [
+        "Released 1.4.2 to beta.",
+        "Files:\n  a.py\n  b.py",
+        "Done: `a.py` changed, x < 5.",
+        "Here it is:\n```\noutput\n```",
+        "Released. Next:\n" + call("status", {}),  # words, then a call: recovery reads it
+    ]:
+        assert g.accepts(text), text
+    for text in ["", call("status", {}), fenced(call("status", {})), "<tool_call>", "`a.py` done"]:
+        assert not g.accepts(text), text
+
+
+@pytest.mark.parametrize("required", [None, True, "service", [["service"]], [{"x": 1}]])
+def test_a_required_of_the_wrong_shape_is_read_as_none(required: Any) -> None:
+    nested = {"type": "object", "properties": {"service": {"type": "string"}}, "required": required}
+    tool = ToolSpec(
+        name="t",
+        description="",
+        parameters={"type": "object", "properties": {"opts": nested}, "required": ["opts"]},
+    )
+    assert accepts(call("t", {"opts": {"service": "a"}}), (tool,))
+    assert accepts(call("t", {"opts": {}}), (tool,))
+
+
+def test_an_open_ended_object_or_a_required_key_without_a_property_takes_any_keys() -> None:
+    for schema in (
+        {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True},
+        {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}},
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]},
+    ):
+        tool = ToolSpec(name="t", description="", parameters=schema)
+        assert accepts(call("t", {"a": "x", "b": "y"}), (tool,)), schema
+
+
+def test_many_optional_keys_are_said_in_any_order_and_the_grammar_stays_small() -> None:
+    props = {f"k{i}": {"type": "string", "enum": [f"v{j}" for j in range(10)]} for i in range(100)}
+    tool = ToolSpec(name="t", description="", parameters={"type": "object", "properties": props})
+    text = call_grammar([tool])
+    assert len(text) < 64 * 1024  # linear in the keys: said in every order, it would be ~100 times more
+    assert accepts(call("t", {"k90": "v3", "k2": "v9"}), (tool,))
+    assert not accepts(call("t", {"k90": "nope"}), (tool,))
+
+
+def test_a_schema_too_big_to_say_is_any_object() -> None:
+    props = {f"k{i}": {"type": "string", "enum": [f"value-{i}-{j}" for j in range(400)]} for i in range(40)}
+    tool = ToolSpec(name="t", description="", parameters={"type": "object", "properties": props})
+    text = call_grammar([tool])
+    assert len(text) < 20_000  # said as any object; the contract checks the values
+    assert accepts(call("t", {"k1": "anything", "other": 1}), (tool,))

@@ -156,7 +156,10 @@ def test_a_call_missing_its_last_brace_is_read():
 @pytest.mark.parametrize(
     ("block", "expected"),
     [
-        ('{"name": "grep", "arguments": {"pattern": "x"}}}', [("grep", '{"pattern": "x"}')]),  # a brace too many
+        (
+            '{"name": "grep", "arguments": {"pattern": "x"}}}',
+            [("grep", '{"pattern": "x"}')],
+        ),  # a brace too many
         ('{"name": "grep", "arguments": {"pattern": "x"', [("grep", '{"pattern": "x"}')]),  # two missing
         (
             '{"name": "grep", "arguments": {"pattern": "a"}}\n{"name": "grep", "arguments": {"pattern": "b"}}',
@@ -185,6 +188,12 @@ def test_unbalanced_blocks_and_several_calls_in_one_block_are_read(block, expect
 def test_a_call_that_cannot_be_read_goes_to_the_contract_to_be_answered(block):
     _, [call] = recover(f"```json\n{block}\n```", TOOLS)
     assert call.name == "grep" and call.arguments == block  # not JSON of an object: answered, quoted back
+
+
+def test_a_runaway_of_many_calls_in_one_block_is_not_run_but_answered():
+    block = "\n".join(json.dumps({"name": "grep", "arguments": {"pattern": f"p{i}"}}) for i in range(12))
+    _, [call] = recover(f"```json\n{block}\n```", TOOLS)
+    assert call.name == "grep" and call.arguments == block
 
 
 def test_an_unreadable_block_of_an_unknown_tool_or_no_call_stays_text():

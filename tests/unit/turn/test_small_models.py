@@ -153,19 +153,43 @@ def test_only_name_like_values_outside_an_enum_are_checked() -> None:
     }
     assert grounding.ungrounded(args, schema, "ok, all good") == [("service", "search"), ("tags", "x1")]
     assert grounding.ungrounded({"service": "SEARCH"}, schema, "the search service") == []
+    with_default = {"type": "object", "properties": {"env": {"type": "string", "default": "staging"}}}
+    assert grounding.ungrounded({"env": "staging"}, with_default, "deploy it") == []  # the contract's fill-in
+    assert grounding.ungrounded({"env": "prod"}, with_default, "deploy it") == [("env", "prod")]
 
 
 # --- a loop after a success ends ok ------------------------------------------------------------------------
 
 
-async def test_a_loop_after_a_success_ends_ok_with_what_succeeded(turn: Turn) -> None:
+class Restart(Status):
+    """The same, as a write: restarting a service."""
+
+    name = "restart"
+    tier = "write"
+
+
+async def test_a_loop_after_a_write_succeeded_ends_ok_with_what_succeeded(turn: Turn) -> None:
+    status, restart = Status(), Restart()
+    failing = [call("status", {"service": "nope"}) for _ in range(4)]
+    await run(
+        turn,
+        [status, restart],
+        call("restart", {"service": "billing"}),
+        *failing,
+        prompt="billing? nope?",
+        yolo=True,
+    )
+    ended = turn.ended()
+    assert ended["status"] == "ok"
+    assert "restart: billing is up" in ended["text"]
+    assert [e["action"] for e in turn.events("loop_detected")][-1] == "stop"
+
+
+async def test_a_loop_after_only_a_read_succeeded_is_still_a_loop(turn: Turn) -> None:
     status = Status()
     failing = [call("status", {"service": "nope"}) for _ in range(4)]
     await run(turn, [status], call("status", {"service": "billing"}), *failing, prompt="billing? nope?")
-    ended = turn.ended()
-    assert ended["status"] == "ok"
-    assert "status: billing is up" in ended["text"]
-    assert [e["action"] for e in turn.events("loop_detected")][-1] == "stop"
+    assert turn.ended()["status"] == "loop"  # what was asked for may be the failing call
 
 
 async def test_a_loop_with_nothing_done_still_ends_as_a_loop(turn: Turn) -> None:
