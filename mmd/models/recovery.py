@@ -8,7 +8,9 @@ finds such calls in the shapes those models write:
 - a fenced block (```` ```json ````, ```` ```tool_call ````, or no language) holding
   ``{"name": ..., "arguments": {...}}`` or a list of such objects;
 - Qwen/Hermes tags: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
-- a bare JSON object of that shape in the prose.
+- a bare JSON object of that shape in the prose;
+- when ``bash`` is offered, a reply that is only a shell command (a short ```bash
+  fence, or one line starting with ``./`` or ``$ ``) is a bash call.
 
 Refuse rather than guess: only an object whose ``name`` is a tool of the
 catalogue, that carries ``arguments`` (or ``parameters``) and nothing else but
@@ -50,6 +52,9 @@ from .base import Completion, ToolCall
 _FENCE = re.compile(r"```[ \t]*([A-Za-z_][\w-]*)?[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 # Languages a fenced call may be tagged with; an untagged fence counts too.
 _FENCE_LANGS = frozenset({"", "json", "json5", "tool_call", "tool_calls", "tool_code", "function_call"})
+# The built-in shell tool, and a fenced block of shell (a reply that is only a command; see _command_only).
+BASH = "bash"
+_SHELL_FENCE = re.compile(r"```(?:bash|sh|shell|console)[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 # Qwen/Hermes tool-call tags.
 _TAG = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 # Keys a call object may hold besides its name and arguments.
@@ -98,9 +103,37 @@ def recover(text: str, tool_names: Collection[str]) -> tuple[str, list[ToolCall]
             if not _inside(start, fences):
                 calls.extend(found)
                 spans.append((start, end))
+    if not calls and BASH in names:
+        command = _command_only(text)
+        if command is not None:
+            arguments = _dump({"command": command})
+            return "", [ToolCall(id=f"rc_{secrets.token_hex(6)}", name=BASH, arguments=arguments)]
     if not calls:
         return text, []
     return _without(text, spans), _distinct(calls)
+
+
+def _command_only(text: str) -> str | None:
+    """The shell command a reply consists of and nothing else, or None.
+
+    Measured with the 0.5B in contrib/eval's skill mode: a third of its replies were the skill's command
+    as text — ``./actions/pkgtest greet``, or the same in a ```bash fence — instead of a bash call. Only a
+    reply that is *only* that is read as one: a fenced bash/sh block of at most three lines, or one line
+    that starts with ``./`` or ``$ ``. The call goes through bash's contract and consent like any other.
+    """
+    stripped = text.strip()
+    fence = _SHELL_FENCE.fullmatch(stripped)
+    if fence:
+        lines = [line.strip() for line in fence.group(1).strip().splitlines() if line.strip()]
+        if 1 <= len(lines) <= 3:
+            return "\n".join(line.removeprefix("$ ") for line in lines)
+        return None
+    single = stripped.strip("`").strip()
+    if "\n" in single or len(single) > 300:
+        return None
+    if single.startswith("$ "):
+        return single[2:].strip() or None
+    return single if single.startswith("./") and len(single) > 2 else None
 
 
 def _distinct(calls: list[ToolCall]) -> list[ToolCall]:

@@ -196,6 +196,36 @@ def test_a_runaway_of_many_calls_in_one_block_is_not_run_but_answered():
     assert call.name == "grep" and call.arguments == block
 
 
+@pytest.mark.parametrize(
+    ("reply", "command"),
+    [
+        ("./actions/pkgtest greet", "./actions/pkgtest greet"),
+        ("`./actions/pkgtest parser`", "./actions/pkgtest parser"),
+        ("```bash\n./actions/release 1.4.2 beta\n```", "./actions/release 1.4.2 beta"),
+        ("```sh\n$ ls -la\n```", "ls -la"),
+        ("$ git status", "git status"),
+    ],
+)
+def test_a_reply_that_is_only_a_shell_command_is_a_bash_call(reply, command):
+    text, [call] = recover(reply, TOOLS)
+    assert (text, call.name, json.loads(call.arguments)) == ("", "bash", {"command": command})
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Run ./actions/pkgtest greet to test it.",  # prose around it
+        "The tests passed.",
+        "```python\nprint(1)\n```",
+        "```bash\na\nb\nc\nd\n```",  # a script, not a command
+        "./",
+    ],
+)
+def test_prose_or_other_code_is_not_a_shell_command(reply):
+    assert recover(reply, TOOLS) == (reply, [])
+    assert recover("./actions/pkgtest greet", ["read_file"]) == ("./actions/pkgtest greet", [])  # no bash
+
+
 def test_an_unreadable_block_of_an_unknown_tool_or_no_call_stays_text():
     for block in ('{"name": "nope", "arguments": {"x": 1}', '{"version": "1.0"', "[1, 2"):
         written = f"```json\n{block}\n```"
