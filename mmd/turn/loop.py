@@ -16,6 +16,7 @@ import msgspec
 from ..contract import ToolResult
 from ..models.base import Completion, Message, ModelError, ToolCall
 from ..models.recovery import recover_completion
+from ..untrusted import MAX_ARGUMENTS_BYTES
 from . import answers, context, phases, skillpick
 from .calls import CallRunner, Conversation, StopTurn
 from .loops import Key, LoopDetector, call_key, error_code
@@ -170,9 +171,26 @@ async def model_step(session: Conversation, setup: TurnSetup, *, words_first: bo
         completion = recover_completion(completion, setup.recoverable_names())
         for c in completion.tool_calls:
             session.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
-    session.add_message(Message(role="assistant", content=completion.text, tool_calls=completion.tool_calls))
+    kept = [_kept(c) for c in completion.tool_calls]
+    session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept))
     session.emit("assistant", _assistant_record(completion))
     return completion
+
+
+# Bytes of one call's arguments the history keeps and sends back with every later request.
+KEPT_ARGUMENTS = 16 * 1024
+
+
+def _kept(call: ToolCall) -> ToolCall:
+    """The call as the history keeps it: arguments past KEPT_ARGUMENTS are not sent back with every later
+    request (one call of 100 KB of brackets, or of a megabyte the contract refuses, made every later
+    request too big for the window); the call itself runs with all of them."""
+    size = len(call.arguments.encode())
+    if size <= KEPT_ARGUMENTS:
+        return call
+    over = f", over the limit of {MAX_ARGUMENTS_BYTES:,}" if size > MAX_ARGUMENTS_BYTES else ""
+    marker = f"<{size:,} bytes of arguments{over}: not kept in the conversation>"
+    return msgspec.structs.replace(call, arguments=marker)
 
 
 async def _ask_for_words(session: Conversation, setup: TurnSetup) -> Completion:

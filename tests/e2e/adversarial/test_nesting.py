@@ -12,6 +12,7 @@ with ``assert_daemon_serves``.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 import time
@@ -142,8 +143,12 @@ def test_oversized_arguments_are_answered_with_their_size(mm_home, scripted):
     assert result.returncode == 0, result.stderr
     [answer] = tool_messages(server, "openai")
     [sent] = [c for m in server.requests()[-1]["body"]["messages"] for c in m.get("tool_calls") or []]
-    size = len(sent["function"]["arguments"].encode())  # as the model wrote them
+    size = int(re.search(r"too large: ([\d,]+) bytes", answer).group(1).replace(",", ""))  # as written
     assert size > MAX_ARGUMENTS_BYTES
+    # Not sent back whole: one such call would make every later request too big for the window.
+    assert sent["function"]["arguments"] == (
+        f"<{size:,} bytes of arguments, over the limit of {MAX_ARGUMENTS_BYTES:,}: not kept in the conversation>"
+    )
     assert answer.startswith(
         f"write_file was not run. The arguments are too large: {size:,} bytes; "
         f"the limit is {MAX_ARGUMENTS_BYTES:,} bytes.\n"
@@ -291,8 +296,11 @@ def test_an_mcp_error_whose_last_line_nests_deep_is_answered(mm_home, scripted, 
     assert answer.startswith(
         "deploy failed. Error executing tool deploy: the deploy system refused billing\n"
     )
-    error = json.loads(answer.splitlines()[-1])["error"]
+    # 100 KB of answer is more than its share of the window: the model reads it cut.
+    [result_event] = of(session_events(work), "tool_result")
+    error = result_event["data"]["error"]
     assert (error["code"], error["class"]) == ("tool_error", "fix_and_retry")
+    assert result_event["data"]["cut_to_window"] is True
     assert_daemon_serves(mm_home)
 
 
