@@ -154,8 +154,12 @@ def test_a_crash_seen_by_the_daemon_names_the_signal_and_the_fix(mm_home: Path, 
 
 
 @needs_cmake
-def test_an_added_model_answers_through_the_daemon(mm_home: Path, tiny: str) -> None:
+def test_an_added_model_answers_through_the_daemon(
+    mm_home: Path, tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Each server started replays the script from its start: the self-test's and the daemon's.
+    # The stand-in speaks only the OpenAI endpoint, not llama-server's /apply-template and /completion.
+    monkeypatch.setenv("MM_LOCAL_GRAMMAR", "0")
     source = standin(mm_home / "src", answers=("42 hello from tiny",))
     assert setup("--model", tiny, "--portable", source=source).returncode == 0
     st = status()
