@@ -223,6 +223,20 @@ class Accumulator:
         """
         raise NotImplementedError
 
+    def checked(self, obj: Any) -> dict[str, Any]:
+        """*obj* as one event or body of an answer: an object, not an error report.
+
+        Errors: ModelError for anything else, quoting it, or the error the server reported.
+        """
+        if not isinstance(obj, dict):
+            raise ModelError(
+                f"{self.label}: the provider sent something other than a completion: {excerpt(str(obj))}"
+            )
+        if obj.get("error") is not None:
+            message = error_message(obj) or excerpt(str(obj["error"]))
+            raise ModelError(f"{self.label}: the provider reported an error: {message}")
+        return obj
+
     def ended(self) -> bool:
         """Whether a stream that stops here is a complete answer."""
         return bool(self.finish_reason)

@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from mmd.models import grammar
-from mmd.models._http import Accumulator, HttpModel, decode_json, error_message, excerpt
+from mmd.models._http import Accumulator, HttpModel, decode_json, excerpt
 from mmd.models.base import Completion, ModelError, OnRetry, OnText, Timings
 
 
@@ -74,13 +74,7 @@ class CompletionStream(Accumulator):
         self._chunk(obj)
 
     def _chunk(self, obj: Any) -> bool:
-        if not isinstance(obj, dict):
-            raise ModelError(
-                f"{self.label}: the server sent something other than a completion: {excerpt(str(obj))}"
-            )
-        if obj.get("error") is not None:
-            message = error_message(obj) or excerpt(str(obj["error"]))
-            raise ModelError(f"{self.label}: the server reported an error: {message}")
+        obj = self.checked(obj)
         self.add_text(obj.get("content") or "")
         if not obj.get("stop"):
             return False

@@ -14,8 +14,8 @@ import httpx
 import msgspec
 
 from mmd.models import grammar
-from mmd.models._http import Accumulator, HttpModel, decode_json, error_message, excerpt
-from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolSpec
+from mmd.models._http import Accumulator, HttpModel, decode_json
+from mmd.models.base import Completion, Message, OnRetry, OnText, ToolSpec
 from mmd.models.llama import constrained_step, timings
 from mmd.models.tokens import server_root
 
@@ -163,7 +163,7 @@ class OpenAIStream(Accumulator):
     def feed(self, event: str, data: str) -> bool:
         if data.strip() == "[DONE]":
             return True
-        chunk = self._object(decode_json(data, self.label))
+        chunk = self.checked(decode_json(data, self.label))
         self._usage(chunk.get("usage"))
         self.timings = timings(chunk.get("timings")) or self.timings
         for choice in chunk.get("choices") or []:
@@ -172,21 +172,11 @@ class OpenAIStream(Accumulator):
         return False
 
     def feed_body(self, obj: Any) -> None:
-        body = self._object(obj)
+        body = self.checked(obj)
         self._usage(body.get("usage"))
         self.timings = timings(body.get("timings")) or self.timings
         choices = body.get("choices") or [{}]
         self._choice(choices[0].get("message") or {}, choices[0].get("finish_reason"))
-
-    def _object(self, obj: Any) -> dict[str, Any]:
-        if not isinstance(obj, dict):
-            raise ModelError(
-                f"{self.label}: the provider sent something other than a completion: {excerpt(str(obj))}"
-            )
-        if obj.get("error") is not None:
-            message = error_message(obj) or excerpt(str(obj["error"]))
-            raise ModelError(f"{self.label}: the provider reported an error: {message}")
-        return obj
 
     def _choice(self, delta: dict[str, Any], finish_reason: str | None) -> None:
         self.add_text(delta.get("content") or "")
