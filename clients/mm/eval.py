@@ -89,6 +89,7 @@ class RunResult:
     expected: list[str]
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     recovered: int = 0  # tool calls the harness recovered from the model's text
+    skill: str | None = None  # the skill chosen for the turn (skill_chosen), "none"; None: no choice made
     text: str = ""
     error: str | None = None
     session_id: str = ""
@@ -306,6 +307,8 @@ class Runner:
                 result.tool_calls.append({"name": data["name"], "arguments": data["arguments"]})
             elif kind == "recovered_tool_call":
                 result.recovered += 1
+            elif kind == "skill_chosen":
+                result.skill = data.get("skill") or "none"
             elif kind == "assistant":
                 result.add_step(data.get("timings"))
             elif kind == "warning":

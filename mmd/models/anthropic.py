@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from mmd.models._http import Accumulator, HttpModel, Retry, decode_json, error_message, excerpt
-from mmd.models.base import Completion, Message, ModelError, OnRetry, OnText, ToolSpec
+from mmd.models.base import Completion, Lead, Message, ModelError, OnRetry, OnText, ToolSpec
 from mmd.untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, check_json
 
 # The API version this module speaks; Anthropic requires it on every request.
@@ -87,7 +87,7 @@ class AnthropicProvider:
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        words_first: bool = False,
+        lead: Lead = "free",
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 

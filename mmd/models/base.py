@@ -8,7 +8,7 @@ in mmd.turn owns everything else: tools, consent, storage.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -57,6 +57,15 @@ class Timings(msgspec.Struct, kw_only=True):
     gen_ms: float = 0.0
 
 
+class Choice(msgspec.Struct, kw_only=True, frozen=True):
+    """What a constrained choice picked (Chooser.choose)."""
+
+    option: str
+    # The model's probability for the option's first token; None when the server reported none, or when
+    # the option is the fallback taken because the model would rather have said something else.
+    probability: float | None = None
+
+
 class Completion(msgspec.Struct, kw_only=True):
     text: str = ""
     tool_calls: list[ToolCall] = []
@@ -84,6 +93,12 @@ OnText = Callable[[str], None]
 OnRetry = Callable[[int, float, str], None]
 
 
+# How a constrained step must start (mmd/models/grammar.py); providers that constrain nothing ignore it.
+#   "free": words, or one call;  "words": at least a line of words first (the step after a success);
+#   "call": exactly one call (the first step of a turn a chosen skill says how to act in: mmd/turn/skillpick.py).
+Lead = Literal["free", "words", "call"]
+
+
 class Provider(Protocol):
     """One configured model endpoint.
 
@@ -103,7 +118,7 @@ class Provider(Protocol):
         on_retry: OnRetry | None = None,
         temperature: float | None = None,  # None: the server's default
         max_tokens: int | None = None,  # this step's limit, below the provider's own; None: the provider's
-        words_first: bool = False,  # a provider that constrains decoding: words before any call (grammar.py)
+        lead: Lead = "free",  # a provider that constrains decoding: how the step must start (Lead)
     ) -> Completion: ...
 
     async def aclose(self) -> None: ...
@@ -113,8 +128,9 @@ class Provider(Protocol):
 class Chooser(Protocol):
     """A provider that can constrain a step to one of a few words (a llama-server mm controls)."""
 
-    async def choose(self, messages: list[Message], options: list[str]) -> str:
-        """One of *options*, as the model picks it given *messages*.
+    async def choose(self, messages: list[Message], options: list[str]) -> Choice:
+        """One of *options*, as the model picks it given *messages*; the last one when the model would
+        rather say something else than any of them.
 
         Errors: ModelError as for ``complete``.
         """

@@ -28,7 +28,7 @@ import json
 import re
 from typing import Any
 
-from .base import ToolSpec
+from .base import Lead, ToolSpec
 
 # Characters of grammar one tool's arguments may take; a bigger schema gets "any object" (the contract checks).
 _MAX_TOOL_GRAMMAR = 64 * 1024
@@ -51,11 +51,12 @@ any ::= [^\x00]
 """
 
 
-def call_grammar(tools: list[ToolSpec], *, words_first: bool = False) -> str:
+def call_grammar(tools: list[ToolSpec], *, lead: Lead = "free") -> str:
     """The GBNF of one step: free text, or one call of one of *tools* in a fence, a tag or bare.
 
-    *words_first*: the step must start with at least a line of words, and only then may a call follow (the
-    step after a success: a small model that would repeat the call it just made says what it has instead).
+    *lead* ``"words"``: the step must start with at least a line of words, and only then may a call follow
+    (the step after a success: a small model that would repeat the call it just made says what it has
+    instead). ``"call"``: the step is exactly one call, no words (the first step after a chosen skill).
     """
     rules: dict[str, str] = {}
     alternatives = []
@@ -75,8 +76,10 @@ def call_grammar(tools: list[ToolSpec], *, words_first: bool = False) -> str:
         alternatives.append(f"t{index}")
     rules["call"] = '"{" ws "\\"name\\"" ws ":" ws (' + " | ".join(alternatives) + ') ws "}"'
     rules["block"] = '"```json" ws call ws "```" | "<tool_call>" ws call ws "</tool_call>" | call'
-    if words_first:  # words first; what follows them is free (a call there is read by recovery)
+    if lead == "words":  # words first; what follows them is free (a call there is read by recovery)
         rules["root"] = "[ \\t\\n]* [^{`< \\t\\n] any*"
+    elif lead == "call":
+        rules["root"] = "[ \\t\\n]* block"
     else:
         rules["root"] = "[ \\t\\n]* (block | prose)?"
     rules["not-fence"] = _not_prefix("```json")

@@ -23,7 +23,7 @@ from typing import Any
 
 from mmd.models import grammar
 from mmd.models._http import Accumulator, HttpModel, decode_json, excerpt
-from mmd.models.base import Completion, ModelError, OnRetry, OnText, Timings
+from mmd.models.base import Choice, Completion, Lead, ModelError, OnRetry, OnText, Timings
 
 
 async def constrained_step(
@@ -34,7 +34,7 @@ async def constrained_step(
     *,
     on_text: OnText | None,
     on_retry: OnRetry | None,
-    words_first: bool = False,
+    lead: Lead = "free",
 ) -> Completion:
     """One streamed step: the chat body rendered by the server's template, then completed under the grammar.
 
@@ -47,7 +47,7 @@ async def constrained_step(
         raise ModelError(f"{http.label}: /apply-template answered without a prompt: {excerpt(str(rendered))}")
     body: dict[str, Any] = {
         "prompt": prompt,
-        "grammar": grammar.call_grammar(tools, words_first=words_first),
+        "grammar": grammar.call_grammar(tools, lead=lead),
         "stream": True,
         "n_predict": chat_body.get("max_tokens", -1),
         "cache_prompt": bool(chat_body.get("cache_prompt", True)),
@@ -57,6 +57,74 @@ async def constrained_step(
     return await http.post(
         body, lambda: CompletionStream(on_text, http.label), on_retry, url=root + "/completion"
     )
+
+
+# Share of the model's first-token probability the options must hold together for its pick to count: below
+# it, the model would rather answer the request itself than name an option ("pong", a haiku), and the
+# grammar would only force its hand. Measured with bench/bench_skillpick.py (docs/loops-and-recovery.md).
+MIN_OPTION_MASS = 0.25
+# Top tokens llama-server reports the probability of, for the mass above.
+_N_PROBS = 20
+
+
+async def constrained_choice(
+    http: HttpModel, root: str, chat_body: dict[str, Any], options: list[str], default: str
+) -> Choice:
+    """One of *options* as the model picks it greedily, or *default* when the model would rather say something
+    else: its first token puts less than MIN_OPTION_MASS on the options' first tokens.
+
+    *chat_body* is the OpenAI request (messages); rendered by the server's template, then completed under a
+    grammar of the options with the top tokens' probabilities. Errors: ModelError as for any step.
+    """
+    rendered = await http.post_json(root + "/apply-template", _template_body(chat_body), None)
+    prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+    if not isinstance(prompt, str):
+        raise ModelError(f"{http.label}: /apply-template answered without a prompt: {excerpt(str(rendered))}")
+    body = {
+        "prompt": prompt,
+        "grammar": grammar.choice_grammar(options),
+        "n_predict": 8 + max(len(o) for o in options),
+        "temperature": 0,
+        "n_probs": _N_PROBS,
+        "cache_prompt": bool(chat_body.get("cache_prompt", True)),
+    }
+    answer = await http.post_json(root + "/completion", body, None)
+    if not isinstance(answer, dict):
+        raise ModelError(f"{http.label}: /completion answered {excerpt(str(answer))}")
+    text = answer.get("content")
+    picked = text.strip() if isinstance(text, str) else ""
+    if picked not in options:
+        return Choice(option=default)
+    probabilities = answer.get("completion_probabilities")
+    mass = option_mass(probabilities, options)
+    if mass is not None and mass < MIN_OPTION_MASS:
+        return Choice(option=default)
+    return Choice(option=picked, probability=option_mass(probabilities, [picked]))
+
+
+def option_mass(probabilities: Any, options: list[str]) -> float | None:
+    """The probability the first generated token's top tokens put on a start of one of *options* (tokens
+    that begin an option: "release" and "re" for "release-ops"); None when the server sent none."""
+    if not isinstance(probabilities, list) or not probabilities or not isinstance(probabilities[0], dict):
+        return None
+    top = probabilities[0].get("top_logprobs") or probabilities[0].get("top_probs")
+    if not isinstance(top, list):
+        return None
+    mass = 0.0
+    for entry in top:
+        if not isinstance(entry, dict):
+            continue
+        token, logprob = entry.get("token"), entry.get("logprob")
+        if (
+            isinstance(token, str)
+            and token.strip()
+            and isinstance(logprob, int | float)
+            and not isinstance(logprob, bool)
+            and math.isfinite(logprob)
+            and any(o.startswith(token) for o in options)
+        ):
+            mass += math.exp(min(logprob, 0.0))
+    return min(mass, 1.0)
 
 
 def _template_body(chat_body: dict[str, Any]) -> dict[str, Any]:

@@ -13,10 +13,9 @@ from typing import Any
 import httpx
 import msgspec
 
-from mmd.models import grammar
 from mmd.models._http import Accumulator, HttpModel, decode_json
-from mmd.models.base import Completion, Message, OnRetry, OnText, ToolSpec
-from mmd.models.llama import constrained_step, timings
+from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec
+from mmd.models.llama import constrained_choice, constrained_step, timings
 from mmd.models.tokens import server_root
 
 
@@ -82,7 +81,7 @@ class OpenAIProvider:
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        words_first: bool = False,
+        lead: Lead = "free",
     ) -> Completion:
         """Stream one model step: text deltas to ``on_text``, the whole step returned.
 
@@ -100,22 +99,20 @@ class OpenAIProvider:
         if self.constrain_calls and tools:
             root = server_root(self.base_url)
             return await constrained_step(
-                self._http, root, body, tools, on_text=on_text, on_retry=on_retry, words_first=words_first
+                self._http, root, body, tools, on_text=on_text, on_retry=on_retry, lead=lead
             )
         return await self._http.post(body, lambda: OpenAIStream(on_text, self.name), on_retry)
 
-    async def choose(self, messages: list[Message], options: list[str]) -> str:
+    async def choose(self, messages: list[Message], options: list[str]) -> Choice:
         """One of *options* (a step constrained to them, greedy); only for a server that takes a grammar.
 
         Errors: ModelError as for ``complete``; ValueError when this provider constrains nothing.
         """
         if not self.constrain_calls:
             raise ValueError(f"{self.name}: choose needs a server that takes a grammar (constrain_calls)")
-        body = request_body(self.model, messages, [], max_tokens=8 + max(len(o) for o in options))
-        body.update(temperature=0, grammar=grammar.choice_grammar(options), cache_prompt=self.cache_prompt)
-        completion = await self._http.post(body, lambda: OpenAIStream(None, self.name), None)
-        text = completion.text.strip()
-        return text if text in options else options[-1]
+        body = request_body(self.model, messages, [])
+        body["cache_prompt"] = self.cache_prompt
+        return await constrained_choice(self._http, server_root(self.base_url), body, options, options[-1])
 
     async def aclose(self) -> None:
         """Close the HTTP client if this provider created it."""

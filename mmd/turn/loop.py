@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ..contract import ToolResult
-from ..models.base import Completion, Message, ModelError, ToolCall
+from ..models.base import Completion, Lead, Message, ModelError, ToolCall
 from ..models.recovery import recover_completion
 from ..untrusted import MAX_ARGUMENTS_BYTES
 from . import answers, context, phases, skillpick
@@ -34,9 +34,9 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     phases.begin(session, setup)  # with phases: only the current phase's tools
     await skillpick.begin(session, setup)  # small local models: the skill chosen and given to them
     progress = Progress(detector=LoopDetector(setup.loop))
-    words_first = False
+    lead: Lead = "call" if setup.act_first else "free"
     for _ in range(setup.max_steps):
-        completion = await model_step(session, setup, words_first=words_first)
+        completion = await model_step(session, setup, lead=lead)
         if not completion.tool_calls:
             return await _final(session, setup, completion.text, progress)
         before = len(progress.ran)
@@ -45,7 +45,9 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
         # Measured: after a call that worked, small models repeat it rather than answer. Their next step
         # must open with words; a call may still follow them.
         ran = progress.ran[before:]
-        words_first = setup.words_after_success and all(r.ok for _, r in ran)  # repeats only: all ok too
+        lead = (
+            "words" if setup.words_after_success and all(r.ok for _, r in ran) else "free"
+        )  # repeats: ok too
     raise StopTurn(
         "max_steps",
         f"Stopped after {setup.max_steps} model steps (max_steps). "
@@ -152,7 +154,7 @@ async def _final(session: Conversation, setup: TurnSetup, text: str, progress: P
     return "ok", written
 
 
-async def model_step(session: Conversation, setup: TurnSetup, *, words_first: bool = False) -> Completion:
+async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "free") -> Completion:
     """Ask the model for its next step; its text streams out as ``text`` events."""
 
     def on_retry(attempt: int, wait: float, reason: str) -> None:
@@ -165,7 +167,7 @@ async def model_step(session: Conversation, setup: TurnSetup, *, words_first: bo
         on_text=lambda text: session.emit("text", {"text": text}),
         on_retry=on_retry,
         temperature=setup.temperature,
-        words_first=words_first,
+        lead=lead,
     )
     if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
         completion = recover_completion(completion, setup.recoverable_names())

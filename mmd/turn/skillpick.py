@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from ..models.base import Chooser, Message, ModelError
-from ..tools.skills import Skill
+from ..tools.skills import Catalogue, Skill
 from .calls import Conversation
 from .plan import TurnSetup
 
@@ -26,61 +26,74 @@ NONE = "none"
 MAX_BODY = 8_000
 READ_SKILL = "read_skill"
 SKILL_CHOSEN = "skill_chosen"
+# The model's probability for the chosen skill's name above which the turn's first step must be a call
+# (bench/bench_skillpick.py; docs/loops-and-recovery.md#skills-chosen-for-the-model).
+ACT_CONFIDENCE = 0.5
 
 
-def choice_messages(setup: TurnSetup, prompt: str) -> list[Message]:
-    """The short request of the choice: the skills in a line each, then the user's words."""
-    assert setup.skills is not None
+def choice_messages(skills: Catalogue, names: list[str], prompt: str) -> list[Message]:
+    """The short request of the choice: the skills *names* in a line each, then the user's words."""
     lines = [
         "Which of these skills applies to the user's request? Answer with the skill's name only, "
         f"or {NONE} when none applies.",
         "",
         "Skills:",
     ]
-    for name in setup.skill_names():
-        skill = setup.skills.get(name)
+    for name in names:
+        skill = skills.get(name)
         if skill is not None:
             keywords = f" (keywords: {', '.join(skill.keywords)})" if skill.keywords else ""
             lines.append(f"- {name}: {skill.description.strip()}{keywords}")
+    lines.append(
+        f"- {NONE}: no skill is needed: a greeting, a question of general knowledge, "
+        "something to write, explain or compute without acting on this project."
+    )
     return [Message(role="system", content="\n".join(lines)), Message(role="user", content=prompt)]
 
 
 async def begin(session: Conversation, setup: TurnSetup) -> None:
     """Choose the skill that applies to the turn's prompt and read it into the context (see the module)."""
     names = [n for n in setup.skill_names() if n != NONE]  # a skill called "none" cannot be told apart
-    if not setup.choose_skills or not names or not isinstance(setup.provider, Chooser):
+    skills = setup.skills
+    if not setup.choose_skills or not names or skills is None or not isinstance(setup.provider, Chooser):
         return
     prompt = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
     if not prompt.strip():
         return
     started = time.monotonic()
     try:
-        choice = await setup.provider.choose(choice_messages(setup, prompt), [*names, NONE])
+        choice = await setup.provider.choose(choice_messages(skills, names, prompt), [*names, NONE])
     except ModelError as exc:
         session.emit("warning", {"message": f"choosing a skill failed, the model routes by itself: {exc}"})
         return
-    chosen = choice if choice in names else None
+    chosen = choice.option if choice.option in names else None
     session.emit(
         SKILL_CHOSEN,
         {
             "skill": chosen,
             "options": names,
+            "probability": None if choice.probability is None else round(choice.probability, 3),
             "seconds": round(time.monotonic() - started, 3),
         },
     )
     if chosen is None:
         return
-    skill = setup.skills.get(chosen) if setup.skills is not None else None
+    skill = skills.get(chosen)
     if skill is None:
         return
     # The body goes into this turn's system message, not the history: as a read_skill call in the history
     # the 0.5B copied that call again and again. read_skill leaves the turn's tools, its work done.
-    listed = setup.skills.render() if setup.skills is not None else ""
+    listed = skills.render()
     if listed and listed in setup.system:  # the list that says to call read_skill gives way to the skill
         setup.system = setup.system.replace(listed, skill_text(skill))
     else:
         setup.system = f"{setup.system}\n\n{skill_text(skill)}"
     setup.registry = setup.registry.without(READ_SKILL)
+    # A skill says how to act: a small model given one still answered in words, making the result up,
+    # in 4 of 30 runs (1.5B). So its first step must be a call — when the choice was confident: a request
+    # that no skill covers ("Hi, who are you?") was given the only skill in 3 of 6 cases, and a forced
+    # call there would act on nothing asked for. Below ACT_CONFIDENCE the step stays free.
+    setup.act_first = choice.probability is not None and choice.probability >= ACT_CONFIDENCE
 
 
 def skill_text(skill: Skill) -> str:
@@ -88,4 +101,9 @@ def skill_text(skill: Skill) -> str:
     body = skill.body.strip()
     if len(body) > MAX_BODY:
         body = f"{body[:MAX_BODY]}\n[cut here: the rest is in {skill.folder / 'SKILL.md'}]"
-    return f"The skill {skill.name} applies to this request; follow it. Its instructions (folder {skill.folder}):\n\n{body}"
+    text = f"The skill {skill.name} applies to this request; follow it. Its instructions:\n\n{body}"
+    # The folder only where the skill has files of its own to read: named up front, the 1.5B took it for
+    # the place to run the skill's commands from, and ran them there (3 of 30 runs).
+    if skill.other_files(cap=1):
+        text += f"\n\n(The skill's own files are in {skill.folder}; run commands from the working directory.)"
+    return text

@@ -21,7 +21,9 @@ from typing import Any
 import trio
 
 from mmd.models.base import (
+    Choice,
     Completion,
+    Lead,
     Message,
     ModelError,
     OnRetry,
@@ -72,12 +74,18 @@ class Request:
     messages: list[Message]
     tools: list[str]
     temperature: float | None
+    lead: str = "free"  # how a constraining provider would have made the step start
 
 
 class ScriptedProvider:
     """Replays *steps* in order, one per ``complete``; a request past the last is a ModelError."""
 
-    def __init__(self, *steps: Step, name: str = "test/scripted", choices: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *steps: Step,
+        name: str = "test/scripted",
+        choices: tuple[str | tuple[str, float | None], ...] = (),
+    ) -> None:
         self.name = name
         self.steps = collections.deque(steps)
         self.requests: list[Request] = []
@@ -86,11 +94,17 @@ class ScriptedProvider:
         self.closed = False
         self._ids = 0
 
-    async def choose(self, messages: list[Message], options: list[str]) -> str:
-        """The next scripted choice (a Chooser, like a llama-server mm runs); the last option when none is left."""
+    async def choose(self, messages: list[Message], options: list[str]) -> Choice:
+        """The next scripted choice (a Chooser, like a llama-server mm runs); the last option when none is left.
+
+        A scripted choice is an option (probability 1.0) or an (option, probability) pair."""
         self.choice_requests.append((list(messages), list(options)))
         await trio.sleep(0)
-        return self.choices.popleft() if self.choices else options[-1]
+        if not self.choices:
+            return Choice(option=options[-1])
+        scripted = self.choices.popleft()
+        option, probability = scripted if isinstance(scripted, tuple) else (scripted, 1.0)
+        return Choice(option=option, probability=probability)
 
     async def complete(
         self,
@@ -101,9 +115,9 @@ class ScriptedProvider:
         on_retry: OnRetry | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        words_first: bool = False,
+        lead: Lead = "free",
     ) -> Completion:
-        self.requests.append(Request(list(messages), [t.name for t in tools], temperature))
+        self.requests.append(Request(list(messages), [t.name for t in tools], temperature, lead))
         if not self.steps:
             raise ModelError(f"{self.name}: the script has no step {len(self.requests)}")
         step = self.steps.popleft()

@@ -507,7 +507,7 @@ def test_the_recogniser_refuses_what_llama_cpp_refuses(text: str) -> None:
 
 
 def test_after_a_success_the_step_opens_with_words_and_is_free_after_them() -> None:
-    g = gbnf.parse(call_grammar(list(TOOLS), words_first=True))
+    g = gbnf.parse(call_grammar(list(TOOLS), lead="words"))
     for text in [
         "Released 1.4.2 to beta.",
         "Files:\n  a.py\n  b.py",
@@ -517,6 +517,22 @@ def test_after_a_success_the_step_opens_with_words_and_is_free_after_them() -> N
     ]:
         assert g.accepts(text), text
     for text in ["", call("status", {}), fenced(call("status", {})), "<tool_call>", "`a.py` done"]:
+        assert not g.accepts(text), text
+
+
+def test_a_step_that_must_act_is_one_valid_call_in_any_of_the_three_forms_and_nothing_else() -> None:
+    g = gbnf.parse(call_grammar(list(TOOLS), lead="call"))
+    right = call("release", {"version": "1.4.2", "channel": "beta"})
+    for text in [right, fenced(right), f"<tool_call>\n{right}\n</tool_call>", "\n  " + right]:
+        assert g.accepts(text), text
+    for text in [
+        "",
+        "Released 1.4.2 to beta.",  # words: the step must act
+        "I will run it:\n" + right,  # words before the call
+        call("release", {"version": "1.4", "channel": "beta"}),  # the pattern is not met
+        call("release", {"version": "1.4.2", "channel": "beta"}) + "\nDone.",  # words after the call
+        call("nope", {}),
+    ]:
         assert not g.accepts(text), text
 
 

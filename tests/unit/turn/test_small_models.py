@@ -18,7 +18,7 @@ from mmd.tools.base import Tool, ToolContext
 from mmd.tools.builtin.skill import ReadSkill
 from mmd.tools.registry import Registry
 from mmd.tools.skills import Catalogue, Skill
-from mmd.turn import grounding
+from mmd.turn import grounding, skillpick
 from mmd.turn.plan import TurnSetup
 
 from ..scripted_provider import ScriptedProvider, Step, answer, call
@@ -239,6 +239,8 @@ async def test_the_chosen_skill_is_in_the_first_step_and_read_skill_is_not(
     assert "The skill release-ops applies to this request" in system and "Run ./release VERSION." in system
     assert skills.render() not in system  # the list that says to call read_skill is gone
     assert first.tools == ["status"]
+    assert first.lead == "call"  # the skill says how to act: the first step acts
+    assert str(skills.get("release-ops").folder) not in system  # no files of its own: no folder to cd into
     assert turn.events("tool_call") == []
     # Not in the stored history: the next turn chooses again.
     assert all("Run ./release VERSION." not in m.content for m in turn.session.messages)
@@ -258,10 +260,61 @@ async def test_no_skill_is_given_when_none_applies(turn: Turn, tmp_path: Path, c
     )
     assert turn.events("skill_chosen")[0]["skill"] is None
     assert provider.requests[0].tools == ["read_skill"]
+    assert provider.requests[0].lead == "free"
     assert "applies to this request" not in provider.requests[0].messages[0].content
+
+
+async def test_after_the_first_call_of_a_chosen_skill_the_steps_are_free_again(
+    turn: Turn, tmp_path: Path
+) -> None:
+    skills = catalogue(tmp_path)
+    status = Status()
+    provider = await run(
+        turn,
+        [ReadSkill(skills), status],
+        call("status", {"service": "nope"}),  # fails: the next step may act again, or answer
+        call("status", {"service": "billing"}),
+        answer("billing is up."),
+        prompt="status of billing",
+        choose_skills=True,
+        skills=skills,
+        choices=("db-ops",),
+    )
+    assert [r.lead for r in provider.requests] == ["call", "free", "free"]
+    assert status.ran == ["nope", "billing"]
+
+
+def test_a_skill_with_files_of_its_own_names_its_folder_and_where_commands_run(tmp_path: Path) -> None:
+    skills = catalogue(tmp_path)
+    skill = skills.get("db-ops")
+    assert str(skill.folder) not in skillpick.skill_text(skill)
+    (skill.folder / "restore.md").write_text("How to restore.")
+    text = skillpick.skill_text(skill)
+    assert str(skill.folder) in text and "run commands from the working directory" in text
 
 
 async def test_models_that_route_themselves_choose_nothing(turn: Turn, tmp_path: Path) -> None:
     skills = catalogue(tmp_path)
     provider = await run(turn, [ReadSkill(skills)], answer("Hi."), prompt="release 2.0", skills=skills)
     assert provider.choice_requests == [] and turn.events("skill_chosen") == []
+
+
+async def test_a_choice_the_model_is_unsure_of_gives_the_skill_but_leaves_the_first_step_free(
+    turn: Turn, tmp_path: Path
+) -> None:
+    skills = catalogue(tmp_path)
+    below = skillpick.ACT_CONFIDENCE / 2
+    provider = await run(
+        turn,
+        [ReadSkill(skills), Status()],
+        answer("Hello."),
+        prompt="Hi, who are you?",
+        choose_skills=True,
+        skills=skills,
+        choices=(("release-ops", below),),
+    )
+    [chosen] = turn.events("skill_chosen")
+    assert chosen["skill"] == "release-ops" and chosen["probability"] == round(below, 3)
+    [first] = provider.requests
+    assert "The skill release-ops applies" in first.messages[0].content
+    assert first.lead == "free"  # a wrong choice must not force a call on a request nobody asked to act on
