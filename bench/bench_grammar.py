@@ -13,19 +13,15 @@ seconds of a step.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import trio
+from mmd_child import llama_server
 
 from mmd.config.agent import AgentFile, load_agent_file
-from mmd.local import catalog, selftest
 from mmd.models.base import Message
 from mmd.models.openai import OpenAIProvider
 from mmd.models.recovery import recover_completion
@@ -89,19 +85,7 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--runs", type=int, default=4)
     opts = parser.parse_args()
-    if not catalog.model_ready(opts.model):
-        sys.exit(f"local/{opts.model} is not set up: {catalog.setup_hint(opts.model)}")
-    port = selftest.free_port()
-    server = subprocess.Popen(
-        selftest.server_argv(opts.model, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.2)
+    with llama_server(opts.model) as port:
         n_plain, n_act = opts.runs * len(PLAIN), opts.runs * len(ACTIONS)
         for constrain in (True, False):
             words, right, seconds = trio.run(measure, port, constrain, opts.runs)
@@ -110,9 +94,6 @@ def main() -> None:
                 f"{opts.model} {label:34} plain prompts in words {words}/{n_plain}, "
                 f"action calls right {right}/{n_act}, step mean {statistics.mean(seconds):.2f} s"
             )
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 if __name__ == "__main__":

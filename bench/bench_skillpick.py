@@ -17,20 +17,16 @@ choices, and the mean seconds of a choice.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import trio
 import yaml
+from mmd_child import llama_server
 
-from mmd.local import catalog, selftest
 from mmd.models.openai import OpenAIProvider
 from mmd.tools.skills import load_skills
 from mmd.turn import skillpick
@@ -132,28 +128,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     opts = parser.parse_args()
-    if not catalog.model_ready(opts.model):
-        sys.exit(f"local/{opts.model} is not set up: {catalog.setup_hint(opts.model)}")
-    port = selftest.free_port()
-    server = subprocess.Popen(
-        selftest.server_argv(opts.model, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.2)
+    with llama_server(opts.model) as port, tempfile.TemporaryDirectory() as tmp:
         print(opts.model)
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = skills_folder(Path(tmp))
-            trio.run(measure, port, folder)  # all skills: the choice is one of five
-            for skill in FIXTURES.values():  # each fixture's own skill alone, as in its eval's skill mode
-                trio.run(measure, port, folder, [skill])
-    finally:
-        server.terminate()
-        server.wait(30)
+        folder = skills_folder(Path(tmp))
+        trio.run(measure, port, folder)  # all skills: the choice is one of five
+        for skill in FIXTURES.values():  # each fixture's own skill alone, as in its eval's skill mode
+            trio.run(measure, port, folder, [skill])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What the benchmarks share: a daemon of their own on a private socket, started and waited for."""
+"""What the benchmarks share: a daemon of their own on a private socket, or a llama-server, started and
+waited for."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 PY = sys.executable
@@ -47,3 +49,36 @@ def start_mmd(sock: Path, home: Path, env: dict[str, str] | None = None) -> subp
             raise BenchError(f"mmd did not answer on {sock} within 20 s")
         time.sleep(0.02)
     return daemon
+
+
+@contextlib.contextmanager
+def llama_server(model: str) -> Iterator[int]:
+    """llama-server serving local/*model* as mmd starts it (mmd.local.selftest.server_argv); yields its port
+    once /health answers, stops it after.
+
+    Errors: SystemExit when the model is not set up; BenchError when the server exits or does not answer.
+    """
+    import httpx
+
+    from mmd.local import catalog, selftest
+
+    if not catalog.model_ready(model):
+        sys.exit(f"local/{model} is not set up: {catalog.setup_hint(model)}")
+    port = selftest.free_port()
+    argv = selftest.server_argv(model, port)
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            if server.poll() is not None:
+                raise BenchError(f"llama-server exited with {server.returncode}: {' '.join(argv)}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"llama-server did not answer on port {port} within 180 s")
+            time.sleep(0.2)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -121,6 +121,13 @@ class View:
         if self.fmt == "text" and data.get("action") == "nudge":
             self.note(f"  loop: {data['kind']}; the model was told to stop repeating")
 
+    def _on_skill_chosen(self, data: dict[str, Any]) -> None:
+        # The skill mm chose for a small local model this turn (mmd/turn/skillpick.py); none is not news.
+        if self.fmt == "text" and data.get("skill"):
+            self.note(
+                f"  skill: {data['skill']} (chosen for this request; its instructions are in the context)"
+            )
+
     def _on_phase_changed(self, data: dict[str, Any]) -> None:
         if self.fmt == "text":
             self.note(f"  phase: {data['from']} → {data['to']}")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -339,6 +339,42 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
 
 def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+# How a step that is a call written as text starts (after blank space); a step that starts otherwise is words.
+_CALL_OPENERS = ("{", "<tool_call>", "```")
+
+
+class HeldText:
+    """A step's streamed text, held back while the step starts like a call written as text.
+
+    A step that starts with words streams as it comes. One that starts like a call (``{``,
+    ``<tool_call>``, a fence) is held until the step ends, and shown only if no call was read from it:
+    the person sees the call run (its ``tool_call`` event), not its JSON printed as if it were the answer.
+    """
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._held = ""
+        self._streaming = False
+
+    def feed(self, delta: str) -> None:
+        if self._streaming:
+            self._emit(delta)
+            return
+        self._held += delta
+        head = self._held.lstrip()
+        if not head or any(head.startswith(o) or o.startswith(head) for o in _CALL_OPENERS):
+            return  # blank so far, or it starts like a call (or may yet)
+        self._streaming = True
+        self._emit(self._held)
+        self._held = ""
+
+    def finish(self, *, was_call: bool) -> None:
+        """The step ended: what was held is shown unless a call was read from it."""
+        if self._held and not was_call:
+            self._emit(self._held)
+        self._held = ""
 
 
 def recover_completion(completion: Completion, tool_names: Collection[str]) -> Completion:

@@ -3,8 +3,13 @@
 The only stand-in for a model mm allows. Tests, demos and benchmarks point
 the real providers at it over a real socket, so streaming, retries and
 cancellation run end to end. It serves the OpenAI-compatible
-``POST /v1/chat/completions`` and Anthropic's ``POST /v1/messages``, streamed
-or not; each such POST consumes the next step of the script. ``GET
+``POST /v1/chat/completions``, Anthropic's ``POST /v1/messages`` and llama-server's
+own ``POST /completion`` (what mm sends a llama-server it constrains: a rendered
+prompt and a grammar; a step's calls come back as ``<tool_call>`` text, and its
+``probabilities`` as the first token's top probabilities), streamed or not; each
+such POST consumes the next step of the script. ``POST /apply-template`` renders
+the messages and tools into one prompt text, as llama-server does with a chat
+template (not recorded, no step used). ``GET
 /_mm/requests`` lists every request received (secret header values shown as
 ``<redacted>``), ``GET /v1/models`` one model, ``GET /health`` ``ok``.
 
@@ -29,6 +34,7 @@ import functools
 import ipaddress
 import itertools
 import logging
+import math
 import os
 import re
 import signal
@@ -50,6 +56,9 @@ log = logging.getLogger("mmd.scripted")
 # The completion endpoints; each POST to one consumes a script step.
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
+LLAMA_PATH = "/completion"
+# llama-server's chat template endpoint; it uses no step and is not recorded.
+TEMPLATE_PATH = "/apply-template"
 # The introspection endpoint; it is not itself recorded.
 REQUESTS_PATH = "/_mm/requests"
 # llama-server's window and tokenizer, served when the script has a context_window; not recorded.
@@ -112,7 +121,7 @@ class ScriptedUsage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class ScriptedTimings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """llama-server's ``timings`` of a step, sent as it sends them (OpenAI dialect only)."""
+    """llama-server's ``timings`` of a step, sent as it sends them (OpenAI and llama dialects)."""
 
     cache_n: Annotated[int, msgspec.Meta(ge=0)] = 0  # prompt tokens reused from the prompt cache
     prompt_n: Annotated[int, msgspec.Meta(ge=0)] = 0  # prompt tokens processed
@@ -143,6 +152,9 @@ class Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     content_type: str | None = None  # for raw; default application/json
     usage: ScriptedUsage | None = None
     timings: ScriptedTimings | None = None  # sent with the last event, as llama-server does
+    # /completion only: the first token's top probabilities (token: probability), as llama-server reports
+    # them when asked for n_probs.
+    probabilities: dict[str, Annotated[float, msgspec.Meta(gt=0, le=1)]] | None = None
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -210,6 +222,7 @@ class _Reply(NamedTuple):
     output_tokens: int
     include_usage: bool  # OpenAI: the client asked for a usage chunk
     timings: dict[str, Any] | None  # llama-server's timings, in the last chunk or the body
+    probabilities: dict[str, float] | None  # llama: the first token's top probabilities
 
 
 def _words(text: str) -> list[str]:
@@ -347,6 +360,60 @@ def _anthropic_message(reply: _Reply) -> dict[str, Any]:
     }
 
 
+def _llama_error(message: str, status: int) -> dict[str, Any]:
+    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"code": status, "message": message, "type": kind}}
+
+
+def _llama_text(reply: _Reply) -> str:
+    """What a model writes under mm's grammar: its words, then each call in a ``<tool_call>`` tag."""
+    calls = [
+        f'<tool_call>\n{{"name": {_json(c.name)}, "arguments": {c.text}}}\n</tool_call>' for c in reply.calls
+    ]
+    return "\n".join([reply.text, *calls] if reply.text else calls)
+
+
+def _llama_end(reply: _Reply) -> dict[str, Any]:
+    end: dict[str, Any] = {
+        "stop": True,
+        "stop_type": "eos",
+        "tokens_evaluated": reply.input_tokens,
+        "tokens_predicted": reply.output_tokens,
+    }
+    if reply.timings is not None:
+        end["timings"] = reply.timings
+    return end
+
+
+def _llama_events(reply: _Reply) -> list[bytes]:
+    events = [{"content": word, "stop": False} for word in _words(_llama_text(reply))]
+    events.append({"content": "", **_llama_end(reply)})
+    return [b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events]
+
+
+def _llama_message(reply: _Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"content": _llama_text(reply), **_llama_end(reply)}
+    if reply.probabilities:
+        top = [{"token": t, "logprob": math.log(p)} for t, p in reply.probabilities.items()]
+        first = max(top, key=lambda entry: entry["logprob"])
+        message["completion_probabilities"] = [{**first, "top_logprobs": top}]
+    return message
+
+
+def render_template(body: Any) -> str:
+    """The scripted chat template: the tools, then each message under its role, then the assistant's turn."""
+    if not isinstance(body, dict):
+        return ""
+    parts = [f"<tools>\n{_json(body['tools'])}\n</tools>"] if body.get("tools") else []
+    for message in body.get("messages") or []:
+        if isinstance(message, dict):
+            calls = "".join(
+                f"\n<tool_call>{_call_text(c)}</tool_call>" for c in message.get("tool_calls") or []
+            )
+            parts.append(f"<|{message.get('role')}|>\n{message.get('content') or ''}{calls}")
+    return "\n".join([*parts, "<|assistant|>\n"])
+
+
 class _Dialect(NamedTuple):
     error: Callable[[str, int], dict[str, Any]]
     stream: Callable[[_Reply], list[bytes]]
@@ -357,6 +424,7 @@ class _Dialect(NamedTuple):
 DIALECTS = {
     OPENAI_PATH: _Dialect(_openai_error, _openai_chunks, _openai_message),
     ANTHROPIC_PATH: _Dialect(_anthropic_error, _anthropic_events, _anthropic_message),
+    LLAMA_PATH: _Dialect(_llama_error, _llama_events, _llama_message),
 }
 
 
@@ -528,6 +596,9 @@ class ScriptedServer:
         if path in (PROPS_PATH, TOKENIZE_PATH):
             await self._llama(conn, path, _parse_body(body))
             return conn.reusable()
+        if path == TEMPLATE_PATH:
+            await conn.send_json(200, {"prompt": render_template(_parse_body(body))})
+            return conn.reusable()
         record = {
             "path": path,
             "method": method,
@@ -551,7 +622,13 @@ class ScriptedServer:
         return finished and conn.reusable()
 
     async def _route(self, conn: _Connection, method: str, path: str, record: dict[str, Any]) -> bool:
-        known = {"/health": "GET", "/v1/models": "GET", OPENAI_PATH: "POST", ANTHROPIC_PATH: "POST"}
+        known = {
+            "/health": "GET",
+            "/v1/models": "GET",
+            OPENAI_PATH: "POST",
+            ANTHROPIC_PATH: "POST",
+            LLAMA_PATH: "POST",
+        }
         if path not in known:
             await conn.send_json(404, {"error": {"message": f"scripted server: no such path {path}"}})
         elif method != known[path]:
@@ -572,7 +649,11 @@ class ScriptedServer:
             )
             return True
         window = self.script.context_window
-        if window is not None and dialect is DIALECTS[OPENAI_PATH] and (n := prompt_tokens(body)) > window:
+        if (
+            window is not None
+            and dialect is not DIALECTS[ANTHROPIC_PATH]
+            and (n := prompt_tokens(body)) > window
+        ):
             await conn.send_json(400, _too_long(n, window))  # as llama-server: no step is used
             return True
         if self._next_step >= len(self.script.responses):
@@ -638,6 +719,7 @@ class ScriptedServer:
             output_tokens=usage.output_tokens if usage.output_tokens is not None else estimate_out,
             include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
             timings=msgspec.to_builtins(step.timings) if step.timings is not None else None,
+            probabilities=step.probabilities,
         )
 
     async def _llama(self, conn: _Connection, path: str, body: Any) -> None:
@@ -672,7 +754,9 @@ def _tokens(text: str) -> int:
 
 def prompt_tokens(body: dict[str, Any]) -> int:
     """The tokens of an OpenAI-dialect request as the scripted tokenizer counts them: each message's
-    content and calls, and the tools (no template around them)."""
+    content and calls, and the tools (no template around them); of a /completion request, its prompt."""
+    if isinstance(body.get("prompt"), str):
+        return _tokens(body["prompt"])
     texts = [msgspec.json.encode(body["tools"]).decode()] if body.get("tools") else []
     for message in body.get("messages") or []:
         if isinstance(message, dict):

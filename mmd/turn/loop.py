@@ -15,7 +15,7 @@ import msgspec
 
 from ..contract import ToolResult
 from ..models.base import Completion, Lead, Message, ModelError, ToolCall
-from ..models.recovery import recover_completion
+from ..models.recovery import HeldText, recover_completion
 from ..untrusted import MAX_ARGUMENTS_BYTES
 from . import answers, context, phases, skillpick
 from .calls import CallRunner, Conversation, StopTurn
@@ -45,9 +45,8 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
         # Measured: after a call that worked, small models repeat it rather than answer. Their next step
         # must open with words; a call may still follow them.
         ran = progress.ran[before:]
-        lead = (
-            "words" if setup.words_after_success and all(r.ok for _, r in ran) else "free"
-        )  # repeats: ok too
+        after_success = setup.words_after_success and all(r.ok for _, r in ran)  # repeats only: all ok too
+        lead = "words" if after_success else "free"
     raise StopTurn(
         "max_steps",
         f"Stopped after {setup.max_steps} model steps (max_steps). "
@@ -160,11 +159,17 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
     def on_retry(attempt: int, wait: float, reason: str) -> None:
         session.emit("model_retry", {"attempt": attempt, "wait": round(wait, 3), "reason": reason})
 
+    def shown(text: str) -> None:
+        session.emit("text", {"text": text})
+
+    # Where calls may be written as text, a step that starts like one is held until it ends: the person
+    # sees the call run, not its JSON streamed out ahead of the answer.
+    held = HeldText(shown) if setup.recover_tool_calls else None
     await context.fit(session, setup)  # stubs or a summary when the window nears; never a request too big
     completion = await setup.provider.complete(
         setup.request_messages(session.messages),
         setup.registry.specs(),
-        on_text=lambda text: session.emit("text", {"text": text}),
+        on_text=held.feed if held else shown,
         on_retry=on_retry,
         temperature=setup.temperature,
         lead=lead,
@@ -173,6 +178,8 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
         completion = recover_completion(completion, setup.recoverable_names())
         for c in completion.tool_calls:
             session.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
+    if held:
+        held.finish(was_call=bool(completion.tool_calls))
     kept = [_kept(c) for c in completion.tool_calls]
     session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept))
     session.emit("assistant", _assistant_record(completion))

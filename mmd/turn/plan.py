@@ -56,9 +56,7 @@ class TurnSetup:
     choose_skills: bool = False  # choose and read the turn's skill first (mmd/turn/skillpick.py)
     ground_values: bool = False  # a declared or MCP tool's names must come from the session (grounding.py)
     words_after_success: bool = False  # the step after calls that all succeeded starts with words (loop.py)
-    act_first: bool = (
-        False  # this turn's first step is one call: set when a chosen skill applies (skillpick.py)
-    )
+    act_first: bool = False  # the turn's first step is one call: a chosen skill says how (skillpick.py)
     loop: LoopLimits = field(default_factory=LoopLimits)
     phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
     hooks: Hooks | None = None  # the turn's preToolCall / postToolCall hooks

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from mmd.models.base import Completion, ToolCall
-from mmd.models.recovery import default_enabled, recover, recover_completion
+from mmd.models.recovery import HeldText, default_enabled, recover, recover_completion
 
 from ... import paths
 
@@ -270,3 +270,51 @@ def test_completion_with_structured_calls_is_what_the_session_skips():
 )
 def test_default_on_for_local_openai_endpoints(kind, url, on):
     assert default_enabled(kind, url) is on
+
+
+# -- the text of a step that is a call is not shown as if it were the answer ---------------------------------
+
+
+def held(deltas: list[str], *, was_call: bool) -> list[str]:
+    shown: list[str] = []
+    gate = HeldText(shown.append)
+    for delta in deltas:
+        gate.feed(delta)
+    gate.finish(was_call=was_call)
+    return shown
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        ["<tool", '_call>\n{"name": "bash", "arguments": {}}\n</tool_call>'],
+        ["\n ", '{"name"', ': "bash", "arguments": {}}'],
+        ["``", '`json\n{"name": "bash", "arguments": {}}\n```'],
+    ],
+)
+def test_a_step_that_starts_like_a_call_is_held_and_dropped_when_it_was_one(deltas: list[str]) -> None:
+    assert held(deltas, was_call=True) == []
+    assert "".join(held(deltas, was_call=False)) == "".join(deltas)  # not a call after all: shown whole
+
+
+def test_words_stream_as_they_come_even_when_a_call_follows_them() -> None:
+    shown: list[str] = []
+    gate = HeldText(shown.append)
+    gate.feed("  ")
+    assert shown == []
+    gate.feed("Released")
+    assert shown == ["  Released"]
+    gate.feed(' 1.4.2. <tool_call>{"name": "x"}')
+    assert shown == ["  Released", ' 1.4.2. <tool_call>{"name": "x"}']
+    gate.finish(was_call=True)
+    assert len(shown) == 2
+
+
+@pytest.mark.parametrize("text", ["<b>bold</b>", "`ls` lists files", "{{placeholder}} is x"])
+def test_text_that_only_begins_with_a_call_character_streams(text: str) -> None:
+    if text.startswith("{"):  # a brace may open a call: held, then shown because it was none
+        assert held([text], was_call=False) == [text]
+    else:
+        shown: list[str] = []
+        HeldText(shown.append).feed(text)
+        assert shown == [text]

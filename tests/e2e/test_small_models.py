@@ -1,0 +1,129 @@
+"""What mm does for the small models it serves itself, end to end: a real daemon and the real `mm`, the
+scripted model server speaking llama-server's own endpoints (/apply-template, /completion) behind a
+provider with ``constrain_calls: true`` — the way mm talks to a llama-server it constrains.
+
+The logic is unit-tested (tests/unit/turn/test_small_models.py, tests/unit/models/test_grammar.py); the
+real llama-server and model run in tests/e2e/test_local.py. Here the wire and the daemon are real: the
+skill choice with its probabilities, the grammar of each step, the call read back from the text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .conftest import run_mm, write_config
+
+SKILL = """---
+name: release-ops
+description: How to publish a release of the product.
+---
+
+Publish a release: `./actions/release VERSION`. Run exactly one command, then say what it printed.
+"""
+RELEASE = """#!/bin/sh
+echo "$@" >> released.txt
+echo "Released $1."
+"""
+
+
+def project(work: Path) -> Path:
+    """An agent with bash, one skill and the action it names; returns the agent file."""
+    (work / "skills" / "release-ops").mkdir(parents=True)
+    (work / "skills" / "release-ops" / "SKILL.md").write_text(SKILL)
+    (work / "actions").mkdir()
+    (work / "actions" / "release").write_text(RELEASE)
+    (work / "actions" / "release").chmod(0o755)
+    agent = work / "agent.yaml"
+    agent.write_text(
+        yaml.safe_dump({"system": "You help.", "builtins": ["bash", "read_skill"], "skills": ["skills"]})
+    )
+    return agent
+
+
+def as_llama_server(mm_home: Path, server: Any) -> None:
+    """The scripted server as a llama-server mm constrains (config.yaml's ``constrain_calls``)."""
+    write_config(
+        mm_home,
+        {
+            "providers": {
+                "llama": {"kind": "openai", "base_url": f"{server.url}/v1", "constrain_calls": True}
+            },
+            "default_model": "llama/scripted",
+        },
+    )
+
+
+def completions(server: Any) -> list[dict[str, Any]]:
+    return [r["body"] for r in server.requests() if r["path"] == "/completion"]
+
+
+def root_rule(grammar: str) -> str:
+    return next(line for line in grammar.splitlines() if line.startswith("root ::="))
+
+
+def test_a_confident_skill_choice_gives_the_skill_and_the_first_step_must_call(
+    mm_home: Path, scripted: Any
+) -> None:
+    work = mm_home / "work"
+    agent = project(work)
+    server = scripted(
+        [
+            {"text": "release-ops", "probabilities": {"release": 0.9, "none": 0.05}},  # the choice
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "./actions/release 1.4.2"}}]},
+            {"text": "Released 1.4.2."},
+        ],
+        default=False,
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Publish version 1.4.2.", "--agent", str(agent), "--yolo", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Released 1.4.2."
+    assert "skill: release-ops" in result.stderr
+    assert (work / "released.txt").read_text() == "1.4.2\n"  # the call, read back from its <tool_call> text
+
+    choice, act, answer = completions(server)
+    assert root_rule(choice["grammar"]) == 'root ::= "release-ops" | "none"'
+    assert choice["n_probs"] > 0 and choice["temperature"] == 0 and not choice.get("stream")
+    assert (
+        "Which of these skills applies" in choice["prompt"] and "Publish version 1.4.2." in choice["prompt"]
+    )
+    # The first real step: the skill's body in the prompt, read_skill gone, and a call required.
+    assert "Publish a release: `./actions/release VERSION`" in act["prompt"]
+    assert '"read_skill"' not in act["prompt"] and '"bash"' in act["prompt"]
+    assert root_rule(act["grammar"]) == "root ::= [ \\t\\n]* block"
+    # After the call succeeded: words first.
+    assert root_rule(answer["grammar"]) == "root ::= [ \\t\\n]* [^{`< \\t\\n] any*"
+    assert "Released 1.4.2." in answer["prompt"]  # the tool's result, rendered by the template
+
+    sessions = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    shown = json.loads(run_mm("sessions", "show", sessions[0]["id"], "--json", cwd=work).stdout)
+    [chosen] = [e["data"] for e in shown["events"] if e["kind"] == "skill_chosen"]
+    assert chosen == {**chosen, "skill": "release-ops", "options": ["release-ops"], "probability": 0.9}
+
+
+def test_a_request_the_model_would_rather_answer_itself_gets_no_skill_and_a_free_step(
+    mm_home: Path, scripted: Any
+) -> None:
+    """The grammar forced "release-ops", but the model's own first tokens were the answer: no skill."""
+    work = mm_home / "work"
+    agent = project(work)
+    server = scripted(
+        [
+            {"text": "release-ops", "probabilities": {"pong": 0.93, "release": 0.02}},
+            {"text": "pong"},
+        ],
+        default=False,
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Reply with exactly one word: pong", "--agent", str(agent), cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "pong"
+    assert "skill:" not in result.stderr
+    _, step = completions(server)
+    assert root_rule(step["grammar"]) == "root ::= [ \\t\\n]* (block | prose)?"  # words or a call
+    assert '"read_skill"' in step["prompt"]  # the model may still read a skill itself
+    assert not (work / "released.txt").exists()
