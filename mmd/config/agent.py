@@ -17,7 +17,7 @@ import msgspec
 from ..tools.builtin import BUILTIN_TOOLS
 from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
-from .hooks import HooksSpec
+from .hooks import HooksSpec, check_hooks
 from .loader import ConfigError, parse
 from .mcp import McpServerSpec, check_servers
 from .turns import LoopLimits, PhaseSpec, check_phases
@@ -55,7 +55,7 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     loop: LoopLimits = msgspec.field(default_factory=LoopLimits)
     # Phases: only the current phase's tools are offered; next_phase moves on (docs/loops-and-recovery.md).
     phases: list[PhaseSpec] = []
-    # preToolCall / postToolCall hooks (docs/hooks.md); they run after config.yaml's.
+    # Hooks by event, mm's shape or Claude Code's (docs/hooks.md); they run after config.yaml's.
     hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
     # Variables of the daemon's environment handed on to tools, hooks and MCP stdio servers
     # although they hold secrets (else withheld: mmd/procs/environ.py).
@@ -118,5 +118,6 @@ def load_agent_file(path: Path) -> AgentFile:
     check_tools(doc, agent.tools, BUILTIN_TOOLS)
     check_servers(doc, agent.mcp)
     check_phases(doc, agent.phases)
+    check_hooks(doc, agent.hooks)
     skills = [os.path.normpath(path.parent / Path(skill).expanduser()) for skill in agent.skills]
     return msgspec.structs.replace(agent, skills=skills, path=str(path))

@@ -16,7 +16,7 @@ import msgspec
 from mmd import paths
 
 from ..models import PROVIDER_KINDS
-from .hooks import HooksSpec
+from .hooks import HooksSpec, check_hooks
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
 from .mcp import McpServerSpec, check_servers
 
@@ -75,7 +75,7 @@ class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
     # MCP servers by name, for every agent (docs/mcp.md).
     mcp: dict[str, McpServerSpec] = {}
-    # preToolCall / postToolCall hooks for every agent (docs/hooks.md); they run before the agent file's.
+    # Hooks for every agent, mm's shape or Claude Code's (docs/hooks.md); they run before the agent file's.
     hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
     # The file this was loaded from (it may not exist). Not a key of the file.
     path: str | None = None
@@ -98,6 +98,7 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     config = msgspec.structs.replace(doc.convert(UserConfig), path=str(path))
     _check_references(doc, config)
     check_servers(doc, config.mcp)
+    check_hooks(doc, config.hooks)
     return config
 
 

@@ -1,1 +1,1 @@
-"""Policy around tool calls: consent and ``preToolCall`` / ``postToolCall`` hooks; both return verdicts."""
+"""Policy around a turn: consent, and hooks with Claude Code's contract; both return verdicts."""

@@ -1,26 +1,30 @@
-"""``preToolCall`` / ``postToolCall`` hooks: commands that see a tool call and may change its course.
+"""Hooks: commands that see a turn's events (a tool call, a prompt, the end of an answer) and may change
+their course, with Claude Code's contract (docs/hooks.md).
 
 A hook is a child process run under the supervisor (own process group,
 timeout, whole tree stopped at the end) in the session's working directory.
-It reads one JSON object on stdin, in the shape Claude Code gives its
-``PreToolUse`` / ``PostToolUse`` hooks, so existing hook scripts port over.
-How it ends says what happens (docs/hooks.md):
+It reads one JSON object on stdin, as Claude Code gives its hooks
+(https://code.claude.com/docs/en/hooks#hook-input-and-output): the common
+fields, then the event's own; a tool is named as Claude Code names it
+(mmd/policy/hooks_claude.py). How it ends says what happens:
 
-- exit 0: the call goes on; a JSON object on stdout may allow, deny or ask,
-  replace the input (``updatedInput``), add context for the model, or stop
-  the turn (``continue: false``);
-- exit 2: the call is blocked; the hook's stderr is what the model reads;
+- exit 0: go on; a JSON object on stdout may allow, deny or ask, replace the
+  input (``updatedInput``), block (``decision: block``), add context for the
+  model, or stop the turn (``continue: false``); plain text on stdout is
+  context for ``UserPromptSubmit`` and ``SessionStart``;
+- exit 2: block; the hook's stderr is the reason;
 - any other exit, a timeout, a command that cannot start, or a stdout that
   starts with ``{`` but is no JSON object (or nests deeper than 128 levels,
   or gives an ``updatedInput`` deeper than 64: refused before decoding,
   mmd/untrusted.py): a hook error, logged and shown as a ``hook`` event; the
-  call goes on as if the hook had said nothing.
+  turn goes on as if the hook had said nothing.
 
 Several matching hooks run one after the other in a fixed order: the user
-config's first, then the agent file's, each in file order. Input updates
-chain (each hook sees the input the previous one produced, checked by the
-contract each time). The first deny ends the chain and wins over any allow or
-ask before it; otherwise ask wins over allow. Contexts add up in order.
+config's first, then Claude Code's settings files (``import: claude``), then the
+agent file's, each in file order. Input updates chain (each hook sees the input
+the previous one produced, checked by the contract each time). The first deny
+ends the chain and wins over any allow or ask before it; otherwise ask wins
+over allow. Contexts add up in order.
 """
 
 from __future__ import annotations
@@ -31,18 +35,21 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .. import contract
-from ..config.hooks import HookSpec, HooksSpec
+from ..config.hooks import DEFAULT_TIMEOUT, EVENTS, HookSpec, HooksSpec
 from ..procs.supervisor import spawn_error_message, supervised_process
 from ..tools.base import ToolError, ToolResult
 from ..untrusted import MAX_DEPTH, MAX_DOCUMENT_DEPTH, TooDeep, check_json, check_value
+from . import hooks_claude
 
 if TYPE_CHECKING:
     from ..models.base import ToolCall
@@ -50,9 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Event = Literal["preToolCall", "postToolCall"]
-# The hook_event_name a hook reads: Claude Code's names, so its hooks run unchanged.
-CLAUDE_EVENT = {"preToolCall": "PreToolUse", "postToolCall": "PostToolUse"}
+# mm's own names of Claude Code's two tool events (``mm_event`` on stdin, ``MM_HOOK_EVENT``).
+_MM_NAMES = {"PreToolUse": "preToolCall", "PostToolUse": "postToolCall"}
 # Bytes of a hook's stdout, and of its stderr, that are kept; the rest is read and dropped.
 MAX_CAPTURE = 64 * 1024
 # Seconds to read what is left in the pipes after the hook exited (a background child may hold them).
@@ -66,11 +72,16 @@ _DECISIONS = {"allow": "allow", "approve": "allow", "deny": "deny", "block": "de
 # --- configuration ------------------------------------------------------------------------
 
 
+def mm_event(event: str) -> str:
+    """mm's own name of *event*: ``preToolCall`` / ``postToolCall`` for the tool events."""
+    return _MM_NAMES.get(event, event)
+
+
 @dataclass(frozen=True)
 class Hook:
     """One configured hook, its paths resolved."""
 
-    event: Event
+    event: str  # Claude Code's name: PreToolUse, Stop, …
     matcher: str
     argv: list[str]
     label: str  # the command as written, for events and messages
@@ -78,21 +89,41 @@ class Hook:
     base_dir: Path  # folder of the file that declared it
     # Secret-looking variables of the daemon's environment the agent hands on (its pass_env).
     pass_env: tuple[str, ...] = ()
+    # Written in Claude Code's shape: the matcher is a case-sensitive regex, not mm's globs.
+    claude: bool = False
 
-    def matches(self, tool_name: str) -> bool:
-        """Whether *tool_name* matches one of the ``|``-separated globs (case-insensitive)."""
-        name = tool_name.lower()
-        return any(fnmatch.fnmatchcase(name, glob.strip().lower() or "*") for glob in self.matcher.split("|"))
+    def matches(self, *names: str) -> bool:
+        """Whether one of *names* (a tool's Claude Code name and mm's, an event's source) matches.
+
+        mm's shape: ``|``-separated globs, case-insensitive. Claude Code's shape:
+        a regex that must match the whole name, case-sensitive. ``*`` and "" match all.
+        """
+        if self.matcher.strip() in ("", "*"):
+            return True
+        if self.claude:
+            return any(re.fullmatch(self.matcher, name) for name in names)
+        globs = [g.strip().lower() or "*" for g in self.matcher.split("|")]
+        return any(fnmatch.fnmatchcase(name.lower(), glob) for name in names for glob in globs)
 
 
 @dataclass(frozen=True)
 class Hooks:
-    pre: tuple[Hook, ...] = ()
-    post: tuple[Hook, ...] = ()
+    """The hooks of one turn, by event, each list in the order they run."""
 
-    def matching(self, event: Event, tool_name: str) -> list[Hook]:
-        hooks = self.pre if event == "preToolCall" else self.post
-        return [h for h in hooks if h.matches(tool_name)]
+    by_event: dict[str, tuple[Hook, ...]] = field(default_factory=dict)
+
+    @property
+    def pre(self) -> tuple[Hook, ...]:
+        return self.by_event.get("PreToolUse", ())
+
+    @property
+    def post(self) -> tuple[Hook, ...]:
+        return self.by_event.get("PostToolUse", ())
+
+    def matching(self, event: str, *names: str) -> list[Hook]:
+        """The hooks of *event* whose matcher matches one of *names* (no names: every hook)."""
+        hooks = self.by_event.get(event, ())
+        return [h for h in hooks if not names or h.matches(*names)]
 
 
 def hook_argv(command: str | list[str], base_dir: Path) -> list[str]:
@@ -116,43 +147,53 @@ def hook_argv(command: str | list[str], base_dir: Path) -> list[str]:
     return [program, *command[1:]]
 
 
-def _resolve(event: Event, specs: list[HookSpec], base_dir: Path, pass_env: tuple[str, ...]) -> list[Hook]:
+def claude_argv(command: str) -> list[str]:
+    """A Claude Code-shape command: a shell line, run by bash as Claude Code runs it (else /bin/sh)."""
+    return [shutil.which("bash") or "/bin/sh", "-c", command]
+
+
+def _resolve(spec: HooksSpec, base_dir: Path, pass_env: tuple[str, ...]) -> dict[str, list[Hook]]:
+    out: dict[str, list[Hook]] = {}
+    for event in EVENTS:
+        for _key, entry in spec.entries(event):
+            out.setdefault(event, []).extend(_entry_hooks(event, entry, base_dir, pass_env))
+    return out
+
+
+def _entry_hooks(event: str, entry: HookSpec, base_dir: Path, pass_env: tuple[str, ...]) -> list[Hook]:
+    if entry.hooks is not None:  # Claude Code's shape
+        return [
+            Hook(event, entry.matcher, claude_argv(h.command), h.command, h.timeout, base_dir, pass_env, True)
+            for h in entry.hooks
+        ]
+    assert entry.command is not None
+    label = entry.command if isinstance(entry.command, str) else " ".join(entry.command)
+    timeout = entry.timeout if entry.timeout is not None else DEFAULT_TIMEOUT
     return [
-        Hook(
-            event=event,
-            matcher=s.matcher,
-            argv=hook_argv(s.command, base_dir),
-            label=s.command if isinstance(s.command, str) else " ".join(s.command),
-            timeout=s.timeout,
-            base_dir=base_dir,
-            pass_env=pass_env,
-        )
-        for s in specs
+        Hook(event, entry.matcher, hook_argv(entry.command, base_dir), label, timeout, base_dir, pass_env)
     ]
 
 
 def merged_hooks(
-    user: HooksSpec, user_dir: Path, agent: HooksSpec, agent_dir: Path, *, pass_env: tuple[str, ...] = ()
+    user: HooksSpec,
+    user_dir: Path,
+    agent: HooksSpec,
+    agent_dir: Path,
+    *,
+    pass_env: tuple[str, ...] = (),
+    imported: Sequence[tuple[HooksSpec, Path]] = (),
 ) -> Hooks:
-    """The hooks of one turn: config.yaml's first, then the agent file's, each in file order.
+    """The hooks of one turn: config.yaml's first, then *imported* (Claude Code's settings files,
+    ``import: claude``), then the agent file's, each in file order.
 
     Relative command paths start at the folder of the file that declared them.
     *pass_env* (the agent's) names the secret-looking variables every hook gets anyway.
     """
-    return Hooks(
-        pre=tuple(
-            [
-                *_resolve("preToolCall", user.pre_tool_call, user_dir, pass_env),
-                *_resolve("preToolCall", agent.pre_tool_call, agent_dir, pass_env),
-            ]
-        ),
-        post=tuple(
-            [
-                *_resolve("postToolCall", user.post_tool_call, user_dir, pass_env),
-                *_resolve("postToolCall", agent.post_tool_call, agent_dir, pass_env),
-            ]
-        ),
-    )
+    merged: dict[str, list[Hook]] = {}
+    for spec, folder in [(user, user_dir), *imported, (agent, agent_dir)]:
+        for event, hooks in _resolve(spec, folder, pass_env).items():
+            merged.setdefault(event, []).extend(hooks)
+    return Hooks({event: tuple(hooks) for event, hooks in merged.items()})
 
 
 # --- running one hook -----------------------------------------------------------------------
@@ -271,6 +312,7 @@ class Verdict:
     stop: str | None = None  # continue: false → why the turn stops
     system_message: str | None = None
     error: str | None = None  # a hook error: logged, and the call goes on
+    text: str | None = None  # plain text on stdout (context for UserPromptSubmit and SessionStart)
 
 
 def read_verdict(run: HookRun) -> Verdict:
@@ -286,7 +328,7 @@ def read_verdict(run: HookRun) -> Verdict:
         return Verdict(error=f"exit code {run.exit_code}{detail}")
     text = run.stdout.strip()
     if not text.startswith("{"):
-        return Verdict()  # plain text on stdout is only shown in the hook event
+        return Verdict(text=text or None)  # shown in the hook event; context for some events
     try:
         check_json(text, what="stdout is JSON", max_depth=MAX_DOCUMENT_DEPTH)  # before json.loads recurses
     except TooDeep as exc:
@@ -344,20 +386,45 @@ def _fields(obj: dict[str, Any]) -> Verdict:
     )
 
 
-# --- a whole chain, for one call --------------------------------------------------------------
+# --- a whole chain, for one call or one event ---------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Site:
-    """Where the hooks of a call run: the session's id and working directory."""
+    """Where a turn's hooks run, and what every hook reads of it (Claude Code's common input fields)."""
 
     session_id: str
     cwd: Path
+    transcript_path: str = ""  # the session's JSONL transcript (mmd/turn/transcript.py)
+    # Claude Code's name of mm's mode: "default", or "bypassPermissions" under yolo.
+    permission_mode: str = "default"
+
+    @classmethod
+    def for_turn(cls, session: Any, *, yolo: bool) -> Site:
+        """The site of a turn of *session* (its id, cwd and ``transcript``); under yolo calls run
+        without asking, which Claude Code calls bypassPermissions."""
+        return cls(
+            session_id=session.id,
+            cwd=session.cwd,
+            transcript_path=str(getattr(session, "transcript", "") or ""),
+            permission_mode="bypassPermissions" if yolo else "default",
+        )
+
+    def common(self, event: str) -> dict[str, Any]:
+        """The fields every hook of *event* reads first."""
+        return {
+            "session_id": self.session_id,
+            "transcript_path": self.transcript_path,
+            "cwd": str(self.cwd),
+            "permission_mode": self.permission_mode,
+            "hook_event_name": event,
+            "mm_event": mm_event(event),
+        }
 
 
 @dataclass
 class Outcome:
-    """What a chain of hooks decided, and what it reports; the call pipeline acts on it.
+    """What a chain of hooks decided, and what it reports; the turn acts on it.
 
     ``events`` are the ``hook`` and ``warning`` records to publish, in order; ``stop``
     is set when a hook answered ``continue: false``: the turn ends with that text.
@@ -370,7 +437,7 @@ class Outcome:
 
 @dataclass
 class PreOutcome(Outcome):
-    """What the preToolCall hooks decided for one call."""
+    """What the PreToolUse hooks decided for one call."""
 
     args: dict[str, Any] = field(default_factory=dict)  # to run with (updated by the hooks, validated)
     decision: str | None = None  # allow or ask for the consent gate; deny is ``answer``
@@ -384,9 +451,20 @@ class PreOutcome(Outcome):
 
 @dataclass
 class PostOutcome(Outcome):
-    """What the postToolCall hooks made of a result: ``result`` is what the model reads."""
+    """What the PostToolUse hooks made of a result: ``result`` is what the model reads."""
 
     result: ToolResult = field(default_factory=lambda: ToolResult(ok=True, content=""))
+
+
+@dataclass
+class EventOutcome(Outcome):
+    """What the hooks of an event other than a tool call decided.
+
+    ``blocked`` is the reason when one blocked (exit 2, ``decision: block``): the
+    prompt is refused (UserPromptSubmit), the model goes on (Stop).
+    """
+
+    blocked: str | None = None
 
 
 def add_context(result: ToolResult, context: list[str]) -> ToolResult:
@@ -395,36 +473,40 @@ def add_context(result: ToolResult, context: list[str]) -> ToolResult:
     return ToolResult(ok=result.ok, content="\n\n".join([result.content, *context]), data=result.data)
 
 
-def _payload(
-    event: Event, site: Site, call: ToolCall, tool_name: str, args: dict[str, Any]
-) -> dict[str, Any]:
+# Events whose hooks' plain stdout (exit 0, no JSON) is context for the model, as in Claude Code.
+_TEXT_IS_CONTEXT = frozenset({"UserPromptSubmit", "SessionStart"})
+
+
+def _tool_payload(event: str, site: Site, call: ToolCall, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
     return {
-        "session_id": site.session_id,
-        "cwd": str(site.cwd),
-        "hook_event_name": CLAUDE_EVENT[event],
-        "mm_event": event,
-        "tool_name": tool_name,
-        "tool_input": args,
+        **site.common(event),
+        "tool_name": hooks_claude.claude_name(tool),
+        "tool_input": hooks_claude.to_claude(tool, args, site.cwd),
         "tool_use_id": call.id,
+        "mm_tool_name": tool.name,
+        "mm_tool_input": args,
     }
 
 
-def _env(event: Event, hook: Hook, site: Site, call: ToolCall, tool_name: str) -> dict[str, str]:
-    return {
+def _env(hook: Hook, site: Site, call: ToolCall | None, tool_name: str | None) -> dict[str, str]:
+    env = {
         "MM_SESSION_ID": site.session_id,
-        "MM_TOOL_CALL_ID": call.id,
-        "MM_TOOL_NAME": tool_name,
-        "MM_HOOK_EVENT": event,
+        "MM_HOOK_EVENT": mm_event(hook.event),
         "MM_HOOK_DIR": str(hook.base_dir),
         "CLAUDE_PROJECT_DIR": str(site.cwd),
     }
+    if call is not None and tool_name is not None:
+        env |= {"MM_TOOL_CALL_ID": call.id, "MM_TOOL_NAME": tool_name}
+    return env
 
 
-def _record(hook: Hook, run: HookRun, verdict: Verdict, call: ToolCall, tool_name: str) -> dict[str, Any]:
+def _record(
+    hook: Hook, run: HookRun, verdict: Verdict, call: ToolCall | None, tool_name: str | None
+) -> dict[str, Any]:
     return {
-        "event": hook.event,
+        "event": mm_event(hook.event),
         "hook": hook.label,
-        "call_id": call.id,
+        "call_id": call.id if call else None,
         "tool": tool_name,
         "exit_code": run.exit_code,
         "decision": "error" if verdict.error else verdict.decision,
@@ -441,45 +523,48 @@ async def _one(
     hook: Hook,
     payload: dict[str, Any],
     site: Site,
-    call: ToolCall,
-    tool_name: str,
+    call: ToolCall | None,
+    tool_name: str | None,
     grace: float,
     out: Outcome,
 ) -> Verdict:
     """Run one hook; its reports go to ``out.events``, a ``continue: false`` to ``out.stop``."""
-    env = _env(hook.event, hook, site, call, tool_name)
+    name = mm_event(hook.event)
+    env = _env(hook, site, call, tool_name)
     run = await run_hook(hook, payload, cwd=site.cwd, env=env, grace=grace)
     verdict = read_verdict(run)
     if verdict.error is not None:
-        log.warning("%s hook %r for %s: hook error: %s", hook.event, hook.label, tool_name, verdict.error)
+        log.warning(
+            "%s hook %r for %s: hook error: %s", name, hook.label, tool_name or "the turn", verdict.error
+        )
     out.events.append(("hook", _record(hook, run, verdict, call, tool_name)))
     if verdict.system_message:
-        out.events.append(
-            ("warning", {"message": f"{hook.event} hook {hook.label}: {verdict.system_message}"})
-        )
+        out.events.append(("warning", {"message": f"{name} hook {hook.label}: {verdict.system_message}"}))
     if verdict.stop is not None:
-        out.stop = f"Stopped by the {hook.event} hook {hook.label}: {verdict.stop}"
+        out.stop = f"Stopped by the {name} hook {hook.label}: {verdict.stop}"
     return verdict
 
 
 async def run_pre_hooks(
     hooks: Hooks | None, *, tool: Tool, call: ToolCall, args: dict[str, Any], site: Site, grace: float = 3.0
 ) -> PreOutcome:
-    """Run the preToolCall hooks that match *tool*, in order, on arguments the contract validated.
+    """Run the PreToolUse hooks that match *tool* (by Claude Code's name or mm's), in order, on
+    arguments the contract validated.
 
     A hook that answers ``continue: false`` ends the chain with ``stop`` set. Every
     other failure of a hook is a hook error: logged, reported, and skipped.
     """
     outcome = PreOutcome(args=args)
-    for hook in hooks.matching("preToolCall", tool.name) if hooks else []:
-        payload = _payload("preToolCall", site, call, tool.name, outcome.args)
+    names = (hooks_claude.claude_name(tool), tool.name)
+    for hook in hooks.matching("PreToolUse", *names) if hooks else []:
+        payload = _tool_payload("PreToolUse", site, call, tool, outcome.args)
         verdict = await _one(hook, payload, site, call, tool.name, grace, outcome)
-        if outcome.stop is not None or _apply_pre(outcome, verdict, tool, hook):
+        if outcome.stop is not None or _apply_pre(outcome, verdict, tool, hook, site.cwd):
             break
     return outcome
 
 
-def _apply_pre(outcome: PreOutcome, verdict: Verdict, tool: Tool, hook: Hook) -> bool:
+def _apply_pre(outcome: PreOutcome, verdict: Verdict, tool: Tool, hook: Hook, cwd: Path) -> bool:
     """Fold one hook's verdict into *outcome*; True when the chain ends here."""
     if verdict.error is not None:
         return False
@@ -496,8 +581,9 @@ def _apply_pre(outcome: PreOutcome, verdict: Verdict, tool: Tool, hook: Hook) ->
         outcome.decision = "deny"
         return True
     if verdict.updated_input is not None:
+        updated = hooks_claude.to_mm(tool, verdict.updated_input, outcome.args, cwd)
         try:
-            outcome.args = contract.validate(tool.parameters, verdict.updated_input, example=tool.example)
+            outcome.args = contract.validate(tool.parameters, updated, example=tool.example)
         except ToolError as err:
             outcome.answer = _invalid_update(tool, hook, verdict.updated_input, err)
             return True
@@ -538,14 +624,16 @@ async def run_post_hooks(
     site: Site,
     grace: float = 3.0,
 ) -> PostOutcome:
-    """Run the postToolCall hooks that match *tool* on its result.
+    """Run the PostToolUse hooks that match *tool* on its result.
 
-    A deny (or exit 2) replaces the result with a block message and ends the
-    chain; contexts are appended; ``continue: false`` ends the chain with ``stop`` set.
+    A deny (or exit 2, or ``decision: block``) replaces the result with a block
+    message and ends the chain; contexts are appended; ``continue: false`` ends
+    the chain with ``stop`` set.
     """
     out = PostOutcome(result=result)
-    for hook in hooks.matching("postToolCall", tool.name) if hooks else []:
-        payload = _payload("postToolCall", site, call, tool.name, args)
+    names = (hooks_claude.claude_name(tool), tool.name)
+    for hook in hooks.matching("PostToolUse", *names) if hooks else []:
+        payload = _tool_payload("PostToolUse", site, call, tool, args)
         payload["tool_response"] = {"ok": result.ok, "content": result.content, "data": result.data}
         verdict = await _one(hook, payload, site, call, tool.name, grace, out)
         if out.stop is not None:
@@ -563,4 +651,36 @@ async def run_post_hooks(
             )
             break
     out.result = add_context(out.result, out.context)
+    return out
+
+
+async def run_event_hooks(
+    hooks: Hooks | None,
+    event: str,
+    *,
+    site: Site,
+    fields: dict[str, Any],
+    subject: tuple[str, ...] = (),
+    grace: float = 3.0,
+) -> EventOutcome:
+    """Run the hooks of *event* (not a tool event) with *fields* added to the common input.
+
+    *subject* is what matchers match (SessionStart's source, Notification's
+    type, SessionEnd's reason); none: every hook of the event runs, as Claude
+    Code runs UserPromptSubmit and Stop hooks. The first block ends the chain.
+    """
+    out = EventOutcome()
+    for hook in hooks.matching(event, *subject) if hooks else []:
+        verdict = await _one(hook, {**site.common(event), **fields}, site, None, None, grace, out)
+        if out.stop is not None:
+            break
+        if verdict.error is not None:
+            continue
+        if verdict.context:
+            out.context.append(verdict.context)
+        elif verdict.text and event in _TEXT_IS_CONTEXT:
+            out.context.append(verdict.text)
+        if verdict.decision == "deny":
+            out.blocked = verdict.reason or f"blocked by the {event} hook {hook.label} (no reason given)"
+            break
     return out

@@ -359,6 +359,14 @@ class Daemon:
             log.warning("%s", warning)
         return setup
 
+    def spawn(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` in the daemon's root nursery: hooks that nothing waits for (SessionEnd after the
+        client left, Notification). Cancelled at shutdown, so they never hold it up; after it, not run."""
+        try:
+            self._root.start_soon(fn, *args)
+        except (AttributeError, RuntimeError):  # not serving yet, or shutting down
+            log.info("not run (the daemon is not serving): %s", getattr(fn, "__name__", fn))
+
     async def _run_turn(self, session: Session, prompt: str, setup: TurnSetup) -> None:
         try:
             await session.run_turn(prompt, setup)

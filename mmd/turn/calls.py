@@ -5,7 +5,7 @@ through once (:data:`STAGES`):
 
 1. ``contract``: parse and validate against the tool's schema (an invalid call
    is answered, quoting it back), record selection telemetry, announce the call;
-2. ``pre_hooks``: the preToolCall hooks may block, update the input or decide consent;
+2. ``pre_hooks``: the PreToolUse hooks may block, update the input or decide consent;
 3. ``replay``: a repeated write of an idempotent tool gets its stored first result;
 4. ``consent``: the policy's verdict (ledger, yolo, or a person asked);
 5. ``execute``: the tool runs under the supervisor; its output is echoed live, truncated for
@@ -13,7 +13,7 @@ through once (:data:`STAGES`):
    tools share (mmd/tools/process.py), so no stage after it can do that part;
 6. ``verify``: a write with a named verification read runs that read;
 7. ``remember``: an idempotent write's result is stored under its key;
-8. ``post_hooks``: the postToolCall hooks may withhold the result or add context.
+8. ``post_hooks``: the PostToolUse hooks may withhold the result or add context.
 
 Policy (mmd/policy) only returns verdicts; this module acts on them: it
 publishes their events and ends the turn (:class:`StopTurn`) when one says so.
@@ -285,7 +285,7 @@ class CallRunner:
             raise StopTurn("denied", outcome.stop)
 
     def _site(self) -> Site:
-        return Site(session_id=self.session.id, cwd=self.session.cwd)
+        return Site.for_turn(self.session, yolo=self.setup.yolo)
 
     def _roots(self) -> list[str]:
         folders = self.setup.skills.folders() if self.setup.skills else ()

@@ -17,7 +17,7 @@ from ..contract import ToolResult
 from ..models.base import Completion, Lead, Message, ModelError, ToolCall
 from ..models.recovery import HeldText, recover_completion
 from ..untrusted import MAX_ARGUMENTS_BYTES
-from . import answers, context, phases, skillpick
+from . import answers, context, hookpoints, phases, skillpick
 from .calls import CallRunner, Conversation, StopTurn
 from .loops import Key, LoopDetector, call_key, error_code
 from .plan import TurnSetup
@@ -35,10 +35,18 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     await skillpick.begin(session, setup)  # small local models: the skill chosen and given to them
     progress = Progress(detector=LoopDetector(setup.loop))
     lead: Lead = "call" if setup.act_first else "free"
+    stop_blocks = 0  # times a Stop hook made the model go on in this turn (stop_hook_active once any)
     for _ in range(setup.max_steps):
         completion = await model_step(session, setup, lead=lead)
         if not completion.tool_calls:
-            return await _final(session, setup, completion.text, progress)
+            status, text = await _final(session, setup, completion.text, progress)
+            go_on = await hookpoints.stop_blocked(session, setup, text, stop_blocks)
+            if go_on is None:
+                return status, text
+            stop_blocks += 1  # a Stop hook asks the model to go on: its reason is the next message
+            session.add_message(Message(role="user", content=go_on))
+            lead = "free"
+            continue
         before = len(progress.ran)
         for call in completion.tool_calls:
             await _one_call(session, runner, progress, call)

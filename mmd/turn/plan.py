@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import paths
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
+from ..config.hooks import HooksSpec, claude_settings_files, claude_settings_hooks
 from ..config.secrets import credential_variables, secret_variables
 from ..config.turns import LoopLimits, PhaseSpec
 from ..local import catalog as local_catalog
@@ -59,7 +60,7 @@ class TurnSetup:
     act_first: bool = False  # the turn's first step is one call: a chosen skill says how (skillpick.py)
     loop: LoopLimits = field(default_factory=LoopLimits)
     phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
-    hooks: Hooks | None = None  # the turn's preToolCall / postToolCall hooks
+    hooks: Hooks | None = None  # the turn's hooks, by event (docs/hooks.md)
     # Secret-looking variables of the daemon's environment the agent hands on to its children.
     pass_env: tuple[str, ...] = ()
     # The model's window and token counter (mmd/turn/context.py); None: no budget is kept.
@@ -122,6 +123,9 @@ class Plan:
     agent_path: str | None
     model: ModelRef
     yolo: bool = False
+    # Claude Code's settings files' hooks (`import: claude`), each with its folder, and what was skipped.
+    claude_hooks: list[tuple[HooksSpec, Path]] = field(default_factory=list)
+    hook_warnings: list[str] = field(default_factory=list)
 
 
 def load_agent(cwd: Path, agent_path: str | None) -> tuple[AgentFile, Path | None]:
@@ -168,9 +172,12 @@ def resolve(cwd: Path, *, agent: str | None, model: str | None, yolo: bool, conf
         )
     try:
         chosen = ModelRef.parse(config, ref, found.parent if found else cwd)
+        claude_hooks, hook_warnings = _claude_hooks(cwd, agent_file, config)
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
     return Plan(
+        claude_hooks=claude_hooks,
+        hook_warnings=hook_warnings,
         cwd=cwd,
         config=config,
         config_path=config_path,
@@ -179,6 +186,24 @@ def resolve(cwd: Path, *, agent: str | None, model: str | None, yolo: bool, conf
         model=chosen,
         yolo=yolo,
     )
+
+
+def _claude_hooks(
+    cwd: Path, agent: AgentFile, config: UserConfig
+) -> tuple[list[tuple[HooksSpec, Path]], list[str]]:
+    """The hooks of Claude Code's settings files when the agent file or config.yaml says `import: claude`.
+
+    Errors: ConfigError for a malformed settings file, with its line.
+    """
+    if "claude" not in (agent.hooks.import_, config.hooks.import_):
+        return [], []
+    found, warnings = [], []
+    for path in claude_settings_files(cwd):
+        spec, skipped = claude_settings_hooks(path)
+        warnings += skipped
+        if spec is not None:
+            found.append((spec, path.parent.parent))  # the project root, or the home folder
+    return found, warnings
 
 
 def _local_default() -> str | None:
@@ -202,9 +227,14 @@ def assemble(
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     pass_env = tuple(agent.pass_env)
     return TurnSetup(
-        warnings=[*mcp_warnings, *warnings],  # emitted by the turn, so they are among its events
+        warnings=[*mcp_warnings, *warnings, *plan.hook_warnings],  # emitted by the turn: among its events
         hooks=merged_hooks(
-            plan.config.hooks, plan.config_path.parent, agent.hooks, agent.base_dir or cwd, pass_env=pass_env
+            plan.config.hooks,
+            plan.config_path.parent,
+            agent.hooks,
+            agent.base_dir or cwd,
+            pass_env=pass_env,
+            imported=plan.claude_hooks,
         ),
         pass_env=pass_env,
         provider=provider,

@@ -19,6 +19,7 @@ from ..models.base import Message, ModelError
 from ..policy.consent import Answer, Asks, Ledger, Pending
 from ..rpc.methods import ConsentAnswer, Event
 from ..store import SessionRow, Store
+from . import hookpoints, transcript
 from .loop import StopTurn, run_steps
 from .plan import TurnSetup
 
@@ -60,6 +61,13 @@ class Session:
         self._scope: trio.CancelScope | None = None
         self.asks = Asks()
         self.ledger = Ledger(self.store, self.id, str(self.cwd))
+        # The conversation as JSON lines, for hooks (transcript_path; mmd/turn/transcript.py).
+        self.transcript = transcript.path_for(host.state_dir, row.id)
+        # The setup of the last turn (its hooks), and whether SessionStart ran since a client came.
+        self._setup: TurnSetup | None = None
+        self.hooks_started = False
+        # Starts a task in the daemon's nursery (for SessionEnd hooks once the last client left).
+        self._spawn = getattr(host, "spawn", None)
         # trio.current_time() when it last stopped being in use (a turn, a client), for unloading.
         self.idle_since = trio.current_time()
         self.close_open_calls("the daemon stopped before this call finished")
@@ -84,6 +92,8 @@ class Session:
             self.asks.deny_all()  # the last client that could answer went away
         if not self.subscribers:
             self.idle_since = trio.current_time()
+            if not self.running:
+                self._end_hooks()
 
     def idle_for(self, now: float) -> float:
         """Seconds this session has been unused (no turn, no client, no ask); 0 while in use.
@@ -101,7 +111,19 @@ class Session:
         return any(self.subscribers.values())
 
     async def ask(self, request: dict[str, Any], pending: Pending) -> Answer:
-        """Announce a ``consent_needed`` ask and wait for a client's answer."""
+        """Announce a ``consent_needed`` ask and wait for a client's answer.
+
+        Notification hooks run meanwhile in the daemon's nursery: a slow one never delays the answer.
+        """
+        setup = self._setup
+        if (
+            self._spawn is not None
+            and setup is not None
+            and setup.hooks
+            and setup.hooks.matching("Notification")
+        ):
+            message = f"mm needs your permission to use {request.get('tool', 'a tool')}"
+            self._spawn(hookpoints.notify_guarded, self, setup.hooks, setup.yolo, setup.limits.grace, message)
         request_id, answer = await self.asks.wait(
             pending, lambda rid: self.emit("consent_needed", {"request_id": rid, **request})
         )
@@ -125,6 +147,7 @@ class Session:
     def add_message(self, msg: Message) -> None:
         self.store.append_message(self.id, msg)
         self.messages.append(msg)
+        transcript.append(self.transcript, self.id, msg)
 
     def replace_messages(self, messages: list[Message]) -> None:
         """The whole conversation replaced (stubs, a summary: mmd/turn/context.py), stored first."""
@@ -177,6 +200,10 @@ class Session:
         self._begin(prompt, setup)
         try:
             with trio.CancelScope() as self._scope:
+                start = None if self.hooks_started else ("resume" if self.messages else "startup")
+                self.hooks_started = True
+                content = await hookpoints.prompt_content(self, setup, prompt, start=start)
+                self.add_message(Message(role="user", content=content))
                 status, text = await run_steps(self, setup)
         except StopTurn as stop:
             status, text = stop.status, stop.text
@@ -195,7 +222,8 @@ class Session:
         if not self.row.title:
             self.store.set_title(self.id, prompt)
             self.row.title = self.store.get_session(self.id).title
-        self.add_message(Message(role="user", content=prompt))
+        self._setup = setup
+        transcript.touch(self.transcript)
 
     def _end(self, status: str, text: str, error: str | None) -> None:
         self._scope = None
@@ -205,3 +233,17 @@ class Session:
         self.store.touch_session(self.id)
         self.emit("turn_ended", {"status": status, "text": text, "error": error})
         self.turn_done.set()
+        if not self.subscribers:
+            self._end_hooks()
+
+    def _end_hooks(self) -> None:
+        """SessionEnd hooks, once the last client left a session whose SessionStart ran (in the daemon's
+        nursery: the client is gone, nothing waits for them). The next prompt is a resume."""
+        if not self.hooks_started:
+            return
+        setup, self.hooks_started = self._setup, False
+        if self._spawn is None or setup is None or not (setup.hooks and setup.hooks.matching("SessionEnd")):
+            return
+        self._spawn(
+            hookpoints.session_end_guarded, self, setup.hooks, setup.yolo, setup.limits.grace, "other"
+        )

@@ -108,12 +108,16 @@ async def test_exit_0_without_output_lets_the_call_go_on_and_gets_the_claude_cod
     got = seen(tmp_path, "h.py")
     assert got["stdin"] == {
         "session_id": "s-hooks",
+        "transcript_path": "",
         "cwd": str(work),
+        "permission_mode": "default",
         "hook_event_name": "PreToolUse",
         "mm_event": "preToolCall",
-        "tool_name": "bash",
+        "tool_name": "Bash",
         "tool_input": {"command": "ls"},
         "tool_use_id": "call-1",
+        "mm_tool_name": "bash",
+        "mm_tool_input": {"command": "ls"},
     }
     assert got["cwd"] == str(work)
     env = got["env"]
@@ -420,9 +424,28 @@ def test_user_hooks_run_before_the_agent_files_each_from_its_own_folder(tmp_path
     ("text", "message"),
     [
         (
-            "hooks:\n  PreToolUse: []\n",
-            "2: hooks.PreToolUse: unknown key; expected one of postToolCall, preToolCall",
+            "hooks:\n  PreTooluse: []\n",
+            "2: hooks.PreTooluse: unknown key; expected one of Notification, PostToolUse, PreToolUse, "
+            "SessionEnd, SessionStart, Stop, UserPromptSubmit, import, postToolCall, preToolCall — "
+            'did you mean "PreToolUse"?',
         ),
+        (
+            "hooks:\n  Stop:\n    - hooks:\n        - {type: prompt, command: x}\n",
+            '4: hooks.Stop[0].hooks[0].type: expected "command" (mm runs command hooks only), found a string',
+        ),
+        (
+            "hooks:\n  PreToolUse:\n    - matcher: 'Edit|(Write'\n      hooks: [{type: command, command: x}]\n",
+            "3: hooks.PreToolUse[0].matcher: not a regular expression",
+        ),
+        (
+            "hooks:\n  PreToolUse:\n    - {timeout: 3, hooks: [{type: command, command: x}]}\n",
+            "3: hooks.PreToolUse[0].timeout: a timeout beside hooks:",
+        ),
+        (
+            "hooks:\n  PreToolUse:\n    - {command: x, hooks: [{type: command, command: x}]}\n",
+            "3: hooks.PreToolUse[0]: both command and hooks",
+        ),
+        ("hooks:\n  import: codex\n", '2: hooks.import: expected one of "claude", found a string ("codex")'),
         (
             "hooks:\n  preToolCall:\n    - {command: 3}\n",
             '3: hooks.preToolCall[0].command: expected a list like ["./hooks/guard.sh"] or a string',
@@ -431,7 +454,10 @@ def test_user_hooks_run_before_the_agent_files_each_from_its_own_folder(tmp_path
             "hooks:\n  preToolCall:\n    - {command: x, timeout: 0}\n",
             "3: hooks.preToolCall[0].timeout: expected a number, more than 0",
         ),
-        ("hooks:\n  preToolCall:\n    - {matcher: bash}\n", "3: hooks.preToolCall[0].command: missing"),
+        (
+            "hooks:\n  preToolCall:\n    - {matcher: bash}\n",
+            "3: hooks.preToolCall[0]: neither command nor hooks; expected command: (mm's shape) or hooks:",
+        ),
     ],
 )
 def test_config_errors_name_the_line(tmp_path, text, message):

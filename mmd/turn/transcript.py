@@ -1,0 +1,58 @@
+"""A session's transcript: its conversation as JSON lines, the file a hook's ``transcript_path`` names.
+
+Claude Code hands every hook the path of the session's transcript (a JSONL
+file); mm writes one per session at
+``$XDG_STATE_HOME/mm/transcripts/<session id>.jsonl``, in the daemon's private
+state folder. Each message added to the conversation is appended as it is
+added, so a hook reads everything up to the moment it runs: one object per
+line, ``{"type": role, "session_id", "timestamp", "message": {role, content,
+tool_calls?, tool_call_id?, name?}}``. A compaction rewrites the stored
+conversation, not this file: the transcript only grows.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+from pathlib import Path
+
+import msgspec
+
+from ..models.base import Message
+
+log = logging.getLogger(__name__)
+
+
+def path_for(state_dir: Path, session_id: str) -> Path:
+    """Where the transcript of *session_id* is written."""
+    return state_dir / "transcripts" / f"{session_id}.jsonl"
+
+
+def touch(path: Path) -> None:
+    """Create the transcript (empty) so a hook that runs before the first message can open it."""
+    _append(path, b"")
+
+
+def append(path: Path, session_id: str, msg: Message) -> None:
+    """Append *msg*; a failed write is logged, never raised (the store keeps the conversation)."""
+    record = {
+        "type": msg.role,
+        "session_id": session_id,
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        "message": msgspec.to_builtins(msg),
+    }
+    _append(path, json.dumps(record, ensure_ascii=False).encode() + b"\n")
+
+
+def _append(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("transcript %s: cannot write it: %s", path, exc)
