@@ -93,6 +93,10 @@ class SkillsList(_Params):
     agent: str | None = None  # agent file path, absolute
 
 
+class ModelsList(_Params):
+    pass
+
+
 class ToolsCheck(_Params):
     agent: str  # agent file path, absolute
 

@@ -189,6 +189,17 @@ class SkillsListed(_Result):
     warnings: list[str]
 
 
+class ModelInfo(_Result):
+    name: str  # what session.prompt's model takes: an alias of config.yaml, or local/NAME
+    provider: str
+    model: str  # the model id the provider knows
+
+
+class ModelsListed(_Result):
+    models: list[ModelInfo]
+    default_model: str | None
+
+
 class ToolsChecked(_Result):
     agent: str | None
     tools: list[str]  # the declared tool names

@@ -9,19 +9,22 @@ the limit. The limit lasts for the turn; the next prompt starts with every tool,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..tools.allowed import ALWAYS, limit_of
 from ..tools.base import Tool, ToolContext, ToolError
 from ..tools.registry import Registry
 from ..tools.skills import Skill
-
-if TYPE_CHECKING:  # calls.py imports this module
-    from .calls import Conversation
-    from .plan import TurnSetup
+from .plan import TurnSetup
 
 # The event that says which tools a skill in use leaves the turn (docs/protocol.md).
 SKILL_TOOLS = "skill_tools"
+
+
+class Conversation(Protocol):
+    """What this module needs of the session (calls.Conversation, which imports this module, has it)."""
+
+    def emit(self, kind: str, data: dict[str, Any]) -> Any: ...
 
 
 def use(session: Conversation, setup: TurnSetup, skill: Skill) -> None:
