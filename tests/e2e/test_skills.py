@@ -1,12 +1,13 @@
 """Skills through a real mmd and the real mm CLI: where they are found, `mm skills list`, a missing
 configured folder, and allowed-tools enforced on a turn with the scripted model server.
 
-HOME is a folder of the test's own, so ~/.claude/skills is the test's.
+HOME is a folder of the test's own (the mm_home fixture's), so ~/.claude/skills is the test's.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,10 @@ def stream(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def home(mm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The test's HOME (the daemon the CLI starts inherits it)."""
-    folder = mm_home / "home"
-    folder.mkdir()
-    monkeypatch.setenv("HOME", str(folder))
-    return folder
+def home(mm_home: Path) -> Path:
+    """The test's HOME, set by mm_home (the daemon the CLI starts inherits it)."""
+    assert os.environ["HOME"] == str(mm_home / "home")
+    return mm_home / "home"
 
 
 @pytest.fixture
