@@ -34,6 +34,11 @@ MAX_SKILL_BYTES = 256 * 1024
 _NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 # The line that closes the front matter.
 _CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
+# Entries of one skills folder read: a cloned repository's 100,000 folders must not become 100,000 warnings
+# (and reads) on every prompt; real skill folders hold tens.
+MAX_FOLDERS = 500
+# Folders without SKILL.md warned about one by one in one skills folder; the rest in one line.
+MAX_SKIPPED_WARNINGS = 20
 # Folders of a skills directory that are not attempted skills.
 _IGNORED = ("__pycache__", "node_modules")
 
@@ -153,15 +158,25 @@ def _skill_folders(d: Path, warnings: list[str]) -> list[Path]:
     if not d.is_dir():
         return []
     out = []
-    for sub in sorted(d.iterdir()):
+    subs = sorted(d.iterdir())
+    if len(subs) > MAX_FOLDERS:
+        warnings.append(
+            f"{d}: {len(subs):,} entries; only the first {MAX_FOLDERS} (by name) are read as skills: "
+            "a skills folder holds one folder per skill"
+        )
+    skipped = []
+    for sub in subs[:MAX_FOLDERS]:
         if not sub.is_dir() or sub.name.startswith((".", "_")) or sub.name in _IGNORED:
             continue
         if (sub / "SKILL.md").is_file():
             out.append(sub.absolute())
         elif (sub / "skill.md").is_file():
-            warnings.append(f"{sub}: has skill.md; the file must be named SKILL.md. Skipped.")
+            skipped.append(f"{sub}: has skill.md; the file must be named SKILL.md. Skipped.")
         else:
-            warnings.append(f"{sub}: no SKILL.md in this folder, so it is not a skill. Skipped.")
+            skipped.append(f"{sub}: no SKILL.md in this folder, so it is not a skill. Skipped.")
+    warnings += skipped[:MAX_SKIPPED_WARNINGS]
+    if len(skipped) > MAX_SKIPPED_WARNINGS:
+        warnings.append(f"{d}: {len(skipped) - MAX_SKIPPED_WARNINGS} more folders without SKILL.md. Skipped.")
     return out
 
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from mmd.tools.skilldirs import missing_configured, project_root, skill_dirs
-from mmd.tools.skills import MAX_SKILL_BYTES, load_skills
+from mmd.tools.skills import MAX_FOLDERS, MAX_SKILL_BYTES, load_skills
 
 
 def skill(folder: Path, name: str | None, description: str = "Does a thing.", extra: str = "") -> Path:
@@ -145,6 +145,21 @@ def test_a_huge_skill_md_is_skipped_after_one_bounded_read(tmp_path: Path) -> No
         f"{folder / 'SKILL.md'}: is over {MAX_SKILL_BYTES:,} bytes, the most read: keep the instructions "
         "short and put long references in other files of the skill, read when needed; skill skipped."
     ]
+
+
+def test_a_skills_folder_with_too_many_entries_is_read_up_to_the_limit(tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+    skill(skills / "aaa", "aaa")
+    for i in range(MAX_FOLDERS + 10):
+        (skills / f"junk-{i:05}").mkdir()
+    catalogue, warnings = load_skills([skills])
+    assert catalogue.names() == ["aaa"]
+    assert warnings[0] == (
+        f"{skills}: {MAX_FOLDERS + 11:,} entries; only the first {MAX_FOLDERS} (by name) are read as skills: "
+        "a skills folder holds one folder per skill"
+    )
+    assert len(warnings) == 1 + 20 + 1  # the limit, 20 folders one by one, then the rest in one line
+    assert warnings[-1] == f"{skills}: {MAX_FOLDERS - 1 - 20} more folders without SKILL.md. Skipped."
 
 
 def test_a_missing_name_is_the_folder_s_as_in_claude_code(tmp_path: Path) -> None:
