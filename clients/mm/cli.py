@@ -18,6 +18,7 @@ import click
 from mmd import __version__
 from mmd.rpc import RPCError
 
+from . import skills_cmd
 from .connection import Client, DaemonError, Untrusted
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, compacted
 
@@ -640,6 +641,9 @@ def tools_list(agent: str | None, as_json: bool) -> None:
         for tool in group:
             first = tool["description"].split(". ")[0].rstrip(".")
             click.echo(f"  {tool['name']:<18} {tool['tier']:<12} {first}")
+
+
+main.add_command(skills_cmd.skills)  # mm skills list (clients/mm/skills_cmd.py)
 
 
 @tools.command("check")

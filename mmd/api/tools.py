@@ -1,4 +1,4 @@
-"""The ``tools.*`` and ``stats.*`` methods: what the model would see, agent-file checks, telemetry."""
+"""The ``tools.*``, ``skills.*`` and ``stats.*`` methods: what the model would see, agent-file checks, telemetry."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..rpc.methods import Stats, ToolsCheck, ToolsList
-from ..rpc.results import ToolInfo, ToolsChecked, ToolsListed, ToolStat, ToolStats
+from .. import paths
+from ..models.tokens import estimate
+from ..rpc.methods import SkillsList, Stats, ToolsCheck, ToolsList
+from ..rpc.results import SkillInfo, SkillsListed, ToolInfo, ToolsChecked, ToolsListed, ToolStat, ToolStats
+from ..tools.skilldirs import skill_dirs
+from ..tools.skills import Catalogue
 from ..turn import plan
 
 if TYPE_CHECKING:
@@ -38,6 +42,33 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     return ToolsListed(agent=agent.path, tools=tools, skills=skills.names(), warnings=warnings)
 
 
+async def skills_list(daemon: Daemon, conn: Connection, p: SkillsList) -> SkillsListed:
+    """Every skill a prompt in *cwd* would be offered, in priority order, with where it is from and its cost."""
+    cwd = Path(p.cwd)
+    agent, _ = await trio.to_thread.run_sync(plan.load_agent, cwd, p.agent)
+    # The same build as a turn's, so the list and the turn agree (in a worker thread: it reads files).
+    _, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, [])
+    dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
+    return SkillsListed(
+        agent=agent.path, skills=_skill_infos(skills), folders=[str(d.path) for d in dirs], warnings=warnings
+    )
+
+
+def _skill_infos(skills: Catalogue) -> list[SkillInfo]:
+    return [
+        SkillInfo(
+            name=s.name,
+            description=s.description,
+            source=s.source,
+            folder=str(s.folder),
+            tokens=estimate(skills.line(s)),  # its line in the system prompt, as the model reads it
+            body_tokens=estimate(s.body),
+            allowed_tools=list(s.allowed_tools) if s.allowed_tools is not None else None,
+        )
+        for s in skills.skills.values()
+    ]
+
+
 async def check(daemon: Daemon, conn: Connection, p: ToolsCheck) -> ToolsChecked:
     agent, _ = await trio.to_thread.run_sync(plan.load_agent, Path(p.agent).parent, p.agent)
     return ToolsChecked(agent=agent.path, tools=[t.name for t in agent.tools])
@@ -51,5 +82,6 @@ async def stats(daemon: Daemon, conn: Connection, p: Stats) -> ToolStats:
 METHODS = {
     "tools.list": (ToolsList, list_),
     "tools.check": (ToolsCheck, check),
+    "skills.list": (SkillsList, skills_list),
     "stats.tools": (Stats, stats),
 }

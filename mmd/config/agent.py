@@ -70,8 +70,10 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ] = []
     # The file this was loaded from, absolute; None for the defaults. Not a key of the file.
     path: str | None = None
+    # The line of each skills: entry, for the warning about a folder that does not exist. Not a key.
+    skills_lines: list[int | None] = []
 
-    set_by_loader: ClassVar[frozenset[str]] = frozenset({"path"})
+    set_by_loader: ClassVar[frozenset[str]] = frozenset({"path", "skills_lines"})
 
     @property
     def base_dir(self) -> Path | None:
@@ -120,4 +122,5 @@ def load_agent_file(path: Path) -> AgentFile:
     check_phases(doc, agent.phases)
     check_hooks(doc, agent.hooks)
     skills = [os.path.normpath(path.parent / Path(skill).expanduser()) for skill in agent.skills]
-    return msgspec.structs.replace(agent, skills=skills, path=str(path))
+    lines = [doc.line(("skills", i)) for i in range(len(skills))]
+    return msgspec.structs.replace(agent, skills=skills, skills_lines=lines, path=str(path))

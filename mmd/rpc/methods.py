@@ -88,6 +88,15 @@ class ToolsList(_Params):
     agent: str | None = None  # agent file path, absolute
 
 
+class SkillsList(_Params):
+    cwd: str
+    agent: str | None = None  # agent file path, absolute
+
+
+class ModelsList(_Params):
+    pass
+
+
 class ToolsCheck(_Params):
     agent: str  # agent file path, absolute
 

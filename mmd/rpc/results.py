@@ -172,6 +172,34 @@ class ToolsListed(_Result):
     warnings: list[str]
 
 
+class SkillInfo(_Result):
+    name: str
+    description: str
+    source: str  # "agent file", "user" or "project"
+    folder: str  # absolute
+    tokens: int  # estimated tokens of its line in the system prompt, in every request
+    body_tokens: int  # estimated tokens of its body, when read
+    allowed_tools: list[str] | None  # as written in SKILL.md; None: the key is absent
+
+
+class SkillsListed(_Result):
+    agent: str | None
+    skills: list[SkillInfo]  # in priority order
+    folders: list[str]  # every folder searched, in priority order
+    warnings: list[str]
+
+
+class ModelInfo(_Result):
+    name: str  # what session.prompt's model takes: an alias of config.yaml, or local/NAME
+    provider: str
+    model: str  # the model id the provider knows
+
+
+class ModelsListed(_Result):
+    models: list[ModelInfo]
+    default_model: str | None
+
+
 class ToolsChecked(_Result):
     agent: str | None
     tools: list[str]  # the declared tool names

@@ -2,9 +2,15 @@
 
 A skill is a folder holding ``SKILL.md`` (the Agent Skills format): YAML front
 matter between ``---`` lines with ``name`` (lowercase letters, digits and
-hyphens), ``description`` and optional ``keywords``, then the body. The
-system prompt lists each skill in one line; the model calls ``read_skill``
-to read the body, and ``read_file`` for the skill's other files.
+hyphens; the folder's name when left out, as in Claude Code), ``description``,
+optional ``keywords`` and ``allowed-tools``, then the body. The system prompt
+lists each skill in one line; the model calls ``read_skill`` to read the body,
+and ``read_file`` for the skill's other files.
+
+Which folders are searched, in which order, is mmd/tools/skilldirs.py's;
+what ``allowed-tools`` does is mmd/tools/allowed.py's. Nothing in a skill
+folder is ever run by loading it: SKILL.md is read as text and its front
+matter parsed with mm's limited YAML loader (no tags, no aliases past a limit).
 """
 
 from __future__ import annotations
@@ -21,10 +27,18 @@ from ..untrusted import YamlLimitError, safe_load
 
 # Largest front matter read: it holds a name, a description and keywords (a few hundred bytes).
 MAX_FRONT_MATTER = 64 * 1024
+# Largest SKILL.md read: a body the model reads whole (Claude's guidance: under 500 lines); a file past
+# this is skipped, so a huge or endless file in a cloned repository costs one bounded read.
+MAX_SKILL_BYTES = 256 * 1024
 # A skill's name: lowercase letters and digits, hyphens between them.
 _NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 # The line that closes the front matter.
 _CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
+# Entries of one skills folder read: a cloned repository's 100,000 folders must not become 100,000 warnings
+# (and reads) on every prompt; real skill folders hold tens.
+MAX_FOLDERS = 500
+# Folders without SKILL.md warned about one by one in one skills folder; the rest in one line.
+MAX_SKIPPED_WARNINGS = 20
 # Folders of a skills directory that are not attempted skills.
 _IGNORED = ("__pycache__", "node_modules")
 
@@ -36,6 +50,9 @@ class Skill:
     keywords: tuple[str, ...]
     folder: Path  # absolute
     body: str
+    # allowed-tools as written (Claude's names, like "Bash(git:*)"); None: the key is absent.
+    allowed_tools: tuple[str, ...] | None = None
+    source: str = ""  # where it was found, as `mm skills list` shows it: "project .claude", "user mm", ...
 
     def other_files(self, cap: int = 50) -> list[str]:
         """The skill's other files, relative to its folder, hidden ones left out."""
@@ -75,34 +92,52 @@ class Catalogue:
         if not self.skills:
             return ""
         lines = ["Skills: know-how for some tasks. To read one, call read_skill with its name."]
-        for s in self.skills.values():
-            keywords = f" [{', '.join(s.keywords)}]" if s.keywords else ""
-            lines.append(f"- {s.name} — {s.description}{keywords}")
+        lines += [self.line(s) for s in self.skills.values()]
         return "\n".join(lines)
+
+    @staticmethod
+    def line(s: Skill) -> str:
+        """The skill's line in the system prompt."""
+        keywords = f" [{', '.join(s.keywords)}]" if s.keywords else ""
+        return f"- {s.name} — {s.description}{keywords}"
 
 
 class SkillError(Exception):
     """A SKILL.md that cannot be loaded; the message says what is wrong."""
 
 
-def load_skills(dirs: Iterable[Path]) -> tuple[Catalogue, list[str]]:
+@dataclass(frozen=True)
+class SkillDir:
+    """One folder searched for skills: where it is, what `mm skills list` calls it, what it may reach."""
+
+    path: Path
+    source: str = ""
+    # A folder every skill (its folder and SKILL.md, symlinks resolved) must stay inside; None: no limit.
+    # A project's skills are confined to the project: a cloned repository's symlink to ~/.ssh is no skill.
+    confine: Path | None = None
+
+
+def load_skills(dirs: Iterable[Path | SkillDir]) -> tuple[Catalogue, list[str]]:
     """Load every skill under *dirs*, given in priority order.
 
     Each subfolder holding ``SKILL.md`` is a skill; a directory holding
     ``SKILL.md`` itself is one skill too. The first skill of a name wins.
     A directory that does not exist is skipped silently (the defaults often
-    do not).
+    do not; mmd/tools/skilldirs.py warns about a configured one).
 
     Errors: none raised. Each problem becomes a warning naming the file and
     what is wrong: a malformed SKILL.md (skipped), a duplicate name (ignored),
     a folder with no SKILL.md (skipped; folders starting with "." or "_" are
-    skipped silently, being no attempted skill).
+    skipped silently, being no attempted skill), a skill whose folder or
+    SKILL.md resolves outside its SkillDir's ``confine`` (skipped).
     """
     catalogue, warnings = Catalogue(), []
     for d in dirs:
-        for folder in _skill_folders(Path(d).expanduser(), warnings):
+        where = d if isinstance(d, SkillDir) else SkillDir(Path(d))
+        for folder in _skill_folders(where.path.expanduser(), warnings):
             try:
-                skill = parse_skill(folder)
+                _check_confined(folder, where.confine)
+                skill = parse_skill(folder, source=where.source)
             except SkillError as e:
                 warnings.append(f"{folder / 'SKILL.md'}: {e}; skill skipped.")
                 continue
@@ -123,28 +158,49 @@ def _skill_folders(d: Path, warnings: list[str]) -> list[Path]:
     if not d.is_dir():
         return []
     out = []
-    for sub in sorted(d.iterdir()):
+    subs = sorted(d.iterdir())
+    if len(subs) > MAX_FOLDERS:
+        warnings.append(
+            f"{d}: {len(subs):,} entries; only the first {MAX_FOLDERS} (by name) are read as skills: "
+            "a skills folder holds one folder per skill"
+        )
+    skipped = []
+    for sub in subs[:MAX_FOLDERS]:
         if not sub.is_dir() or sub.name.startswith((".", "_")) or sub.name in _IGNORED:
             continue
         if (sub / "SKILL.md").is_file():
             out.append(sub.absolute())
         elif (sub / "skill.md").is_file():
-            warnings.append(f"{sub}: has skill.md; the file must be named SKILL.md. Skipped.")
+            skipped.append(f"{sub}: has skill.md; the file must be named SKILL.md. Skipped.")
         else:
-            warnings.append(f"{sub}: no SKILL.md in this folder, so it is not a skill. Skipped.")
+            skipped.append(f"{sub}: no SKILL.md in this folder, so it is not a skill. Skipped.")
+    warnings += skipped[:MAX_SKIPPED_WARNINGS]
+    if len(skipped) > MAX_SKIPPED_WARNINGS:
+        warnings.append(f"{d}: {len(skipped) - MAX_SKIPPED_WARNINGS} more folders without SKILL.md. Skipped.")
     return out
 
 
-def parse_skill(folder: Path) -> Skill:
+def _check_confined(folder: Path, confine: Path | None) -> None:
+    if confine is None:
+        return
+    root = os.path.realpath(confine)
+    for path in (folder, folder / "SKILL.md"):
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, root]) != root:
+            raise SkillError(
+                f"resolves to {real}, outside {root}: a project's skill must stay inside the project "
+                "(copy the skill in, or put it in ~/.config/mm/skills)"
+            )
+
+
+def parse_skill(folder: Path, source: str = "") -> Skill:
     """Read ``folder/SKILL.md``.
 
-    Errors: SkillError for no front matter, bad YAML, a missing or malformed
-    name or description; OSError and UnicodeDecodeError become SkillError too.
+    Errors: SkillError for a file past MAX_SKILL_BYTES, no front matter, bad
+    YAML, a missing or malformed name or description, a malformed
+    allowed-tools; OSError and UnicodeDecodeError become SkillError too.
     """
-    try:
-        text = (folder / "SKILL.md").read_text(encoding="utf-8").removeprefix("\ufeff")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SkillError(f"cannot be read ({e})") from None
+    text = _read(folder / "SKILL.md")
     if not re.match(r"---[ \t]*\r?\n", text):
         raise SkillError("no front matter: the file must start with a --- line, then name: and description:")
     start = text.index("\n") + 1
@@ -154,12 +210,28 @@ def parse_skill(folder: Path) -> Skill:
     meta = _front_matter(text[start : close.start()])
     body = text[close.end() :].lstrip("\r\n")
     return Skill(
-        name=_name(meta),
+        name=_name(meta, folder),
         description=_text_field(meta, "description"),
         keywords=_keywords(meta),
         folder=folder,
         body=body,
+        allowed_tools=_allowed_tools(meta),
+        source=source,
     )
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_SKILL_BYTES + 1)
+        if len(raw) > MAX_SKILL_BYTES:
+            raise SkillError(
+                f"is over {MAX_SKILL_BYTES:,} bytes, the most read: keep the instructions short "
+                "and put long references in other files of the skill, read when needed"
+            )
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SkillError(f"cannot be read ({e})") from None
 
 
 def _front_matter(text: str) -> dict:
@@ -188,7 +260,14 @@ def _text_field(meta: dict, key: str) -> str:
     return " ".join(value.split())  # one line in the catalogue
 
 
-def _name(meta: dict) -> str:
+def _name(meta: dict, folder: Path) -> str:
+    if meta.get("name") is None:  # Claude Code's default: the folder's name
+        if _NAME.fullmatch(folder.name):
+            return folder.name
+        raise SkillError(
+            f"name: is missing and the folder's name {folder.name!r} is no skill name "
+            "(lowercase letters, digits and hyphens): add name: to the front matter"
+        )
     name = _text_field(meta, "name")
     if not _NAME.fullmatch(name):
         raise SkillError(f"name {name!r} must be lowercase letters, digits and hyphens, like release-notes")
@@ -201,4 +280,40 @@ def _keywords(meta: dict) -> tuple[str, ...]:
         keywords = [k.strip() for k in keywords.split(",")]
     if not isinstance(keywords, list):
         raise SkillError("keywords: must be a list of words")
-    return tuple(str(k) for k in keywords if str(k).strip())
+    return tuple(" ".join(str(k).split()) for k in keywords if str(k).strip())  # one line each
+
+
+# What separates the tools of an allowed-tools string at the top level: commas and blanks.
+_SEPARATORS = ", \t\n"
+
+
+def _allowed_tools(meta: dict) -> tuple[str, ...] | None:
+    """allowed-tools as written: a list, or one string separated by commas or blanks ("Read, Bash(git:*)").
+
+    Blanks inside parentheses belong to the entry: "Bash(git log:*) Read" is two entries.
+    """
+    value = meta.get("allowed-tools")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(_split_entries(value))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(e for v in value for e in _split_entries(v))
+    raise SkillError(
+        "allowed-tools: must be a list of tool names or one string of them separated by commas, "
+        f"like Read, Grep, Bash(git:*); found {type(value).__name__}"
+    )
+
+
+def _split_entries(text: str) -> list[str]:
+    entries, current, depth = [], "", 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth <= 0 and ch in _SEPARATORS:
+            depth = 0
+            if current:
+                entries.append(current)
+            current = ""
+        else:
+            current += ch
+    return [*entries, current] if current else entries

@@ -15,6 +15,9 @@ through once (:data:`STAGES`):
 7. ``remember``: an idempotent write's result is stored under its key;
 8. ``post_hooks``: the PostToolUse hooks may withhold the result or add context.
 
+Right after ``contract``, ``skill_limit`` refuses a call that the allowed-tools of the skill in use do
+not allow; last, ``skill_read`` puts a skill that read_skill just read in use (mmd/turn/skilluse.py).
+
 Policy (mmd/policy) only returns verdicts; this module acts on them: it
 publishes their events and ends the turn (:class:`StopTurn`) when one says so.
 """
@@ -38,7 +41,7 @@ from ..rpc.methods import Event
 from ..store import Store
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 from ..tools.declared import fill_verify_args
-from . import grounding
+from . import grounding, skilluse
 from .context import cap_output
 from .plan import TurnSetup
 
@@ -148,6 +151,11 @@ class CallRunner:
         self._telemetry(c.call.name, None)
         self._announce(c.call, c.tool, c.echo)
 
+    async def skill_limit(self, c: Call) -> None:
+        assert c.tool is not None
+        if (why := skilluse.refusal(self.setup, c.tool, c.args, self._context(c.call, None))) is not None:
+            c.answer = ToolResult(ok=False, content=why, data={"error": {"code": "not_allowed_by_skill"}})
+
     async def grounding(self, c: Call) -> None:
         assert c.tool is not None
         if not self.setup.ground_values or c.tool.source == "builtin":
@@ -254,6 +262,10 @@ class CallRunner:
         self._publish(post, c.call)
         c.result = post.result
 
+    async def skill_read(self, c: Call) -> None:
+        if c.tool is not None and c.tool.name == "read_skill" and not c.denied and c.result and c.result.ok:
+            skilluse.after_read(self.session, self.setup, c.args["name"])  # its allowed-tools apply now
+
     # -- what the stages share ----------------------------------------------------
 
     async def _verdict(self, request: consent.Request, hook: str | None) -> consent.Verdict:
@@ -348,6 +360,8 @@ class CallRunner:
             self._invalid[tool] = row
 
     def _unknown_tool(self, call: ToolCall) -> ToolError:
+        if (limited := skilluse.unknown(self.setup, call.name)) is not None:
+            return limited
         if call.name in self.setup.skill_names():
             return ToolError(
                 "unknown_tool",
@@ -394,6 +408,7 @@ Stage = Callable[[CallRunner, Call], Awaitable[None]]
 # Every call goes through these, once each, in this order (the module's docstring says what each does).
 STAGES: tuple[Stage, ...] = (
     CallRunner.contract,
+    CallRunner.skill_limit,
     CallRunner.grounding,
     CallRunner.pre_hooks,
     CallRunner.replay,
@@ -402,6 +417,7 @@ STAGES: tuple[Stage, ...] = (
     CallRunner.verify,
     CallRunner.remember,
     CallRunner.post_hooks,
+    CallRunner.skill_read,
 )
 
 

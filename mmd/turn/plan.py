@@ -26,10 +26,12 @@ from ..models.factory import ModelRef
 from ..policy.hooks import Hooks, merged_hooks
 from ..procs.environ import withhold
 from ..rpc import RPCError
+from ..tools.allowed import Limit
 from ..tools.base import Limits
 from ..tools.builtin import make_builtins
 from ..tools.declared import declared_tools
 from ..tools.registry import Registry
+from ..tools.skilldirs import missing_configured, skill_dirs
 from ..tools.skills import Catalogue, load_skills
 from .budget import Budget
 
@@ -65,6 +67,9 @@ class TurnSetup:
     pass_env: tuple[str, ...] = ()
     # The model's window and token counter (mmd/turn/context.py); None: no budget is kept.
     budget: Budget | None = None
+    # The allowed-tools of the skill in use, and the registry before it narrowed it (mmd/turn/skilluse.py).
+    skill_limit: Limit | None = None
+    unlimited: Registry | None = None
 
     def request_messages(self, history: list[Message]) -> list[Message]:
         return [Message(role="system", content=self.system), *history]
@@ -98,8 +103,10 @@ def build_tools(
     MCP tools the daemon's pool fetched (``McpPool.tools``): one whose name is
     taken by a built-in (even off) or a declared tool is skipped with a warning.
     """
-    skill_dirs = [*(Path(s) for s in agent.skills), cwd / ".mm" / "skills", paths.config_dir() / "skills"]
-    skills, warnings = load_skills(skill_dirs)
+    skills, warnings = load_skills(
+        skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
+    )
+    warnings = [*missing_configured(agent.path, agent.skills, agent.skills_lines), *warnings]
     base_dir = agent.base_dir or cwd
     tools = [
         *make_builtins(agent.builtins, skills),

@@ -18,6 +18,7 @@ import time
 
 from ..models.base import Chooser, Message, ModelError
 from ..tools.skills import Catalogue, Skill
+from . import skilluse
 from .calls import Conversation
 from .plan import TurnSetup
 
@@ -89,6 +90,7 @@ async def begin(session: Conversation, setup: TurnSetup) -> None:
     else:
         setup.system = f"{setup.system}\n\n{skill_text(skill)}"
     setup.registry = setup.registry.without(READ_SKILL)
+    skilluse.use(session, setup, skill)  # its allowed-tools, if any, limit the turn from its first step
     # A skill says how to act: a small model given one still answered in words, making the result up,
     # in 4 of 30 runs (1.5B). So its first step must be a call — when the choice was confident: a request
     # that no skill covers ("Hi, who are you?") was given the only skill in 3 of 6 cases, and a forced

@@ -40,6 +40,9 @@ def mm_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         monkeypatch.setenv(var, str(home / sub))
     monkeypatch.delenv("MM_SOCKET", raising=False)
     (home / "work").mkdir()
+    # HOME too: the daemon reads ~/.claude/skills, and a developer's own skills must not enter the tests.
+    (home / "home").mkdir()
+    monkeypatch.setenv("HOME", str(home / "home"))
     yield home
     # Daemons that a client started detached are not our children: stop them by socket.
     leftovers = [psutil.Process(pid) for pid in daemon_pids(home)]

@@ -155,10 +155,13 @@ def test_without_a_daemon_and_autostart_off_the_turn_ends_with_the_reason(mm_hom
 
 
 HELP = """
-vim.cmd('helptags ' .. vim.fn.fnameescape(os.getenv('MM_TEST_DOC')))
 local found = {}
-for _, tag in ipairs({'mm', 'mm.txt', ':Mm', ':MmContinue', ':MmCancel', 'mm-setup', 'mm-consent'}) do
-  found[tag] = pcall(vim.cmd, 'help ' .. tag)
+vim.cmd('help mm')  -- before any :helptags: the shipped doc/tags must lead here, not to 'mm' in options.txt
+found.first = vim.fn.expand('%:t')
+for _, tag in ipairs({'mm', 'mm.txt', ':Mm', ':MmContinue', ':MmCancel', ':MmSkill', ':MmModel', ':MmMcp',
+                      'mm-setup', 'mm-consent', 'mm-completion'}) do
+  local ok = pcall(vim.cmd, 'help ' .. tag)
+  found[tag] = ok and vim.fn.expand('%:t') == 'mm.txt'
 end
 local f = assert(io.open(os.getenv('MM_TEST_OUT'), 'w'))
 f:write(vim.fn.json_encode(found))
@@ -167,18 +170,24 @@ vim.cmd('qall!')
 """
 
 
-def test_help_tags_resolve(tmp_path):
+def test_help_tags_ship_with_the_plugin_and_resolve(tmp_path):
     doc = tmp_path / "plugin" / "doc"
-    shutil.copytree(PLUGIN / "doc", doc)  # helptags writes a tags file: not into the repository
+    shutil.copytree(PLUGIN / "doc", doc)  # a copy: nothing may write into the repository
     script = tmp_path / "help.lua"
     script.write_text(HELP)
     out = tmp_path / "out.json"
-    run_nvim(
-        tmp_path,
-        "-c",
-        f"luafile {script}",
-        env={"MM_TEST_DOC": str(doc), "MM_TEST_OUT": str(out)},
-        rtp=doc.parent,
-    )
+    run_nvim(tmp_path, "-c", f"luafile {script}", env={"MM_TEST_OUT": str(out)}, rtp=doc.parent)
     found = json.loads(out.read_text())
+    assert found.pop("first") == "mm.txt"
     assert all(found.values()), found
+
+
+def test_the_shipped_help_tags_are_what_helptags_makes_of_mm_txt(tmp_path):
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    shutil.copy(PLUGIN / "doc" / "mm.txt", doc / "mm.txt")
+    run_nvim(tmp_path, "-c", "helptags doc", "-c", "qall!")
+    made = (doc / "tags").read_text()
+    assert (PLUGIN / "doc" / "tags").read_text() == made, (
+        "clients/nvim/doc/tags is stale: run `nvim --headless -c 'helptags doc' -c q` in clients/nvim"
+    )

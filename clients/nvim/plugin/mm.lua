@@ -32,3 +32,28 @@ end, {
 command('MmCancel', function()
   require('mm').cancel()
 end, { nargs = 0, desc = 'mm: cancel the running turn' })
+
+-- Completion asks the daemon for its lists (models.list, skills.list, mcp.list).
+local function completer(kind)
+  return function(lead, cmdline)
+    return require('mm').complete(kind, lead, cmdline)
+  end
+end
+
+command('MmSkill', function(opts)
+  require('mm').skill_command(opts)
+end, {
+  nargs = '+',
+  range = true,
+  bang = true,
+  complete = completer('skills'),
+  desc = 'mm: ask in a new session with a skill: its name, then the prompt',
+})
+
+command('MmModel', function(opts)
+  require('mm').model_command(opts)
+end, { nargs = '?', complete = completer('models'), desc = 'mm: the model of the next prompts' })
+
+command('MmMcp', function(opts)
+  require('mm').mcp_command(opts)
+end, { nargs = '?', complete = completer('mcp'), desc = 'mm: the MCP servers here, or the tools of one' })

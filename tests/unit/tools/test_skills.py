@@ -91,12 +91,17 @@ MALFORMED = [
     ),
     ("---\njust text\n---\n", "the front matter must be a mapping with name: and description:"),
     ("---\nname: broken\n---\n", "description: is missing or empty"),
-    ("---\ndescription: y\n---\n", "name: is missing or empty"),
+    ("---\nname: ''\ndescription: y\n---\n", "name: is missing or empty"),
     (
         "---\nname: Release_Notes\ndescription: y\n---\n",
         "name 'Release_Notes' must be lowercase letters, digits and hyphens, like release-notes",
     ),
     ("---\nname: x\ndescription: y\nkeywords: {a: 1}\n---\n", "keywords: must be a list of words"),
+    (
+        "---\nname: x\ndescription: y\nallowed-tools: {Bash: yes}\n---\n",
+        "allowed-tools: must be a list of tool names or one string of them separated by commas, "
+        "like Read, Grep, Bash(git:*); found dict",
+    ),
 ]
 
 

@@ -625,6 +625,130 @@ function M.command(opts, continue)
   end
 end
 
+-- -- lists and completion -------------------------------------------------------------
+
+-- The params of a method that is asked about the current directory (and agent file).
+local function here()
+  local params = { cwd = vim.fn.getcwd() }
+  if config.agent then
+    params.agent = vim.fn.fnamemodify(config.agent, ':p')
+  end
+  return params
+end
+
+-- The daemon's lists that commands complete from: the method, its params, the names in its result.
+local LISTS = {
+  models = {
+    method = 'models.list',
+    params = vim.empty_dict,
+    names = function(r)
+      return vim.tbl_map(function(m) return m.name end, r.models or {})
+    end,
+  },
+  skills = {
+    method = 'skills.list',
+    params = here,
+    names = function(r)
+      return vim.tbl_map(function(s) return s.name end, r.skills or {})
+    end,
+  },
+  mcp = {
+    method = 'mcp.list',
+    params = here,
+    names = function(r)
+      return vim.tbl_map(function(s) return s.name end, r.servers or {})
+    end,
+  },
+}
+
+-- The names of a list ('models', 'skills' or 'mcp'), asked of the daemon and waited for: completion
+-- must answer at once, so past timeout_ms (default 3000) it is nil (connecting, or starting mmd).
+function M.names(kind, timeout_ms)
+  local list = LISTS[kind]
+  local done, names = false, nil
+  M.request(list.method, list.params(), function(err, result)
+    if not err and type(result) == 'table' then
+      names = list.names(result)
+    end
+    done = true
+  end)
+  vim.wait(timeout_ms or 3000, function()
+    return done
+  end, 10)
+  return names
+end
+
+-- A command's completion: the names of *kind* that start with the word being typed; only the command's
+-- first argument is completed (the rest of :MmSkill is the prompt).
+function M.complete(kind, lead, cmdline)
+  local before = cmdline:gsub('^%s*%S+%s*', '', 1)
+  if before:find('%s') then
+    return {}
+  end
+  return vim.tbl_filter(function(name)
+    return vim.startswith(name, lead)
+  end, M.names(kind) or {})
+end
+
+-- :MmModel [name]: the model of the next prompts (config.yaml's default without one).
+function M.model_command(opts)
+  local name = vim.trim(opts.args or '')
+  if name == '' then
+    notify('model: ' .. (config.model or "config.yaml's default_model"))
+    return
+  end
+  config.model = name
+  local known = M.names('models')
+  if known and not vim.tbl_contains(known, name) and not name:find('/') then
+    notify(name .. ' is not an alias of config.yaml: the next prompt will say which names there are',
+      vim.log.levels.WARN)
+  end
+  notify('model: ' .. name)
+end
+
+-- :MmSkill name [prompt]: a prompt that asks for that skill, as /name does in Claude Code.
+function M.skill_command(opts)
+  local name, rest = (opts.args or ''):match('^%s*(%S+)%s*(.-)%s*$')
+  local known = M.names('skills')
+  if known and not vim.tbl_contains(known, name) then
+    local listed = #known > 0 and table.concat(known, ', ') or 'none (`mm skills list` says where mm looks)'
+    notify('no skill named ' .. tostring(name) .. ' here; the skills: ' .. listed, vim.log.levels.ERROR)
+    return
+  end
+  local ask = string.format('Use the skill %s: read it with read_skill first, then follow it.', name)
+  opts = vim.tbl_extend('force', opts, { args = rest ~= '' and (rest .. '\n\n' .. ask) or ask })
+  M.command(opts, false)
+end
+
+-- :MmMcp [name]: the MCP servers configured here and their state, or the tools one of them offers.
+function M.mcp_command(opts)
+  local name = vim.trim(opts.args or '')
+  if name == '' then
+    M.request('mcp.list', here(), function(err, r)
+      if err then
+        return notify(err, vim.log.levels.ERROR)
+      end
+      local lines = {}
+      for _, s in ipairs(r.servers or {}) do
+        table.insert(lines, string.format('%s: %s (%s %s)', s.name, s.state, s.transport, s.target))
+      end
+      notify(#lines > 0 and table.concat(lines, '\n') or 'no MCP servers are configured here')
+    end)
+    return
+  end
+  M.request('mcp.test', vim.tbl_extend('force', here(), { name = name }), function(err, r)
+    if err then
+      return notify(err, vim.log.levels.ERROR)
+    end
+    if not r.ok then
+      return notify(name .. ': ' .. tostring(r.error), vim.log.levels.ERROR)
+    end
+    local names = vim.tbl_map(function(t) return t.name end, r.tools or {})
+    notify(string.format('%s: %d tools, ~%d tokens a request: %s', name, #names, r.tokens or 0,
+      table.concat(names, ', ')))
+  end)
+end
+
 -- What the plugin knows, for statuslines and tests.
 function M.status()
   return {

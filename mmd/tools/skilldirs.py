@@ -1,0 +1,91 @@
+"""Where skills are looked for, in priority order, and warnings about configured folders that are missing.
+
+The first skill of a name wins (mmd/tools/skills.py), so the order is the priority:
+
+1. the agent file's ``skills:`` folders, in the file's order — named on purpose for this agent;
+2. the user's folders: ``$XDG_CONFIG_HOME/mm/skills``, then ``~/.claude/skills``;
+3. the project's folders, from the working directory up to the repository root (the nearest folder
+   holding ``.git``; without one, the working directory alone), nearest first; in each folder
+   ``.mm/skills``, then ``.claude/skills``, then ``.agents/skills``.
+
+The user's skills come before the project's as in Claude Code (personal overrides project): a cloned
+repository cannot replace a skill the user wrote by shipping one of the same name. Nearest first, so a
+package of a monorepo can refine a skill of the whole repository. mm's folder before Claude's before the
+shared ``.agents``: the most specific to this tool first. A project's skills must stay inside the
+repository root once symlinks are resolved (``SkillDir.confine``); the user's and the agent file's may
+point anywhere, being the user's own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .skills import SkillDir
+
+# The project's skill folders of each folder from the working directory up, in priority order.
+PROJECT_FOLDERS = (".mm/skills", ".claude/skills", ".agents/skills")
+
+
+def project_root(cwd: Path) -> Path:
+    """The nearest folder from *cwd* up holding ``.git`` (a folder, or a worktree's file); else *cwd*."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / ".git").exists():
+            return folder
+    return cwd
+
+
+def skill_dirs(
+    cwd: Path,
+    *,
+    config_dir: Path,
+    home: Path,
+    agent_skills: Sequence[str] = (),
+) -> list[SkillDir]:
+    """Every folder searched for skills in *cwd*, in priority order (see the module), each folder once."""
+    root = project_root(cwd)
+    found = [SkillDir(Path(p), "agent file") for p in agent_skills]
+    found += [SkillDir(config_dir / "skills", "user"), SkillDir(home / ".claude" / "skills", "user")]
+    folder = cwd
+    while True:
+        found += [SkillDir(folder / sub, "project", confine=root) for sub in PROJECT_FOLDERS]
+        if folder == root or folder == folder.parent:
+            break
+        folder = folder.parent
+    return _once(found)
+
+
+def _once(dirs: list[SkillDir]) -> list[SkillDir]:
+    """The first of the folders that are one (a symlink, or the home folder as the project)."""
+    seen: set[str] = set()
+    kept = []
+    for d in dirs:
+        real = os.path.realpath(d.path)
+        if real not in seen:
+            seen.add(real)
+            kept.append(d)
+    return kept
+
+
+def missing_configured(
+    agent_file: str | None, skills: Sequence[str], lines: Sequence[int | None]
+) -> list[str]:
+    """A warning for each ``skills:`` entry of the agent file that is not a folder (or a SKILL.md's)."""
+    warnings = []
+    for i, path in enumerate(skills):
+        line = lines[i] if i < len(lines) else None
+        where = f"{agent_file}:{line}" if line else str(agent_file)
+        p = Path(path)
+        if not p.exists():
+            problem = "does not exist"
+        elif not p.is_dir():
+            problem = "is not a folder"
+        else:
+            continue
+        warnings.append(
+            f"{where}: skills[{i}]: {path} {problem}, so no skills are read from it; "
+            "expected a folder of skill folders (each with a SKILL.md): create it, fix the path "
+            "(relative paths start at the agent file's folder), or remove the entry"
+        )
+    return warnings

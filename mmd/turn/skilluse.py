@@ -1,0 +1,75 @@
+"""The skill in use: once read (read_skill) or chosen (skillpick.py), its allowed-tools limit the turn.
+
+mmd/tools/allowed.py says what an allowed-tools entry allows and why mm reads it as a limit, not as
+consent given. This module applies it to one turn: the registry narrows to the allowed tools, so the
+next request offers only those, and :func:`refusal` answers a call outside them (a model may still
+call a tool it saw earlier in the turn). The skill read last decides: one without allowed-tools lifts
+the limit. The limit lasts for the turn; the next prompt starts with every tool, and chooses again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..tools.allowed import ALWAYS, limit_of
+from ..tools.base import Tool, ToolContext, ToolError
+from ..tools.registry import Registry
+from ..tools.skills import Skill
+from .plan import TurnSetup
+
+# The event that says which tools a skill in use leaves the turn (docs/protocol.md).
+SKILL_TOOLS = "skill_tools"
+
+
+class Conversation(Protocol):
+    """What this module needs of the session (calls.Conversation, which imports this module, has it)."""
+
+    def emit(self, kind: str, data: dict[str, Any]) -> Any: ...
+
+
+def use(session: Conversation, setup: TurnSetup, skill: Skill) -> None:
+    """*skill* is now in use: narrow the turn's tools to its allowed-tools, or lift an earlier limit."""
+    base = setup.unlimited or setup.registry
+    if skill.allowed_tools is None:
+        if setup.skill_limit is not None:
+            setup.registry, setup.unlimited, setup.skill_limit = base, None, None
+            session.emit(SKILL_TOOLS, {"skill": skill.name, "tools": None})
+        return
+    limit = limit_of(skill.name, skill.allowed_tools, base.tools)
+    for warning in limit.warnings:
+        session.emit("warning", {"message": warning})
+    kept = [t for t in base.tools.values() if t.name in limit.tools or t.name in ALWAYS]
+    setup.unlimited, setup.skill_limit = base, limit
+    setup.registry = Registry(kept, strict=base.strict, placeholders=base.placeholders)
+    session.emit(SKILL_TOOLS, {"skill": skill.name, "tools": limit.allowed_text()})
+
+
+def after_read(session: Conversation, setup: TurnSetup, name: str) -> None:
+    """A read_skill call of *name* succeeded: that skill is in use."""
+    skill = setup.skills.get(name) if setup.skills else None
+    if skill is not None:
+        use(session, setup, skill)
+
+
+def refusal(setup: TurnSetup, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> str | None:
+    """Why the skill in use refuses this call; None without a limit or when it allows the call."""
+    limit = setup.skill_limit
+    if limit is None:
+        return None
+    try:
+        paths = tool.paths(args, ctx)
+    except ToolError:
+        paths = []  # the tool's own run answers a bad path
+    return limit.refusal(tool, args, ctx.cwd, paths)
+
+
+def unknown(setup: TurnSetup, name: str) -> ToolError | None:
+    """The answer to a call of a tool the skill's limit took out of the turn (None: not such a tool)."""
+    limit = setup.skill_limit
+    if limit is None or setup.unlimited is None or name not in setup.unlimited:
+        return None
+    return ToolError(
+        "not_allowed_by_skill",
+        limit.refusal_text(name),
+        fix=f"Use one of: {', '.join(setup.registry.names())}.",
+    )
