@@ -280,8 +280,8 @@ def _read_scope(path: Path, scope: str) -> tuple[dict[str, Any], dict[str, Any]]
     section = document
     if scope == "local":
         projects = document.setdefault("projects", {})
-        section = projects.setdefault(os.getcwd(), {})
-    servers = section.setdefault("mcpServers", {})
+        section = projects.setdefault(os.getcwd(), {}) if isinstance(projects, dict) else None
+    servers = section.setdefault("mcpServers", {}) if isinstance(section, dict) else None
     if not isinstance(servers, dict):
         _fail(f"{path}: mcpServers is not a JSON object; fix or remove it first")
     return document, servers
@@ -350,5 +350,7 @@ def mcp_remove(name: str, scope: str | None) -> None:
         _fail(f"MCP server {name} is in several scopes ({scopes}); say which with --scope")
     chosen, path, document, servers = found[0]
     del servers[name]
+    if chosen == "local" and not servers:  # no section left behind for a folder with no server
+        del document["projects"][os.getcwd()]
     _write(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     click.echo(f"Removed MCP server {name} from {path} ({chosen} scope)")

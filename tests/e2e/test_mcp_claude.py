@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .conftest import run_mm
-from .mcp_servers import HERE, SEED, calls, records
+from .mcp_servers import HERE, SEED, calls, npm_server, records
 
 SCHEMAS = HERE / "schema_server.py"
 
@@ -218,6 +218,7 @@ def test_mm_mcp_add_writes_each_scope_and_mm_mcp_list_shows_it(mm_home, scripted
     removed = run_mm("mcp", "remove", "seed", cwd=work)
     assert removed.returncode == 0, removed.stderr
     assert "seed" not in {r["name"] for r in listed(work)}
+    assert json.loads(local.read_text()) == {"projects": {}}
     assert run_mm("mcp", "remove", "seed", cwd=work).returncode == 1
 
 
@@ -328,3 +329,30 @@ def test_hostile_schemas_neither_hang_the_daemon_nor_fetch_anything(mm_home, scr
     warnings = run_mm("tools", "list", "--json", cwd=work)
     assert warnings.returncode == 0, warnings.stderr
     assert run_mm("daemon", "status").returncode == 0
+
+
+def test_the_filesystem_servers_edit_file_is_checked_before_it_is_sent(mm_home, scripted, mcp_log):
+    """The report of issue #16: a nested edits[] the server's schema refuses came back as its -32602."""
+    filesystem = npm_server("mcp-server-filesystem")
+    if filesystem is None:
+        pytest.skip("@modelcontextprotocol/server-filesystem is not installed (.ci/run installs it with npm)")
+    work = mm_home / "work"
+    (work / "notes.txt").write_text("ship it\n")
+    mcp_json(work, {"fs": {"command": filesystem, "args": [str(work)]}})
+    # Its edit_file clashes with mm's, and says it is destructive (which asks even under --yolo): mm.yaml
+    # gives the same server a prefix and a tier (and wins over .mcp.json).
+    fs = {"command": filesystem, "args": [str(work)], "prefix": True, "effects": {"edit_file": "write"}}
+    (work / "mm.yaml").write_text(json.dumps({"mcp": {"fs": fs}}))
+    path = str(work / "notes.txt")
+    server = scripted(
+        [
+            call("fs_edit_file", {"path": path, "edits": [{"old": "ship", "new": "hold"}]}),
+            call("fs_edit_file", {"path": path, "edits": [{"oldText": "ship", "newText": "hold"}]}),
+            {"text": "ok"},
+        ]
+    )
+    assert prompt(work).returncode == 0
+    answers = tool_answers(server)
+    assert answers[0].startswith("fs_edit_file was not run. edits[0].oldText is required but missing.")
+    assert "-32602" not in answers[0]  # answered by mm, not by the server
+    assert (work / "notes.txt").read_text() == "hold it\n"  # the valid call, and only it, edited the file
