@@ -192,6 +192,36 @@ class SchemaCheck(Patterns):
                     yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+# Checks kept for schemas seen before: a turn builds every tool of its servers, and building one
+# (meta-schema validation, the validator class) costs ~20 ms; listings rarely change.
+_CACHE: dict[str, SchemaCheck | Unusable] = {}
+# Schemas kept at most (the oldest goes first).
+CACHE_SIZE = 512
+
+
+def check_for(schema: Any) -> SchemaCheck:
+    """The :class:`SchemaCheck` of *schema*, built once per distinct schema.
+
+    Errors: :class:`Unusable`, as SchemaCheck's constructor (remembered too).
+    """
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        raise Unusable("its inputSchema is not JSON") from None
+    found = _CACHE.get(key)
+    if found is None:
+        try:
+            found = SchemaCheck(schema)
+        except Unusable as exc:
+            found = exc.with_traceback(None)
+        if len(_CACHE) >= CACHE_SIZE:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = found
+    if isinstance(found, Unusable):  # a new one each time: a raised exception keeps its traceback
+        raise Unusable(str(found), too_large=found.too_large)
+    return found
+
+
 # -- from jsonschema's errors to the contract's problems ---------------------------------------
 
 # The contract's codes for jsonschema's keywords; any other keyword is "schema_mismatch".

@@ -39,7 +39,7 @@ from ..untrusted import (
     value_depth,
 )
 from .errors import McpCallError, McpUnavailable
-from .schema import Patterns, SchemaCheck, Unusable
+from .schema import Patterns, Unusable, check_for
 from .stdio import REFUSED
 
 
@@ -429,7 +429,7 @@ def make_tools(entry: ServerEntry, conn: Server) -> tuple[list[McpTool], list[st
             )
             continue
         try:
-            check: Patterns = SchemaCheck(remote.input_schema)
+            check: Patterns = check_for(remote.input_schema)
         except Unusable as exc:
             if exc.too_large:
                 warnings.append(f"MCP server {name}: tool {remote.name} is left out: {exc}")

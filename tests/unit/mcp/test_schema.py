@@ -183,3 +183,13 @@ def test_a_huge_or_invalid_schema_is_unusable():
     assert not info.value.too_large
     with pytest.raises(Unusable, match="not an object"):
         SchemaCheck(["type"])
+
+
+def test_a_schema_is_built_once_and_an_unusable_one_stays_unusable():
+    from mmd.mcp.schema import check_for
+
+    assert check_for(EDIT) is check_for(json.loads(json.dumps(EDIT)))
+    bad = {"type": "object", "properties": {"a": {"type": "strnig"}}}
+    for _ in range(2):
+        with pytest.raises(Unusable, match="not valid JSON Schema"):
+            check_for(bad)
