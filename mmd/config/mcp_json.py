@@ -86,7 +86,7 @@ def add_mcp_files(agent: Any, config: Any, cwd: Path) -> tuple[Any, Any]:
     Errors: ConfigError naming the file, line and field of the first problem.
     """
     folder = Path(config.path).parent if config.path else cwd
-    user = read_servers(folder / USER_FILE, run_dir=None)
+    user = read_servers(folder / USER_FILE, run_dir=Path.home())  # as config.yaml's servers
     project = read_servers(cwd / PROJECT_FILE, run_dir=cwd)
     local = read_servers(folder / LOCAL_FILE, run_dir=cwd, project=cwd)
     if user:
