@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -110,6 +110,19 @@ class Problem:
     field: str | None
     reason: str  # one plain sentence (or two)
     fix: str
+
+
+class FullCheck(Protocol):
+    """A tool's own check of its whole schema, after the contract's (an MCP tool's: mmd/mcp/schema.py).
+
+    ``search`` replaces Python's ``re`` for the schema's patterns (None: the
+    pattern cannot be run here, so it is not checked); ``problems`` checks the
+    converted arguments (None: the check could not finish).
+    """
+
+    def search(self, pattern: str, value: str) -> bool | None: ...
+
+    def problems(self, args: dict[str, Any]) -> list[Problem] | None: ...
 
 
 class InvalidArguments(ToolError):
@@ -240,7 +253,11 @@ def _kind(value: Any) -> str:
 
 
 def validate(
-    schema: dict[str, Any], args: dict[str, Any], *, example: dict[str, Any] | None = None
+    schema: dict[str, Any],
+    args: dict[str, Any],
+    *,
+    example: dict[str, Any] | None = None,
+    full: FullCheck | None = None,
 ) -> dict[str, Any]:
     """Check *args* against *schema* and return them converted, defaults filled in.
 
@@ -270,6 +287,8 @@ def validate(
     ``pattern_mismatch``, ``out_of_range`` (numbers and lengths), and
     ``too_deep``/``too_large`` for a string that would unpack past the limits.
     A schema ``pattern`` that is not a valid regex raises ``re.error``.
+    *full* (:class:`FullCheck`: an MCP tool's whole schema) runs the patterns, then
+    checks the converted arguments; a field already answered is not said again.
     """
     props: dict[str, Any] = schema.get("properties", {})
     open_ended = schema.get("additionalProperties", False) is not False
@@ -283,14 +302,30 @@ def validate(
             elif "default" in prop:
                 out[name] = copy.deepcopy(prop["default"])
             continue
-        problem, value = _check(name, prop, value, _example_value(example, name))
+        problem, value = _check(name, prop, value, _example_value(example, name), full)
         if problem is None:
             out[name] = value
         else:
             problems.append(_packed_hint(problem, value, props, name))
+    if full is not None:
+        problems += _full_problems(full, args, out, problems)
     if problems:
         raise InvalidArguments(problems, example=example)
     return out
+
+
+def _full_problems(
+    full: FullCheck, args: dict[str, Any], out: dict[str, Any], known: list[Problem]
+) -> list[Problem]:
+    """The whole schema's problems with the arguments as converted, less those of fields already said."""
+    given = {k: v for k, v in args.items() if v is not None}  # null: not given, as above
+    found = full.problems({**given, **out}) or []
+    said = {p.field for p in known}
+    return [p for p in found if _top_field(p.field) not in said and p.field not in said]
+
+
+def _top_field(field: str | None) -> str | None:
+    return re.split(r"[.\[]", field, maxsplit=1)[0] if field else field
 
 
 def _unknown_fields(
@@ -322,7 +357,9 @@ def _missing(name: str, prop: dict[str, Any], example: dict[str, Any] | None) ->
     return Problem("missing_required", name, f"{name} is required but missing.", fix)
 
 
-def _check(name: str, prop: dict[str, Any], value: Any, sample: str | None) -> tuple[Problem | None, Any]:
+def _check(
+    name: str, prop: dict[str, Any], value: Any, sample: str | None, full: FullCheck | None = None
+) -> tuple[Problem | None, Any]:
     """Convert and check one value; return (problem, value)."""
     kind = prop.get("type")
     try:
@@ -340,19 +377,21 @@ def _check(name: str, prop: dict[str, Any], value: Any, sample: str | None) -> t
         )
         return Problem("not_in_enum", name, reason, f"Send {name} as one of: {', '.join(allowed)}."), value
     if isinstance(value, str):
-        problem = _check_string(name, prop, value, sample)
+        problem = _check_string(name, prop, value, sample, full)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         problem = _check_range(name, prop, value)
     elif isinstance(value, list) and isinstance(prop.get("items"), dict):
-        problem, value = _check_items(name, prop["items"], value)
+        problem, value = _check_items(name, prop["items"], value, full)
     else:
         problem = None
     return problem, value
 
 
-def _check_string(name: str, prop: dict[str, Any], value: str, sample: str | None) -> Problem | None:
+def _check_string(
+    name: str, prop: dict[str, Any], value: str, sample: str | None, full: FullCheck | None = None
+) -> Problem | None:
     pattern = prop.get("pattern")
-    if pattern is not None and not _compile(pattern).search(value):
+    if pattern is not None and _search(pattern, value, full) is False:
         fix = f"Send {name} like {sample}." if sample else f"Send {name} matching {pattern}."
         return Problem(
             "pattern_mismatch", name, f"{name} {_show(value)} does not match the pattern {pattern}.", fix
@@ -374,10 +413,20 @@ def _check_range(name: str, prop: dict[str, Any], value: float) -> Problem | Non
     return None
 
 
-def _check_items(name: str, items: dict[str, Any], value: list[Any]) -> tuple[Problem | None, list[Any]]:
+def _search(pattern: str, value: str, full: FullCheck | None) -> bool | None:
+    """Whether *pattern* is found in *value*: by the tool's own check when it has one (an MCP
+    server's pattern never runs in Python's backtracking ``re``), else by ``re``."""
+    if full is not None:
+        return full.search(pattern, value)
+    return _compile(pattern).search(value) is not None
+
+
+def _check_items(
+    name: str, items: dict[str, Any], value: list[Any], full: FullCheck | None = None
+) -> tuple[Problem | None, list[Any]]:
     out = []
     for i, item in enumerate(value):
-        problem, item = _check(f"{name}[{i}]", items, item, None)
+        problem, item = _check(f"{name}[{i}]", items, item, None, full)
         if problem is not None:
             return Problem(problem.code, name, problem.reason, problem.fix), value
         out.append(item)

@@ -20,6 +20,7 @@ from mmd.rpc import RPCError
 
 from . import skills_cmd
 from .connection import Client, DaemonError, Untrusted
+from .mcp_cmd import mcp
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, compacted
 
 if TYPE_CHECKING:  # imported when used: mm must start fast
@@ -822,105 +823,9 @@ def _eval_report(results: list[ev.RunResult]) -> None:
             click.echo(f"  … and {len(failures) - 30} more (--json has them all)")
 
 
-# -- MCP servers ----------------------------------------------------------------------------
+# -- MCP servers: clients/mm/mcp_cmd.py ----------------------------------------------------
 
-
-@main.group()
-def mcp() -> None:
-    """MCP servers: what is configured here and its state; test one."""
-
-
-def _mcp_params(agent: str | None, **extra: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {"cwd": os.getcwd(), **extra}
-    if agent:
-        params["agent"] = os.path.abspath(agent)
-    return params
-
-
-@mcp.command("list")
-@click.option(
-    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the servers as JSON.")
-def mcp_list(agent: str | None, as_json: bool) -> None:
-    """The MCP servers configured here and the state of their connections.
-
-    config.yaml's servers, then the agent file's. Lists only: a server is "not connected" until a prompt or `mm mcp test` uses it. Connections
-    live in the daemon and are shared by every session that uses the same server.
-    """
-    client = _connect()
-    try:
-        listed = client.call("mcp.list", _mcp_params(agent))
-    except RPCError as exc:
-        _fail(exc.message)
-    if as_json:
-        click.echo(json.dumps(listed["servers"], indent=2))
-        return
-    if not listed["servers"]:
-        click.echo(
-            "no MCP servers configured here (add mcp: to the agent file or config.yaml; see docs/mcp.md)"
-        )
-        return
-    for s in listed["servers"]:
-        state = s["state"] if s["enabled"] else "disabled"
-        facts = [f"pid {s['pid']}" if s.get("pid") else ""]
-        if s.get("tools_offered") is not None:
-            facts.append(f"{s['tools_offered']} tools offered")
-        if s.get("connects"):
-            facts.append(f"{s['connects']} connects" if s["connects"] != 1 else "1 connect")
-        detail = ", ".join(f for f in facts if f)
-        click.echo(
-            f"{s['name']:<16} {s['transport']:<6} {state + (f' ({detail})' if detail else ''):<40} {s['target']}"
-        )
-        if s.get("error"):
-            click.echo(f"{'':<16} error: {s['error']}")
-
-
-@mcp.command("test")
-@click.argument("name")
-@click.option(
-    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def mcp_test(name: str, agent: str | None, as_json: bool) -> None:
-    """Connect to MCP server NAME; print the tools its allowlist exposes.
-
-    Exactly the tools the model would be offered. Each tool comes with its tier and its estimated cost in every model request: the characters of
-    its entry in the request body (compact JSON) divided by 4, rounded up — a rule of thumb; real
-    counts vary by tokenizer. Warnings (allowlist names the server lacks, name clashes) go to
-    stderr. Exits 1 when the server cannot be reached.
-    """
-    client = _connect()
-    try:
-        result = client.call("mcp.test", _mcp_params(agent, name=name))
-    except RPCError as exc:
-        _fail(exc.message)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        sys.exit(EXIT_OK if result["ok"] else EXIT_ERROR)
-    if not result["ok"]:
-        for warning in result["warnings"]:
-            click.echo(f"warning: {warning}", err=True)
-        _fail(f"MCP server {name} ({result['transport']}: {result['target']}) failed: {result['error']}")
-    server = result["server"]
-    ident = " ".join(str(v) for v in (server.get("name"), server.get("version")) if v)
-    how = (
-        "reused the daemon's open connection"
-        if result["reused"]
-        else f"connected in {result['connect_seconds']:.2f} s"
-    )
-    click.echo(f"{name}: ok — {result['transport']} {result['target']}")
-    click.echo(f"server {ident or '?'}, protocol {result['protocol']}; {how}")
-    click.echo(f"{len(result['tools'])} of {result['offered']} tools exposed:")
-    for tool in result["tools"]:
-        label = (
-            tool["name"] if tool["name"] == tool["remote_name"] else f"{tool['name']} ({tool['remote_name']})"
-        )
-        first = tool["description"].split(". ")[0].rstrip(".")
-        click.echo(f"  {label:<24} {tool['tier']:<12} ~{tool['tokens']:>4} tokens  {first}")
-    click.echo(f"total ~{result['tokens']} tokens in every request (characters of the tools' JSON / 4)")
-    for warning in result["warnings"]:
-        click.echo(f"warning: {warning}", err=True)
+main.add_command(mcp)
 
 
 @main.group()

@@ -19,7 +19,7 @@ from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
 from .hooks import HooksSpec, check_hooks
 from .loader import ConfigError, parse
-from .mcp import McpServerSpec, check_servers
+from .mcp import KEY_HINTS, McpServerSpec, check_servers
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 # A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
@@ -74,6 +74,7 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     skills_lines: list[int | None] = []
 
     set_by_loader: ClassVar[frozenset[str]] = frozenset({"path", "skills_lines"})
+    key_hints: ClassVar[dict[str, str]] = KEY_HINTS  # mcpServers: Claude Code's .mcp.json shape
 
     @property
     def base_dir(self) -> Path | None:

@@ -463,9 +463,11 @@ def _check_struct(
         hint = "write one `key: value` per line" if not path else None
         raise doc.error(path, expected=want or expected(cls), found=describe(value), hint=hint)
     keys = _keys(cls)
+    hints = getattr(cls, "key_hints", {})  # a Struct's hints for keys of other tools' files, by key or parent
     for key in value:
         if key not in keys:
-            hint = did_you_mean(str(key), keys) or "remove it, or check its spelling"
+            hint = hints.get(str(key)) or (hints.get(str(path[-1])) if path else None)
+            hint = hint or did_you_mean(str(key), keys) or "remove it, or check its spelling"
             raise doc.error((*path, key), problem="unknown key", expected=one_of(keys), hint=hint)
     for key, info in keys.items():
         if key in value:

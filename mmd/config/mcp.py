@@ -32,18 +32,21 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
 from .loader import Document
 
 Effects = Literal["read", "write", "destructive"]
+Transport = Literal["stdio", "http", "sse"]
 
 # A server's name: it goes into tool-name prefixes and log file names.
 SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 # ${VAR} or ${VAR:-default}.
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# The start of an http(s) URL with a host.
+_HTTP_URL = re.compile(r"https?://[^/\s]+")
 # Headers that carry credentials: their values must come from the environment.
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 # What a stdio server gets of the daemon's environment, besides its own ``env:``
@@ -63,6 +66,14 @@ INHERITED_ENV = (
 )
 # Seconds to wait for a server to answer the handshake and list its tools.
 DEFAULT_CONNECT_TIMEOUT = 30.0
+# Said of Claude Code's .mcp.json shape written where mm's own is read.
+MCP_JSON_HINT = (
+    "that is the shape of Claude Code's .mcp.json: mm reads .mcp.json at the project's root as it is "
+    "(docs/mcp.md); in mm.yaml or config.yaml, write each server under mcp: instead, as mcp: {NAME: {command: ..., args: [...]}}"
+)
+# Hints for keys written where mm's files have none (config.loader reads a Struct's key_hints):
+# for the agent file and config.yaml, and, under an entry of mcp:, for Claude Code's own keys.
+KEY_HINTS = {"mcpServers": MCP_JSON_HINT, "mcp_servers": MCP_JSON_HINT}
 
 
 class McpToolsFilter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -78,7 +89,9 @@ class McpToolsFilter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    # Streamable HTTP: the endpoint, and headers (values may hold ${VAR}).
+    # The transport, as Claude Code's .mcp.json says it; None: http with url:, stdio with command:.
+    type: Annotated[Transport | None, msgspec.Meta(description='one of "stdio", "http", "sse"')] = None
+    # Streamable HTTP (or SSE with type: sse): the endpoint, and headers (values may hold ${VAR}).
     url: Annotated[str | None, msgspec.Meta(description='a URL like "http://127.0.0.1:8000/mcp"')] = None
     headers: dict[str, str] = {}
     # stdio: the program, its arguments and extra environment (values may hold ${VAR}).
@@ -94,9 +107,24 @@ class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefix: Annotated[bool | str, msgspec.Meta(description='true, false or a prefix like "gh_"')] = False
     # Tier per tool (the server's tool name), overriding its annotations.
     effects: dict[str, Effects] = {}
+    # Where the entry was read when it is not the file whose mcp: holds it (.mcp.json, mcp.json,
+    # mcp-local.json: mmd/config/mcp_json.py), and the folder a stdio server runs in. Not keys.
+    origin: str | None = None
+    run_dir: str | None = None
+
+    set_by_loader: ClassVar[frozenset[str]] = frozenset({"origin", "run_dir"})
+    key_hints: ClassVar[dict[str, str]] = {
+        **KEY_HINTS,
+        "disabled": "write enabled: false",
+        "transport": "write type: stdio, http or sse",
+        "transportType": "write type: stdio, http or sse",
+    }
 
     @property
     def transport(self) -> str:
+        """``stdio``, ``http`` (streamable HTTP) or ``sse``."""
+        if self.type is not None:
+            return self.type
         return "http" if self.url is not None else "stdio"
 
 
@@ -123,6 +151,7 @@ def check_servers(doc: Document, servers: dict[str, McpServerSpec], at: tuple[An
                 problem="both url and command" if spec.url is not None else "neither url nor command",
                 hint="give url: for a streamable HTTP server, or command: (and args:) for a stdio server",
             )
+        _check_type(doc, here, spec)
         _check_transport(doc, here, spec)
         _check_references(doc, here, spec)
         if isinstance(spec.prefix, str) and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", spec.prefix):
@@ -140,9 +169,23 @@ def check_servers(doc: Document, servers: dict[str, McpServerSpec], at: tuple[An
             )
 
 
+def _check_type(doc: Document, here: tuple[Any, ...], spec: McpServerSpec) -> None:
+    if spec.type is None:
+        return
+    wants_url = spec.type in ("http", "sse")
+    if wants_url != (spec.url is not None):
+        raise doc.error(
+            (*here, "type"),
+            problem=f"type: {spec.type} needs "
+            + ("url:, not command:" if wants_url else "command: (and args:), not url:"),
+            hint="leave type out to let url: or command: say it, or fix the transport",
+        )
+
+
 def _check_transport(doc: Document, here: tuple[Any, ...], spec: McpServerSpec) -> None:
     if spec.url is not None:
-        if not re.match(r"https?://[^/\s]+", spec.url):
+        # A URL that starts with ${VAR} (Claude Code's ${API_BASE_URL:-https://...}/mcp) is checked once expanded.
+        if not spec.url.startswith("${") and not _HTTP_URL.match(spec.url):
             raise doc.error(
                 (*here, "url"), expected='an http:// or https:// URL like "http://127.0.0.1:8000/mcp"'
             )
@@ -210,20 +253,30 @@ def servers_for(agent: Any, config: Any) -> list[ServerEntry]:
 
     An agent file's server replaces the user's server of the same name whole,
     at the user's position (so ``enabled: false`` in an agent file turns a
-    user's server off for that agent). Disabled servers are included.
+    user's server off for that agent). Disabled servers are included. An
+    entry read from a JSON file (``origin``, see mcp_json.py) keeps that file
+    as its origin and runs in its ``run_dir``.
     """
     entries: dict[str, ServerEntry] = {}
     user_file = config.path or "config.yaml"
     home = Path.home()
     passed = tuple(getattr(agent, "pass_env", ()))
     for name, spec in getattr(config, "mcp", {}).items():
-        base = Path(user_file).parent
-        entries[name] = ServerEntry(name, spec, user_file, base, home, passed)
-    if agent.path:
-        base = Path(agent.path).parent
-        for name, spec in getattr(agent, "mcp", {}).items():
-            entries[name] = ServerEntry(name, spec, agent.path, base, base, passed)
+        entries[name] = _entry(name, spec, user_file, home, passed)
+    for name, spec in getattr(agent, "mcp", {}).items():
+        if agent.path or spec.origin:
+            folder = Path(agent.path).parent if agent.path else home
+            entries[name] = _entry(name, spec, agent.path or "", folder, passed)
     return list(entries.values())
+
+
+def _entry(name: str, spec: McpServerSpec, file: str, run: Path, passed: tuple[str, ...]) -> ServerEntry:
+    """A server entry: its origin is the JSON file it came from, else the file whose mcp: holds it."""
+    origin = file
+    if spec.origin:
+        origin = spec.origin
+        run = Path(spec.run_dir) if spec.run_dir else Path(origin).parent
+    return ServerEntry(name, spec, origin, Path(origin).parent, run, passed)
 
 
 class ExpansionError(Exception):
@@ -242,7 +295,7 @@ class ResolvedServer:
     """
 
     entry: ServerEntry
-    transport: str  # "http" or "stdio"
+    transport: str  # "http", "sse" or "stdio"
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
@@ -308,9 +361,13 @@ def resolve(entry: ServerEntry, environ: dict[str, str] | None = None) -> Resolv
 
     if spec.url is not None:
         url = x(spec.url, "url")
+        if not _HTTP_URL.match(url):
+            raise ExpansionError(
+                f"mcp.{name}.url expands to {url!r}, which is not an http:// or https:// URL"
+            )
         headers = {k: x(v, f"headers.{k}") for k, v in spec.headers.items()}
-        key = _digest({"url": url, "headers": headers})
-        return ResolvedServer(entry, "http", url=url, headers=headers, key=key)
+        key = _digest({"url": url, "headers": headers, "transport": spec.transport})
+        return ResolvedServer(entry, spec.transport, url=url, headers=headers, key=key)
     program = x(spec.command or "", "command")
     if "/" in program and not Path(program).is_absolute():
         program = str((entry.base_dir / program).resolve())

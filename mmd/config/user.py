@@ -18,7 +18,7 @@ from mmd import paths
 from ..models import PROVIDER_KINDS
 from .hooks import HooksSpec, check_hooks
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
-from .mcp import McpServerSpec, check_servers
+from .mcp import KEY_HINTS, McpServerSpec, check_servers
 
 # A kind of the providers' table (mmd/models/__init__.py): the API a provider speaks.
 ProviderKind = Literal[PROVIDER_KINDS]  # type: ignore[valid-type]
@@ -81,6 +81,7 @@ class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str | None = None
 
     set_by_loader: ClassVar[frozenset[str]] = frozenset({"path"})
+    key_hints: ClassVar[dict[str, str]] = KEY_HINTS  # mcpServers: Claude Code's .mcp.json shape
 
 
 def load_user_config(path: Path | None = None) -> UserConfig:

@@ -318,6 +318,8 @@ class McpConnection:
         server = self.server
         if server.transport == "http":
             return _http_transport(server.url or "", server.headers, server.spec.connect_timeout)
+        if server.transport == "sse":
+            return _sse_transport(server.url or "", server.headers, server.spec.connect_timeout)
         return self._stdio()
 
     @contextlib.asynccontextmanager
@@ -484,6 +486,19 @@ async def _http_transport(url: str, headers: dict[str, str], connect_timeout: fl
         httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
+        yield streams
+
+
+@contextlib.asynccontextmanager
+async def _sse_transport(url: str, headers: dict[str, str], connect_timeout: float) -> AsyncIterator[Any]:
+    """The SDK's SSE transport (the MCP protocol of 2024-11-05, which Claude Code calls ``sse``)."""
+    from mcp.client.sse import sse_client  # lazily (see load_sdk)
+
+    # The event stream of an idle connection may stay silent as long as the connection is kept:
+    # a shorter read timeout would drop it (and reconnect) for nothing.
+    async with sse_client(
+        url, headers=headers, timeout=connect_timeout, sse_read_timeout=IDLE_CLOSE * 2
+    ) as streams:
         yield streams
 
 

@@ -39,6 +39,7 @@ from ..untrusted import (
     value_depth,
 )
 from .errors import McpCallError, McpUnavailable
+from .schema import Patterns, Unusable, check_for
 from .stdio import REFUSED
 
 
@@ -197,6 +198,7 @@ class McpTool(Tool):
         timeout: float | None,
         connect_timeout: float,
         method: str = "call_tool",
+        full_check: Patterns | None = None,
     ) -> None:
         self.name = name
         self.remote_name = remote_name  # the server's name, sent in the call
@@ -209,6 +211,8 @@ class McpTool(Tool):
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.method = method
+        # The server's whole inputSchema, checked after the contract's subset (mmd/mcp/schema.py).
+        self.full_check = full_check
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"{self.server}: {self.remote_name} {json.dumps(args, ensure_ascii=False)}"
@@ -424,7 +428,17 @@ def make_tools(entry: ServerEntry, conn: Server) -> tuple[list[McpTool], list[st
                 f"{MAX_DEPTH} levels deep, the limit (real schemas nest a few levels)"
             )
             continue
-        tools.append(_remote_tool(entry, conn, remote))
+        try:
+            check: Patterns = check_for(remote.input_schema)
+        except Unusable as exc:
+            if exc.too_large:
+                warnings.append(f"MCP server {name}: tool {remote.name} is left out: {exc}")
+                continue
+            warnings.append(
+                f"MCP server {name}: tool {remote.name}: {exc}; its calls are checked by mm's subset only"
+            )
+            check = Patterns()
+        tools.append(_remote_tool(entry, conn, remote, check))
     for tool in tools:
         if len(_prefixed(name, tool.remote_name, spec.prefix)) > MAX_NAME:
             warnings.append(
@@ -452,7 +466,7 @@ def _unoffered(name: str, spec: McpServerSpec, offered: list[str]) -> list[str]:
     return warnings
 
 
-def _remote_tool(entry: ServerEntry, conn: Server, remote: Any) -> McpTool:
+def _remote_tool(entry: ServerEntry, conn: Server, remote: Any, check: Patterns) -> McpTool:
     spec = entry.spec
     return McpTool(
         name=exposed_name(entry.name, remote.name, spec.prefix),
@@ -464,6 +478,7 @@ def _remote_tool(entry: ServerEntry, conn: Server, remote: Any) -> McpTool:
         conn=conn,
         timeout=spec.timeout,
         connect_timeout=spec.connect_timeout,
+        full_check=check,
     )
 
 

@@ -141,7 +141,9 @@ class CallRunner:
                 raise self._unknown_tool(c.call)
             example = _answer_example(c.tool)
             raw = contract.parse_arguments(c.call.arguments, example=example)
-            c.args = contract.validate(c.tool.parameters, raw, example=example)
+            c.args = contract.validate(
+                c.tool.parameters, raw, example=example, full=getattr(c.tool, "full_check", None)
+            )
             c.echo = c.tool.echo(c.args)
         except ToolError as err:
             self._telemetry(c.call.name, err.code)

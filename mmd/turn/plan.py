@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import paths
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
 from ..config.hooks import HooksSpec, claude_settings_files, claude_settings_hooks
+from ..config.mcp_json import add_mcp_files
 from ..config.secrets import credential_variables, secret_variables
 from ..config.turns import LoopLimits, PhaseSpec
 from ..local import catalog as local_catalog
@@ -156,6 +157,10 @@ def load(cwd: Path, agent_path: str | None, config_path: Path) -> tuple[AgentFil
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
     agent, found = load_agent(cwd, agent_path)
+    try:  # Claude Code's MCP files (.mcp.json, and mm mcp add's), beside the mcp: of both
+        agent, config = add_mcp_files(agent, config, cwd)
+    except ConfigError as exc:
+        raise RPCError("config_error", str(exc)) from None
     return agent, config, found
 
 

@@ -2,6 +2,7 @@
 
 env_server.py shows the environment a stdio server was started with (the secrets tests).
 deep_server.py answers every call with one line nested deeper than mm reads (the nesting tests).
+schema_server.py declares raw JSON Schemas (nested, draft-07, hostile), over stdio or SSE (test_mcp_claude.py).
 """
 
 from __future__ import annotations
