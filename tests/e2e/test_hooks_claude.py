@@ -28,12 +28,9 @@ AFTER_EXIT_WAIT = 30.0
 
 
 @pytest.fixture
-def home(mm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A HOME of the test's own, so ~/.claude/settings.json is never the developer's."""
-    folder = mm_home / "home"
-    folder.mkdir()
-    monkeypatch.setenv("HOME", str(folder))
-    return folder
+def home(mm_home: Path) -> Path:
+    """The test's own HOME (mm_home sets it), so ~/.claude/settings.json is never the developer's."""
+    return mm_home / "home"
 
 
 def claude_project(work: Path, hooks: dict[str, Any], *scripts: str) -> None:
