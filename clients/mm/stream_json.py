@@ -24,6 +24,9 @@ from .render import View
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 # Events that belong to a model step; any other event ends the wait for the model.
 STEP_KINDS = frozenset({"text", "model_retry", "assistant"})
+# Deepest tool input shown as an object: a model's arguments nested deeper are shown as their text
+# (an agent file nests about six levels; json.dumps would fail near a thousand).
+MAX_DEPTH = 64
 # mm's turn statuses that have a result subtype of their own; every other failure is during execution.
 SUBTYPES = {"ok": "success", "max_steps": "error_max_turns"}
 
@@ -41,15 +44,29 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     """A call's arguments as a ``tool_use`` block's ``input`` object.
 
     The model sends a JSON text; what is not a JSON object (a model's broken
-    output) is kept whole under ``_raw`` rather than dropped.
+    output), or nests deeper than MAX_DEPTH, is kept whole under ``_raw``
+    rather than dropped, so that no model output can stop the stream.
     """
-    if isinstance(arguments, dict):
-        return arguments
     try:
         value = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
-    return value if isinstance(value, dict) else {"_raw": arguments}
+    if isinstance(value, dict) and _depth(value) <= MAX_DEPTH:
+        return value
+    return {"_raw": arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)}
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and maps nest in *value*, counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+    return deepest
 
 
 class Transcript:

@@ -311,3 +311,20 @@ def test_input_format_stream_json_refuses_a_bad_line_with_its_number(mm_home, sc
     assert "stdin line 2: not JSON" in final["errors"][0] and "stdin line 2" in result.stderr
     needs = run_mm("-p", "--input-format", "stream-json", input="", cwd=mm_home / "work")
     assert needs.returncode == 2 and "--output-format stream-json" in needs.stderr
+
+
+def test_a_models_deeply_nested_arguments_do_not_stop_the_stream(mm_home, scripted):
+    deep = '{"path": ' + "[" * 5000 + "]" * 5000 + "}"
+    scripted([{"tool_calls": [{"name": "read_file", "arguments": deep}]}, {"text": "gave up"}])
+    result = run_mm("--output-format", "stream-json", "-p", "read it", cwd=mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    records = lines(result.stdout)
+    [use] = [
+        b
+        for r in records
+        if r["type"] == "assistant"
+        for b in r["message"]["content"]
+        if b["type"] == "tool_use"
+    ]
+    assert use["input"] == {"_raw": deep}
+    assert records[-1]["result"] == "gave up"

@@ -22,6 +22,10 @@ def test_tool_input_is_an_object_whatever_the_model_sent() -> None:
     assert tool_input({"path": "."}) == {"path": "."}
     assert tool_input("[1, 2]") == {"_raw": "[1, 2]"}
     assert tool_input("{broken") == {"_raw": "{broken"}
+    deep = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert tool_input(deep) == {"_raw": deep}  # past json's recursion limit: text, not a crash
+    nested = '{"a": ' + "[" * 100 + "]" * 100 + "}"
+    assert tool_input(nested) == {"_raw": nested}
 
 
 def test_model_time_counts_from_the_last_event_before_each_step() -> None:
