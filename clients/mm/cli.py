@@ -167,7 +167,8 @@ def _stream_input(words: list[str], opts: dict[str, Any]) -> int:
     if words:
         raise click.UsageError("--input-format stream-json reads the prompts from stdin: give no PROMPT")
     session_id = None
-    for number, line in enumerate(sys.stdin, 1):
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        line = raw.decode("utf-8", "replace")  # a byte that is not UTF-8 is the line's error, not a crash
         if not line.strip():
             continue
         try:
