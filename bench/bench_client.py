@@ -5,7 +5,7 @@ Run ``python bench/bench_client.py [--runs N] [--cold-runs M] [--tool-calls K]``
 1. client cold start: wall time of ``mm --version`` as a fresh process against ``python -c pass``, the
    import time of ``mm.cli`` (``-X importtime``), and the modules the client must not import
    (trio, httpx, anyio, psutil, daemon modules outside ``mmd.rpc``): each list should be empty;
-2. ``mm -p`` to the first event: from spawning ``mm --output-format stream-json --yolo -p hi`` to its
+2. ``mm -p`` to the first event: from spawning ``mm --output-format events --yolo -p hi`` to its
    first stdout line and to its exit, with a warm daemon, then with no daemon running (the client
    starts one; it is stopped between runs);
 3. harness overhead of one tool call: one turn of K tool calls answered at once by the scripted
@@ -48,7 +48,7 @@ CONSOLE_SCRIPT = Path(PY).with_name("mm")
 MM = [str(CONSOLE_SCRIPT)] if CONSOLE_SCRIPT.exists() else [PY, "-m", "mm.cli"]
 # Top-level packages the client must never import, so that it starts fast.
 FORBIDDEN = ("trio", "httpx", "httpcore", "anyio", "psutil", "h11")
-PROMPT_ARGS = ["--output-format", "stream-json", "--yolo", "-p", "hi"]
+PROMPT_ARGS = ["--output-format", "events", "--yolo", "-p", "hi"]
 # Seconds any one child command may take before the bench gives up on it.
 TIMEOUT = 60.0
 
@@ -330,7 +330,7 @@ def check_modules(env: Env) -> None:
 
 
 def first_event(env: Env) -> tuple[float, float, float]:
-    """Spawn ``mm -p`` in stream-json: seconds to turn_started in the daemon, to the first line, to exit."""
+    """Spawn ``mm -p`` with --output-format events: seconds to turn_started in the daemon, to the first line, to exit."""
     argv = [*MM, *PROMPT_ARGS]
     with tempfile.TemporaryFile() as err:
         spawned_wall = time.time()

@@ -20,6 +20,7 @@ from mmd.rpc import RPCError
 
 from . import skills_cmd
 from .connection import Client, DaemonError, Untrusted
+from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
 from .mcp_cmd import mcp
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, compacted
 
@@ -67,16 +68,18 @@ _complete_sessions = _complete_ids("session.list", "sessions", "title")
 _complete_rules = _complete_ids("consent.list", "rules", "tool")
 
 
-@click.group(invoke_without_command=True, context_settings=CONTEXT)
+@click.group(
+    cls=PromptGroup,
+    invoke_without_command=True,
+    context_settings=CONTEXT,
+    subcommand_metavar="[PROMPT] | COMMAND [ARGS]...",
+)
 @click.option(
     "-p",
     "--print",
-    "prompt",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="PROMPT",
-    help="Run PROMPT, print the answer and exit. Text piped on stdin is added to the prompt.",
+    "print_",
+    is_flag=True,
+    help="Answer PROMPT, print the answer and exit (no chat). Text piped on stdin is added after it.",
 )
 @click.option(
     "-c", "--continue", "continue_", is_flag=True, help="Continue the newest session of this directory."
@@ -94,45 +97,106 @@ _complete_rules = _complete_ids("consent.list", "rules", "tool")
 @click.option("-m", "--model", metavar="MODEL", help="Model: PROVIDER/MODEL or an alias from config.yaml.")
 @click.option(
     "--output-format",
-    type=click.Choice(["text", "json", "stream-json"]),
+    type=click.Choice(["text", "json", "stream-json", "events"]),
     default="text",
     show_default=True,
-    help="text: the answer; json: one object at the end; stream-json: every event as a JSON line.",
+    help="text: the answer; json: one result object; stream-json: Claude Code's message lines; "
+    "events: mm's own events as JSON lines.",
 )
+@click.option(
+    "--input-format",
+    type=click.Choice(["text", "stream-json"]),
+    default="text",
+    show_default=True,
+    help="stream-json: one user message per stdin line, each a turn of one session "
+    "(needs --output-format stream-json).",
+)
+@click.option("--verbose", is_flag=True, help="Accepted as in Claude Code; mm needs it for nothing.")
 @click.option("--yolo", is_flag=True, help="Run write tools without asking (destructive tools still ask).")
 @click.version_option(__version__, "-V", "--version", prog_name="mm")
 @click.pass_context
-def main(ctx: click.Context, prompt: str | None, continue_: bool, resume: str | None, **opts: Any) -> None:
+def main(
+    ctx: click.Context, print_: bool, continue_: bool, resume: str | None, input_format: str, **opts: Any
+) -> None:
     """mm runs your commands through a language model, correctly, safely and fast.
 
     \b
     mm -p "what changed in this repo?"    answer once and exit
+    git diff | mm -p "review this"         stdin is added to the prompt
     mm                                     chat in this terminal
+    mm "why does the build fail?"          chat, starting with this prompt
     mm --continue -p "and now?"            continue the newest session here
+
+    A prompt that is exactly a command's name needs -p or --: mm -p daemon.
 
     `mm COMMAND --help` describes each command.
     """
     if ctx.invoked_subcommand is not None:
         return
+    words = ctx.meta.get(PROMPT_WORDS, [])
+    opts.pop("verbose")
     opts.update(continue_=continue_, resume=resume)
-    if prompt is None and sys.stdin.isatty():
-        sys.exit(_chat(**opts))
-    piped = "" if sys.stdin.isatty() else sys.stdin.read()
-    text = "\n\n".join(part for part in (prompt or "", piped) if part.strip())
+    if input_format == "stream-json":
+        sys.exit(_stream_input(words, opts))
+    if not print_ and sys.stdin.isatty():
+        sys.exit(_chat_from(" ".join(words), opts))
+    text = read_prompt(words, sys.stdin, warn=lambda w: click.echo(f"mm: warning: {w}", err=True))
     if not text.strip():
-        raise click.UsageError('no prompt: give one with -p "..." or on stdin')
-    sys.exit(run_prompt(text, **opts))
+        raise click.UsageError(
+            'no prompt: type one (mm -p "what does this repo do?") or pipe text in (git diff | mm -p "review this")'
+        )
+    sys.exit(run_prompt(text, hold=True, **opts))
+
+
+def _chat_from(prompt: str, opts: dict[str, Any]) -> int:
+    """`mm` chats; `mm "prompt"` chats starting with that prompt, as `claude "prompt"` does."""
+    if not prompt.strip():
+        return _chat(**opts)
+    code, session_id = _run(prompt, **opts)
+    if session_id is None:
+        return code
+    return _chat(**{**opts, "continue_": False, "resume": session_id})
+
+
+def _stream_input(words: list[str], opts: dict[str, Any]) -> int:
+    """`--input-format stream-json`: each stdin line a user message, each a turn of one session."""
+    from .stream_json import ClaudeView, InputError, user_message
+
+    if opts.get("output_format") != "stream-json":
+        raise click.UsageError(
+            "--input-format stream-json needs --output-format stream-json (as in Claude Code)"
+        )
+    if words:
+        raise click.UsageError("--input-format stream-json reads the prompts from stdin: give no PROMPT")
+    session_id = None
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        line = raw.decode("utf-8", "replace")  # a byte that is not UTF-8 is the line's error, not a crash
+        if not line.strip():
+            continue
+        try:
+            text = user_message(line)
+        except InputError as exc:
+            ClaudeView("stream-json").failed(f"stdin line {number}: {exc}", session_id)
+            return EXIT_ERROR
+        code, started = _run(text, session_id=session_id, hold=True, **opts)
+        session_id = session_id or started
+        if code != EXIT_OK:
+            return code
+    return EXIT_OK
+
+
+class _NoCwd(Exception):
+    """The current directory was deleted under mm."""
 
 
 def _cwd() -> str:
     try:
         return os.getcwd()
     except FileNotFoundError:
-        _fail(
+        raise _NoCwd(
             "the current directory no longer exists (it was deleted): cd to an existing directory, "
             "or continue a session by its id with --resume ID"
-        )
-        raise  # unreachable
+        ) from None
 
 
 def _prompt_params(text: str, opts: dict[str, Any], session_id: str | None) -> dict[str, Any]:
@@ -156,18 +220,39 @@ def _prompt_params(text: str, opts: dict[str, Any], session_id: str | None) -> d
     return params
 
 
+def _view(output_format: str, hold: bool) -> View:
+    if output_format in ("json", "stream-json"):
+        from .stream_json import ClaudeView
+
+        return ClaudeView(output_format)
+    return View(output_format, hold=hold)
+
+
 def run_prompt(text: str, *, output_format: str = "text", session_id: str | None = None, **opts: Any) -> int:
-    """Run one turn; returns the exit code."""
-    view = View(output_format)
-    client = _connect()
+    """Run one turn; returns the exit code. ``hold=True``: stdout gets the final answer alone (``mm -p``)."""
+    return _run(text, output_format=output_format, session_id=session_id, **opts)[0]
+
+
+def _run(
+    text: str, *, output_format: str = "text", session_id: str | None = None, hold: bool = False, **opts: Any
+) -> tuple[int, str | None]:
+    """Run one turn: its exit code and session id (None when it could not start)."""
+    view = _view(output_format, hold)
     try:
-        started = client.call("session.prompt", _prompt_params(text, opts, session_id))
+        params = _prompt_params(text, opts, session_id)
+        client = Client.connect()
+    except (DaemonError, _NoCwd) as exc:
+        view.failed(str(exc), session_id)
+        return EXIT_ERROR, None
+    try:
+        started = client.call("session.prompt", params)
     except RPCError as exc:
-        view.error(exc.message)
-        return EXIT_ERROR
-    code, _ = follow(client, started["session_id"], started["after_seq"], view)
+        client.close()
+        view.failed(exc.message, session_id)
+        return EXIT_ERROR, None
+    code, started_id = follow(client, started["session_id"], started["after_seq"], view)
     client.close()
-    return code
+    return code, started_id
 
 
 def follow(client: Client, session_id: str, after_seq: int, view: View) -> tuple[int, str]:
@@ -179,13 +264,13 @@ def follow(client: Client, session_id: str, after_seq: int, view: View) -> tuple
             break
         except KeyboardInterrupt:
             if interrupted:  # a second Ctrl-C: leave now, the daemon finishes the cancel
-                view.note("interrupted")
+                view.lost("interrupted")
                 return EXIT_INTERRUPTED, session_id
             interrupted = True
             view.note("cancelling the turn… (Ctrl-C again to quit now)")
             client.send("session.cancel", {"session_id": session_id})
         except DaemonError as exc:
-            view.error(str(exc))
+            view.lost(str(exc))
             return EXIT_ERROR, session_id
     code = view.finish(session_id, ended)
     return (EXIT_INTERRUPTED if interrupted else code), session_id

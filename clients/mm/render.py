@@ -1,7 +1,9 @@
 """Showing a turn's events: answer text on stdout, tool echo on stderr.
 
 The echo is dim on a terminal and plain otherwise, so piping ``mm -p`` into
-another program gets only the answer.
+another program gets only the answer. ``text`` and ``events`` (mm's own
+event lines) are here; Claude Code's ``json`` and ``stream-json`` are in
+stream_json.py.
 """
 
 from __future__ import annotations
@@ -24,16 +26,26 @@ DIM, RED, RESET = "\033[2m", "\033[31m", "\033[0m"
 
 
 class View:
-    """Renders events in one of the output formats: text, json, stream-json."""
+    """Renders events as ``text`` (the answer) or ``events`` (every event as a JSON line).
 
-    def __init__(self, fmt: str = "text", out: TextIO | None = None, err: TextIO | None = None) -> None:
+    With ``hold`` (``mm -p``), a model step's text is held until the step
+    ends: the text of a step that called tools is narration and goes to
+    stderr, and stdout gets the final answer alone, once, at the end. Without
+    it (the chat) the answer streams to stdout as the model writes it.
+    """
+
+    def __init__(
+        self, fmt: str = "text", out: TextIO | None = None, err: TextIO | None = None, *, hold: bool = False
+    ) -> None:
         self.fmt = fmt
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.color = self.err.isatty()
+        self.hold = hold and fmt == "text"
         self._open_line = False  # the answer text has no final newline yet
         self._echo_open = False  # tool output left without a final newline
         self.result: dict[str, Any] = {"tool_calls": [], "text": ""}
+        self._shown = ""  # the last tool result shown, so that a turn ending with it does not repeat it
 
     # -- helpers ---------------------------------------------------------------
 
@@ -60,8 +72,16 @@ class View:
 
     # -- events ------------------------------------------------------------------
 
+    def failed(self, message: str, session_id: str | None = None) -> None:
+        """The turn could not start: the daemon unreachable, a bad agent file, an unknown model."""
+        self.error(message)
+
+    def lost(self, message: str) -> None:
+        """The turn's end will not be seen (the daemon went away, a second Ctrl-C)."""
+        self.error(message)
+
     def event(self, ev: dict[str, Any]) -> None:
-        if self.fmt == "stream-json":
+        if self.fmt == "events":
             self.out.write(json.dumps(ev, default=str) + "\n")
             self.out.flush()
         handler = getattr(self, "_on_" + ev["kind"], None)
@@ -70,7 +90,7 @@ class View:
 
     def _on_text(self, data: dict[str, Any]) -> None:
         self.result["text"] += data["text"]
-        if self.fmt == "text":
+        if self.fmt == "text" and not self.hold:
             self.out.write(data["text"])
             self.out.flush()
             self._open_line = not data["text"].endswith("\n")
@@ -78,6 +98,8 @@ class View:
     def _on_assistant(self, data: dict[str, Any]) -> None:
         # A step that called tools may have said something first; keep only the final answer.
         if data["tool_calls"]:
+            if self.hold and self.result["text"].strip():
+                self._echo(self.result["text"].strip() + "\n")  # narration: for the person, not the pipe
             self.result["text"] = ""
 
     def _on_tool_call(self, data: dict[str, Any]) -> None:
@@ -98,9 +120,12 @@ class View:
             self._echo("\n")
             self._echo_open = False
         self._echo(f"  {summary(data)}\n", DIM if data["ok"] else RED)
+        self._shown = data["content"].strip()
 
     def _on_unusable_answer(self, data: dict[str, Any]) -> None:
         # The final reply was no answer (empty, braces, a call as text): the turn's answer comes next.
+        if self.hold and self.result["text"].strip():
+            self._echo(self.result["text"].strip() + "\n")  # held: shown as written, to the person
         self.result["text"] = ""
         if self.fmt == "text" and data.get("action") == "ask_again":
             self.note(
@@ -156,36 +181,28 @@ class View:
         self.note("  dry run:")
         self._echo(data["content"].rstrip() + "\n")
 
-    def _on_consent_answered(self, data: dict[str, Any]) -> None:
-        if self.fmt == "text" and data.get("decision") == "deny":
-            self.note(f"  denied by {data.get('by') or 'the user'}")
+    def answer(self, ended: dict[str, Any]) -> str | None:
+        """The turn's answer: the model's last words, or what mm wrote in their place; None unless ok."""
+        if ended["status"] != "ok":
+            return None
+        return ended.get("text") or self.result["text"]
 
     def finish(self, session_id: str, ended: dict[str, Any]) -> int:
         """Print the end of a turn and return the exit code."""
         status = ended["status"]
-        if status == "ok" and ended.get("text") and ended["text"].strip() != self.result["text"].strip():
-            # An answer mm wrote or took from a result (not streamed as the model's text).
+        answer = self.answer(ended)
+        if self.fmt == "text" and answer and (self.hold or answer.strip() != self.result["text"].strip()):
+            # Held, or an answer mm wrote or took from a result (not streamed as the model's text).
             self._end_answer_line()
-            self.result["text"] = ended["text"]
-            if self.fmt == "text":
-                self.out.write(ended["text"].rstrip("\n") + "\n")
-        if self.fmt == "json":
-            self.out.write(
-                json.dumps(
-                    {
-                        "session_id": session_id,
-                        "status": status,
-                        "result": self.result["text"],
-                        "error": ended.get("error"),
-                        "tool_calls": self.result["tool_calls"],
-                    }
-                )
-                + "\n"
-            )
+            self.out.write(answer.rstrip("\n") + "\n")
+        elif self.hold and self.result["text"].strip():
+            # The words of a turn that gave no answer: for the person, not the pipe.
+            self._echo(self.result["text"].strip() + "\n")
+        self.result["text"] = answer or ""
         self._end_answer_line()
         if ended.get("error"):
             self.error(ended["error"])
-        elif status not in ("ok",) and ended.get("text"):
+        elif status != "ok" and ended.get("text") and ended["text"].strip() != self._shown:
             self.note(ended["text"])
         return STATUS_EXIT.get(status, EXIT_ERROR)
 
@@ -208,4 +225,6 @@ def summary(result: dict[str, Any]) -> str:
         return ("✓ " if result["ok"] else "✗ ") + lines[-1][:200]  # "[exit code N]" and kin
     if result["ok"]:
         return f"✓ {len(lines)} line{'s' if len(lines) != 1 else ''}"
+    if (result.get("data") or {}).get("denied"):
+        return "✗ " + lines[0]  # who denied it and why: said once, whole
     return "✗ " + lines[0][:200]

@@ -216,7 +216,8 @@ class Session:
             self._end(status, text, error)
 
     def _begin(self, prompt: str, setup: TurnSetup) -> None:
-        self.emit("turn_started", {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)})
+        started = {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)}
+        self.emit("turn_started", {**started, **_offered(setup)})
         for warning in setup.warnings:
             self.emit("warning", {"message": warning})
         if not self.row.title:
@@ -247,3 +248,15 @@ class Session:
         self._spawn(
             hookpoints.session_end_guarded, self, setup.hooks, setup.yolo, setup.limits.grace, "other"
         )
+
+
+def _offered(setup: TurnSetup) -> dict[str, Any]:
+    """What the turn offers the model, for a client's summary (``mm -p``'s stream-json init record)."""
+    tools = list(setup.registry.tools.values())
+    servers = sorted({t.source.removeprefix("mcp:") for t in tools if t.source.startswith("mcp:")})
+    return {
+        "tools": [t.name for t in tools],
+        "skills": setup.skill_names(),
+        "mcp_servers": servers,
+        "yolo": setup.yolo,
+    }

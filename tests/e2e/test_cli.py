@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from .conftest import daemon_pids, run_mm, socket_of, spawn_mm, wait_for_file, write_config
+from .test_consent import run_on_pty
 
 
 def test_prompt_prints_the_answer_and_starts_the_daemon(mm_home, scripted):
@@ -28,7 +29,8 @@ def test_prompt_from_stdin(mm_home, scripted):
     server = scripted([{"text": "ok"}])
     result = run_mm("-p", "summarise:", input="line one\nline two\n", cwd=mm_home / "work")
     assert result.returncode == 0, result.stderr
-    assert server.requests()[0]["body"]["messages"][-1]["content"] == "summarise:\n\nline one\nline two\n"
+    # As Claude Code joins them: the prompt, a newline, then what was piped.
+    assert server.requests()[0]["body"]["messages"][-1]["content"] == "summarise:\nline one\nline two\n"
 
 
 def test_tool_call_echo_goes_to_stderr_answer_to_stdout(mm_home, scripted):
@@ -75,11 +77,13 @@ def test_json_output(mm_home, scripted):
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["status"] == "ok" and out["result"] == "forty-two" and len(out["session_id"]) == 12
+    assert (out["type"], out["subtype"], out["is_error"]) == ("result", "success", False)
 
 
-def test_stream_json_output_is_one_event_per_line(mm_home, scripted):
+def test_events_output_is_one_event_per_line(mm_home, scripted):
+    # mm's own event stream (what --output-format stream-json printed before it took Claude Code's shape).
     scripted([{"text": "a b c"}])
-    result = run_mm("--output-format", "stream-json", "-p", "x", cwd=mm_home / "work")
+    result = run_mm("--output-format", "events", "-p", "x", cwd=mm_home / "work")
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]
     kinds = [e["kind"] for e in events]
@@ -300,7 +304,7 @@ def test_kill_9_mid_turn_then_restart_keeps_committed_events(mm_home, scripted, 
             {"text": "resumed fine"},
         ]
     )
-    mm = spawn_mm("--yolo", "--output-format", "stream-json", "-p", "go", cwd=work)
+    mm = spawn_mm("--yolo", "--output-format", "events", "-p", "go", cwd=work)
     wait_for_file(work / "shell.pid")
     shell = psutil.Process(int((work / "shell.pid").read_text()))
     time.sleep(0.2)  # let the echo event reach the client; the assertion below does not depend on it
@@ -350,3 +354,94 @@ def test_the_agent_files_temperature_reaches_every_model_step(mm_home, scripted)
     bad = run_mm("-p", "look", cwd=work)
     assert bad.returncode == 1
     assert "mm.yaml:1: temperature: " in bad.stderr and "3" in bad.stderr
+
+
+# -- -p is a flag, the prompt positional (as in Claude Code) --------------------------------------------
+
+
+def _sent(server) -> list[str]:
+    """The last user message of each request the model got."""
+    return [r["body"]["messages"][-1]["content"] for r in server.requests()]
+
+
+def test_print_flag_and_prompt_in_any_order(mm_home, scripted):
+    server = scripted([{"text": "done"}] * 6)
+    work = mm_home / "work"
+    orders = [
+        ("-p", "--yolo", "Deploy the site"),
+        ("Deploy the site", "-p"),
+        ("--yolo", "Deploy the site", "-p", "--model", "script/scripted"),
+        ("-cp", "Deploy the site"),
+        ("--print", "--output-format", "text", "Deploy the site"),
+        ("-p", "--", "Deploy the site"),
+    ]
+    for args in orders:
+        result = run_mm(*args, cwd=work)
+        assert (result.returncode, result.stdout) == (0, "done\n"), (args, result.stderr)
+    assert _sent(server) == ["Deploy the site"] * len(orders)
+
+
+def test_a_prompt_that_names_a_command_needs_p_or_double_dash(mm_home, scripted):
+    server = scripted([{"text": "ok"}] * 2)
+    work = mm_home / "work"
+    assert run_mm("-p", "daemon", cwd=work).stdout == "ok\n"
+    assert run_mm("--", "sessions", cwd=work).stdout == "ok\n"  # stdin is no terminal: print mode
+    assert _sent(server) == ["daemon", "sessions"]
+    assert "mmd" in run_mm("daemon", "status", cwd=work).stdout  # without them, the command runs
+
+
+def test_a_mistyped_command_is_a_usage_error_not_a_prompt(mm_home, scripted):
+    server = scripted([{"text": "never"}])
+    result = run_mm("sesions", "list", cwd=mm_home / "work")
+    assert result.returncode == 2
+    assert "Did you mean 'sessions'" in result.stderr and "mm -p sesions" in result.stderr
+    assert server.requests() == []
+
+
+def test_no_prompt_is_a_usage_error_that_says_what_to_type(mm_home):
+    for args, piped in ((("-p",), ""), (("-p", "  "), ""), ((), "\n")):
+        result = run_mm(*args, input=piped, cwd=mm_home / "work")
+        assert result.returncode == 2, (args, result.stderr)
+        assert 'mm -p "' in result.stderr and "no prompt" in result.stderr
+
+
+def test_piped_stdin_alone_is_the_prompt(mm_home, scripted):
+    server = scripted([{"text": "ok"}, {"text": "ok"}])
+    work = mm_home / "work"
+    assert run_mm("-p", input="what is this?\n", cwd=work).returncode == 0
+    assert run_mm(input="and this?\n", cwd=work).returncode == 0  # no -p, stdin no terminal: print mode
+    assert _sent(server) == ["what is this?\n", "and this?\n"]
+
+
+def test_text_mode_stdout_is_the_final_answer_and_narration_goes_to_stderr(mm_home, scripted):
+    work = mm_home / "work"
+    scripted(
+        [
+            {
+                "text": "Let me list the files.",
+                "tool_calls": [{"name": "list_files", "arguments": {"path": "."}}],
+            },
+            {"text": "There is nothing here."},
+        ]
+    )
+    result = run_mm("-p", "what is here?", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "There is nothing here.\n"
+    assert result.stderr.count("Let me list the files.") == 1
+
+
+def test_a_denial_is_said_once_on_stderr(mm_home, scripted):
+    scripted([{"tool_calls": [{"name": "bash", "arguments": {"command": "touch nope"}}]}])
+    result = run_mm("-p", "make a file", cwd=mm_home / "work")
+    assert result.returncode == 3
+    assert result.stdout == ""
+    assert result.stderr.count("no one to ask") == 1, result.stderr
+
+
+def test_a_prompt_without_p_on_a_terminal_starts_a_chat_with_it(mm_home, scripted):
+    server = scripted([{"text": "first answer"}, {"text": "second answer"}])
+    dialogue = [("first answer", None), ("› ", "and then?"), ("second answer", None), ("› ", "/exit")]
+    code, text = run_on_pty(["what is here?"], mm_home / "work", dialogue)
+    assert code == 0, text
+    contents = [m["content"] for m in server.requests()[1]["body"]["messages"] if m["role"] != "system"]
+    assert contents == ["what is here?", "first answer", "and then?"]  # one session

@@ -61,7 +61,7 @@ def test_bash_completes_commands_and_options_through_the_script():
         ["bash", "--norc", "--noprofile", "-c", probe], env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["install-service", "text", "json", "stream-json"]
+    assert out.stdout.splitlines() == ["install-service", "text", "json", "stream-json", "events"]
 
 
 @needs_mm_bin

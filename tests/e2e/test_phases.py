@@ -187,9 +187,10 @@ def test_recovery_can_be_turned_off_per_provider(mm_home, scripted):
     )
     result = run_mm("-p", "grep", cwd=work)
     assert result.returncode == 0, result.stderr
-    assert '"name": "grep"' in result.stdout  # shown as written: not run as a call
-    # A call written as text is no answer: the model is asked once more, without tools, for words.
-    assert result.stdout.endswith("I would grep src for TODO.\n")
+    assert '"name": "grep"' in result.stderr  # shown as written, to the person: not run as a call
+    # A call written as text is no answer: the model is asked once more, without tools, for words;
+    # stdout gets only that answer.
+    assert result.stdout == "I would grep src for TODO.\n"
     assert len(server.requests()) == 2 and "tools" not in server.requests()[1]["body"]
 
 

@@ -119,7 +119,7 @@ def test_a_vanished_working_directory_is_answered_and_the_turn_goes_on(mm_home, 
 def test_invalid_utf8_and_nul_bytes_reach_the_model_readably(mm_home, scripted):
     work = mm_home / "work"
     server = scripted([bash(r"printf 'caf\xe9 \xff end\0tail\n'"), {"text": "odd bytes"}])
-    result = run_mm("--yolo", "--output-format", "stream-json", "-p", "print them", cwd=work)
+    result = run_mm("--yolo", "--output-format", "events", "-p", "print them", cwd=work)
     assert result.returncode == 0, result.stderr
     [tool] = tool_messages(server.requests()[1]["body"])
     assert tool["content"] == "caf\ufffd \ufffd end\\0tail\n[exit code 0]"
@@ -148,7 +148,7 @@ def test_broken_skills_are_warned_and_a_good_one_is_read_end_to_end(mm_home, scr
     server = scripted(
         [{"tool_calls": [{"name": "read_skill", "arguments": {"name": "deploy"}}]}, {"text": "Deployed."}]
     )
-    result = run_mm("--output-format", "stream-json", "-p", "deploy the site", cwd=work)
+    result = run_mm("--output-format", "events", "-p", "deploy the site", cwd=work)
     assert result.returncode == 0, result.stderr
     events = stream(result)
     warnings = [e["data"]["message"] for e in events if e["kind"] == "warning"]

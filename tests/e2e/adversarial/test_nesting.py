@@ -168,8 +168,10 @@ def test_deep_json_written_in_the_text_stays_text(mm_home, scripted):
     use_model(mm_home, work, scripted, steps, "openai")  # recovery is on for 127.0.0.1
     result = prompt(work)
     assert result.returncode == 0, result.stderr
-    # Shown as the model wrote it; no call in it is run, and as it is no answer, the model is asked for one.
-    assert result.stdout == text + "\nI could not make that call.\n"
+    # Shown to the person (stderr) as the model wrote it; no call in it is run, and as it is no answer, the
+    # model is asked for one: stdout gets only that answer.
+    assert text in result.stderr
+    assert result.stdout == "I could not make that call.\n"
     assert of(session_events(work), "recovered_tool_call") == []
     assert_daemon_serves(mm_home)
 
