@@ -108,7 +108,7 @@ def test_a_configured_skills_folder_that_does_not_exist_warns_with_file_and_line
     assert f"warning: {expected}" in result.stderr
 
     scripted([{"text": "Hello."}])
-    turn = run_mm("--output-format", "stream-json", "--agent", str(agent), "-p", "hi", cwd=work)
+    turn = run_mm("--output-format", "events", "--agent", str(agent), "-p", "hi", cwd=work)
     assert turn.returncode == 0, turn.stderr
     warnings = [e["data"]["message"] for e in stream(turn) if e["kind"] == "warning"]
     assert any(w.startswith(expected) for w in warnings), warnings
@@ -138,7 +138,7 @@ def test_allowed_tools_limit_a_turn_through_the_daemon(mm_home: Path, home: Path
             {"text": "Noted."},
         ]
     )
-    result = run_mm("--yolo", "--output-format", "stream-json", "-p", "update the notes", cwd=work)
+    result = run_mm("--yolo", "--output-format", "events", "-p", "update the notes", cwd=work)
     assert result.returncode == 0, result.stderr
     events = stream(result)
     assert events[-1]["data"]["status"] == "ok" and events[-1]["data"]["text"] == "Noted."
