@@ -82,6 +82,9 @@ class Chat:
         except RPCError as exc:
             view.error(exc.message)
             self.code = EXIT_ERROR
+        except DaemonError as exc:
+            view.error(str(exc))
+            self.code = EXIT_ERROR
         except KeyboardInterrupt:  # before the turn started: there is nothing to cancel yet
             view.note("interrupted")
             self.code = EXIT_INTERRUPTED
@@ -135,7 +138,9 @@ def _handle(chat: Chat, text: str) -> bool:
         return slash.run(chat, text)
     except (RPCError, DaemonError) as exc:
         chat.say(f"mm: {exc.message if isinstance(exc, RPCError) else exc}")
-        return False
+    except KeyboardInterrupt:  # a command waiting on the daemon: give up on it, keep the chat
+        chat.say("interrupted")
+    return False
 
 
 def _reader(chat: Chat) -> editor.Editor | editor.PlainReader:

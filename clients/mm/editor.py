@@ -24,6 +24,8 @@ from pathlib import Path
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
+from prompt_toolkit.enums import DEFAULT_BUFFER
+from prompt_toolkit.filters import has_focus
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
@@ -88,8 +90,9 @@ class SlashCompleter(Completer):
 def key_bindings() -> KeyBindings:
     """Enter sends; Alt-Enter, Ctrl-J and a trailing backslash make a newline; Ctrl-C clears or interrupts."""
     kb = KeyBindings()
+    typing = has_focus(DEFAULT_BUFFER)  # not in Ctrl-R's search field, which keeps its own keys
 
-    @kb.add("enter")
+    @kb.add("enter", filter=typing)
     def _send(event: KeyPressEvent) -> None:
         buffer = event.current_buffer
         if buffer.complete_state and buffer.complete_state.current_completion:
@@ -101,12 +104,12 @@ def key_bindings() -> KeyBindings:
             return
         buffer.validate_and_handle()
 
-    @kb.add("escape", "enter")
-    @kb.add("c-j")
+    @kb.add("escape", "enter", filter=typing)
+    @kb.add("c-j", filter=typing)
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.newline(copy_margin=False)
 
-    @kb.add("c-c")
+    @kb.add("c-c", filter=typing)
     def _interrupt(event: KeyPressEvent) -> None:
         if event.current_buffer.text:
             event.current_buffer.reset()  # Ctrl-C at a line with text: clear it, as a shell does

@@ -31,7 +31,7 @@ ALIASES = {"/cost": "/usage", "/quit": "/exit"}
 # The keys, as /help lists them.
 KEYS = (
     "Enter sends. Alt-Enter, Ctrl-J, or \\ then Enter: a new line (a paste stays one message).\n"
-    "Up/Down: earlier messages, also from earlier chats. Tab: complete a command.\n"
+    "Up/Down: earlier messages, also from earlier chats; Ctrl-R searches them. Tab: complete a command.\n"
     "Ctrl-C: cancel the running turn; at a consent question, deny that call; at an empty line\n"
     "twice in a row, quit. Ctrl-D: quit. Start a message with a space to send one that begins with /."
 )

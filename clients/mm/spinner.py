@@ -8,7 +8,7 @@ socket read while it waits for the daemon's next event.
 
 from __future__ import annotations
 
-import shutil
+import os
 import signal
 import threading
 import time
@@ -80,8 +80,15 @@ class Spinner:
         if self.tokens:
             parts.append(f"{self.tokens:,} tokens")
         parts.append("Ctrl-C to cancel")
-        text = " · ".join(parts)[: max(10, shutil.get_terminal_size().columns - 1)]
+        text = " · ".join(parts)[: max(10, self._columns() - 1)]
         return f"{DIM}{text}{RESET}" if self.color else text
+
+    def _columns(self) -> int:
+        # os, not shutil: shutil would load the compression modules into every mm -p
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # no file descriptor, or no terminal
+            return 80
 
     def _run(self, stop: threading.Event) -> None:
         # Ctrl-C must reach the main thread: one blocked in a read is woken only by a signal sent to it.

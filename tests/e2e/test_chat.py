@@ -349,3 +349,19 @@ def test_skills_model_and_resume_commands(mm_home: Path, scripted: Any) -> None:
         assert quit_chat(term) != 0  # the last turn failed
     second = completions(server)[1]["messages"]
     assert [m["content"] for m in second if m["role"] == "user"] == ["the first question", "and the second?"]
+
+
+def test_mm_p_and_mm_version_never_load_the_line_editor(mm_home: Path, scripted: Any) -> None:
+    scripted([{"text": "Quick."}])
+    for args in (["--version"], ["-p", "hi"]):
+        run = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "mm.cli", *args],
+            cwd=mm_home / "work",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        assert run.returncode == 0, run.stderr
+        imported = [line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if "|" in line]
+        assert "click" in imported and not [m for m in imported if m.startswith("prompt_toolkit")]

@@ -80,6 +80,15 @@ def test_up_recalls_the_history(keys: PipeInput) -> None:
     assert ed.read() == "from an earlier chat"
 
 
+def test_ctrl_r_searches_the_history_and_enter_takes_the_line_found(keys: PipeInput) -> None:
+    history = InMemoryHistory()
+    for line in ("buy the milk", "fix the build", "ask again"):
+        history.append_string(line)
+    ed = make(keys, history)
+    keys.send_text("\x12milk\r\r")  # Ctrl-R, the text, Enter ends the search, Enter sends
+    assert ed.read() == "buy the milk"
+
+
 def test_the_history_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "state" / "mm" / "history"
     path.parent.mkdir(parents=True, mode=0o755)
