@@ -284,6 +284,22 @@ def test_ctrl_c_at_a_consent_question_denies_that_call_and_the_chat_goes_on(
     assert "Ctrl-C" in tool_message["content"]
 
 
+def test_ctrl_c_during_a_turn_cancels_it_and_the_chat_goes_on(mm_home: Path, scripted: Any) -> None:
+    server = scripted([{"text": "Too late.", "delay": 60}, {"text": "Right away."}])
+    with Terminal("chat", cwd=mm_home / "work") as term:
+        term.expect(PROMPT)
+        term.send("take forever" + ENTER)
+        term.expect("thinking…")
+        term.send(CTRL_C)
+        term.expect("cancelling the turn")
+        term.expect(PROMPT)
+        term.send("quick one" + ENTER)
+        term.expect("Right away.")
+        assert quit_chat(term) == 0
+    assert "Too late." not in term.screen
+    assert [last_user_message(r) for r in completions(server)] == ["take forever", "quick one"]
+
+
 def test_ctrl_c_at_an_empty_line_hints_then_quits(mm_home: Path, scripted: Any) -> None:
     scripted([])
     with Terminal("chat", cwd=mm_home / "work") as term:
