@@ -18,11 +18,12 @@ import click
 from mmd import __version__
 from mmd.rpc import RPCError
 
-from . import skills_cmd
+from . import skills_cmd, style
+from .ask import Answer, answer_consent
 from .connection import Client, DaemonError, Untrusted
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
 from .mcp_cmd import mcp
-from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, compacted
+from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
 
 if TYPE_CHECKING:  # imported when used: mm must start fast
     from . import eval as ev
@@ -113,6 +114,7 @@ _complete_rules = _complete_ids("consent.list", "rules", "tool")
 )
 @click.option("--verbose", is_flag=True, help="Accepted as in Claude Code; mm needs it for nothing.")
 @click.option("--yolo", is_flag=True, help="Run write tools without asking (destructive tools still ask).")
+@style.no_color_option
 @click.version_option(__version__, "-V", "--version", prog_name="mm")
 @click.pass_context
 def main(
@@ -255,12 +257,14 @@ def _run(
     return code, started_id
 
 
-def follow(client: Client, session_id: str, after_seq: int, view: View) -> tuple[int, str]:
-    """Render the session's events until its turn ends; Ctrl-C cancels the turn."""
+def follow(
+    client: Client, session_id: str, after_seq: int, view: View, answer: Answer = answer_consent
+) -> tuple[int, str]:
+    """Render the session's events until its turn ends; Ctrl-C cancels the turn; *answer* asks for consent."""
     interrupted = False
     while True:
         try:
-            ended = _follow(client, session_id, after_seq, view)
+            ended = _follow(client, session_id, after_seq, view, answer)
             break
         except KeyboardInterrupt:
             if interrupted:  # a second Ctrl-C: leave now, the daemon finishes the cancel
@@ -276,133 +280,21 @@ def follow(client: Client, session_id: str, after_seq: int, view: View) -> tuple
     return (EXIT_INTERRUPTED if interrupted else code), session_id
 
 
-def _follow(client: Client, session_id: str, after_seq: int, view: View) -> dict[str, Any]:
+def _follow(client: Client, session_id: str, after_seq: int, view: View, answer: Answer) -> dict[str, Any]:
     while True:
         ev = client.next_event(session_id, after_seq)
         view.event(ev)
         if ev["kind"] == "consent_needed":
-            _answer_consent(client, session_id, ev["data"], view)
+            answer(client, session_id, ev["data"], view)
         elif ev["kind"] == "turn_ended":
             return ev["data"]
 
 
-def _answer_consent(client: Client, session_id: str, ask: dict[str, Any], view: View) -> None:
-    if not sys.stdin.isatty():
-        return  # another attached client may answer; the daemon denies when none can
-    _describe_ask(ask, view)
-    answer = {"session_id": session_id, "request_id": ask["request_id"], **_decide(ask)}
-    try:
-        client.call("consent.answer", answer)
-    except RPCError as exc:
-        view.error(exc.message)
-        if exc.code == "invalid_params":  # a prefix holding `;`, a folder not above the path: ask again
-            _answer_consent(client, session_id, ask, view)
-
-
-def _describe_ask(ask: dict[str, Any], view: View) -> None:
-    paths = ask.get("paths") or []  # a file tool that would touch paths outside the project
-    if paths:
-        view.note(
-            f"  {ask['tool']} wants to {ask.get('access', 'read')} outside {ask.get('cwd', 'the project')}: "
-            f"{', '.join(paths)}"
-        )
-    else:
-        view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}")
-
-
-def _decide(ask: dict[str, Any]) -> dict[str, Any]:
-    """Ask until the reply is one of the choices offered: the decision, with its rule or reason."""
-    bash = ask.get("command") is not None
-    paths = ask.get("paths") or []
-    dry = "dry_run" in ask.get("options", [])
-    always = "always this command" if bash else "always this path" if paths else f"always {ask['tool']}"
-    choices = (
-        f"[y] once  [a] {always}"
-        + ("  [p] a command prefix" if bash else "")
-        + ("  [f] a folder" if paths else "")
-        + ("  [d] dry run first" if dry else "")
-        + "  [n] deny"
-    )
-    while True:
-        reply = click.prompt(f"  allow? {choices}", default="n", show_default=False, err=True).strip().lower()
-        answer = _decision(reply, bash=bash, paths=paths, dry=dry)
-        if answer is not None:
-            return answer
-
-
-def _decision(reply: str, *, bash: bool, paths: list[str], dry: bool) -> dict[str, Any] | None:
-    """The answer a reply stands for (asking for the rule or reason it needs), or None for no choice offered."""
-    if reply in ("y", "yes"):
-        return {"decision": "allow_once"}
-    if reply in ("a", "always"):
-        return {"decision": "allow_always"}
-    if reply == "d" and dry:
-        return {"decision": "dry_run"}
-    if reply == "p" and bash:
-        return {
-            "decision": "allow_always",
-            "rule": click.prompt("  prefix to allow (e.g. git status)", err=True).strip(),
-        }
-    if reply == "f" and paths:
-        folder = click.prompt("  folder to allow", default=os.path.dirname(paths[0]), err=True).strip()
-        return {"decision": "allow_always", "rule": folder}
-    if reply in ("n", "no"):
-        reason = click.prompt("  reason for the model (optional)", default="", show_default=False, err=True)
-        return {"decision": "deny", "reason": reason}
-    return None
-
-
 def _chat(**opts: Any) -> int:
-    import readline  # noqa: F401 - line editing and history for input()
+    from . import chat as chat_  # imported here: prompt_toolkit loads only for a chat
 
-    view_format = opts.pop("output_format", "text")
-    session_id = opts.pop("resume", None)
-    click.echo(
-        f"mm {__version__} — Ctrl-C cancels a turn, /compact summarises the session, Ctrl-D or /exit quits.",
-        err=True,
-    )
-    code = EXIT_OK
-    while True:
-        try:
-            line = input("› ")
-        except (EOFError, KeyboardInterrupt):
-            click.echo(err=True)
-            return code
-        if line.strip() in ("/exit", "/quit"):
-            return code
-        if line.strip() == "/compact":
-            _compact(session_id, opts.get("model"))
-            continue
-        if not line.strip():
-            continue
-        code = run_prompt(line, output_format=view_format, session_id=session_id, **opts)
-        if session_id is None:
-            session_id = _newest_session()
-        opts["continue_"] = False
-
-
-def _compact(session_id: str | None, model: str | None) -> None:
-    """``/compact``: the chat's session summarised into one note by its model."""
-    if session_id is None:
-        click.echo("nothing to compact yet: this chat has no session", err=True)
-        return
-    client = _connect()
-    try:
-        done = client.call(
-            "session.compact", {"session_id": session_id, **({"model": model} if model else {})}
-        )
-        click.echo(f"compacted: {compacted(done)}", err=True)
-    except RPCError as exc:
-        click.echo(f"mm: {exc.message}", err=True)
-    finally:
-        client.close()
-
-
-def _newest_session() -> str | None:
-    client = _connect()
-    rows = client.call("session.list", {"limit": 1, "cwd": os.getcwd()})["sessions"]
-    client.close()
-    return rows[0]["id"] if rows else None
+    opts.pop("output_format", None)
+    return chat_.run(opts, chat_.Turns(connect=_connect, params=_prompt_params, follow=follow))
 
 
 @main.command()
@@ -415,7 +307,8 @@ def _newest_session() -> str | None:
 def chat(**opts: Any) -> None:
     """Chat with the model in this terminal.
 
-    Ctrl-C cancels the running turn; Ctrl-D or /exit quits. Plain `mm` does the same.
+    Enter sends, Alt-Enter or Ctrl-J starts a new line, /help lists the commands. Ctrl-C cancels the
+    running turn; Ctrl-D or /exit quits. Plain `mm` does the same. docs/chat.md has the details.
     """
     sys.exit(_chat(continue_=False, **opts))
 

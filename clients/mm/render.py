@@ -12,6 +12,9 @@ import json
 import sys
 from typing import Any, TextIO
 
+from . import style
+from .spinner import Spinner
+
 # Exit codes of ``mm``; docs/cli.md lists them.
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -40,8 +43,9 @@ class View:
         self.fmt = fmt
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.color = self.err.isatty()
+        self.color = style.enabled(self.err)
         self.hold = hold and fmt == "text"
+        self.spinner = Spinner(self.err, color=self.color)  # while the model works; stopped before output
         self._open_line = False  # the answer text has no final newline yet
         self._echo_open = False  # tool output left without a final newline
         self.result: dict[str, Any] = {"tool_calls": [], "text": ""}
@@ -65,6 +69,7 @@ class View:
         self._echo(f"mm: {text}\n", RED)
 
     def _end_answer_line(self) -> None:
+        self.spinner.stop()
         if self._open_line:
             self.out.write("\n")
             self.out.flush()
@@ -81,12 +86,14 @@ class View:
         self.error(message)
 
     def event(self, ev: dict[str, Any]) -> None:
+        self.spinner.stop()
         if self.fmt == "events":
             self.out.write(json.dumps(ev, default=str) + "\n")
             self.out.flush()
         handler = getattr(self, "_on_" + ev["kind"], None)
         if handler is not None:
             handler(ev["data"])
+        self.spinner.after(ev, line_free=not (self._open_line or self._echo_open))
 
     def _on_text(self, data: dict[str, Any]) -> None:
         self.result["text"] += data["text"]

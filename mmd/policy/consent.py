@@ -249,7 +249,8 @@ async def _ask(
     if answer.decision == "deny":
         if answer.origin == NO_ONE_TO_ASK:
             return _nobody(_nobody_message(req.tool))
-        why = f" Their reason: {answer.reason}" if answer.reason else ""
+        reason = (answer.reason or "").strip()
+        why = f" Their reason: {reason}{'' if reason.endswith(('.', '!', '?')) else '.'}" if reason else ""
         return Verdict(
             allow=False,
             message=f"The user denied this call.{why} Do not run it again; ask the user or take another way.",

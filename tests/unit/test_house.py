@@ -38,7 +38,7 @@ LAZY_IMPORT_ALLOWLIST: dict[tuple[str, str, str], str] = {}
 # What the client may import from the daemon's package: the version, the protocol, the paths.
 CLIENT_MMD_MODULES = ("mmd.rpc", "mmd.paths")
 CLIENT_MMD_NAMES = {"__version__"}
-CLIENT_THIRD_PARTY = {"click"}
+CLIENT_THIRD_PARTY = {"click", "prompt_toolkit"}  # prompt_toolkit: the chat only (clients/mm/editor.py)
 
 
 # --- the source tree ------------------------------------------------------------------------
