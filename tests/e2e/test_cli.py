@@ -440,8 +440,8 @@ def test_a_denial_is_said_once_on_stderr(mm_home, scripted):
 
 def test_a_prompt_without_p_on_a_terminal_starts_a_chat_with_it(mm_home, scripted):
     server = scripted([{"text": "first answer"}, {"text": "second answer"}])
-    dialogue = [("first answer", None), ("› ", "and then?"), ("second answer", None), ("› ", "/exit")]
-    code, text = run_on_pty(["what is here?"], mm_home / "work", dialogue)
+    dialogue = [("first answer", None), ("›", "and then?"), ("second answer", None), ("›", "/exit")]
+    code, text = run_on_pty(["what is here?"], mm_home / "work", dialogue, enter=b"\r")
     assert code == 0, text
     contents = [m["content"] for m in server.requests()[1]["body"]["messages"] if m["role"] != "system"]
     assert contents == ["what is here?", "first answer", "and then?"]  # one session

@@ -552,10 +552,13 @@ def _read_to_eof(fd: int, buf: bytearray, timeout: float = 60) -> None:
     raise AssertionError(f"the pty did not reach EOF within {timeout} s; got {bytes(buf)!r}")
 
 
-def run_on_pty(args: list[str], cwd: Path, dialogue: list[tuple[str, str | None]]) -> tuple[int, str]:
+def run_on_pty(
+    args: list[str], cwd: Path, dialogue: list[tuple[str, str | None]], enter: bytes = b"\n"
+) -> tuple[int, str]:
     """Run ``mm ARGS`` on a pseudo-terminal, answering its prompts; its exit code and all it printed.
 
-    *dialogue* is (text to wait for, line to type, or None to type nothing) in order.
+    *dialogue* is (text to wait for, line to type, or None to type nothing) in order; each typed line
+    ends with *enter* (the chat's editor sends on Enter, b"\r"; Ctrl-J, b"\n", starts a new line there).
     """
     master, slave = os.openpty()
     mm = subprocess.Popen(
@@ -573,7 +576,7 @@ def run_on_pty(args: list[str], cwd: Path, dialogue: list[tuple[str, str | None]
         for wait_for, typed in dialogue:
             pos = _expect(master, wait_for.encode(), out, pos)
             if typed is not None:
-                os.write(master, typed.encode() + b"\n")
+                os.write(master, typed.encode() + enter)
         _read_to_eof(master, out)
         code = mm.wait(timeout=30)
     finally:
