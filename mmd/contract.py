@@ -32,7 +32,15 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from mmd.untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, TooDeep, TooLarge, check_json
+from mmd.untrusted import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_DEPTH,
+    DuplicateKey,
+    TooDeep,
+    TooLarge,
+    check_json,
+    no_duplicate_keys,
+)
 
 # Error classes of the seeds: what the model should do next.
 ErrorClass = Literal["fix_and_retry", "retry_after", "terminal"]
@@ -86,13 +94,15 @@ _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?
 _MOVED = ("enum", "pattern", "minimum", "maximum", "minLength", "maxLength", "default")
 # The longest call quoted back whole; a longer one is cut in its middle.
 _MAX_QUOTE = 600
-_ARTICLE = {
+# What a value of each JSON type is called in an answer to the model (mmd/mcp/schema.py uses it too).
+ARTICLE = {
     "string": "a string",
     "integer": "an integer",
     "number": "a number",
     "boolean": "true or false",
     "array": "a list",
     "object": "an object",
+    "null": "null",
 }
 _EFFECTS = {
     "read": "Read-only: changes nothing.",
@@ -152,20 +162,6 @@ def closest(word: str, candidates: list[str], n: int = 1) -> list[str]:
 # --- parsing ------------------------------------------------------------------
 
 
-class _Duplicate(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Duplicate(key)
-        out[key] = value
-    return out
-
-
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
@@ -173,7 +169,7 @@ def _refuse_constant(name: str) -> Any:
 def _loads(text: str) -> Any:
     # Checked before decoding: json.loads recurses once per level (mmd/untrusted.py).
     check_json(text, what="the arguments are", max_depth=MAX_DEPTH, max_bytes=MAX_ARGUMENTS_BYTES)
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_refuse_constant)
+    return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_refuse_constant)
 
 
 def _limit_problem(e: TooDeep | TooLarge, field: str | None) -> Problem:
@@ -209,7 +205,7 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
         _compact(value).encode()  # a lone surrogate escape like "\udd00" is not text (UnicodeEncodeError)
     except (TooDeep, TooLarge) as e:
         raise InvalidArguments([_limit_problem(e, None)], example=example) from None
-    except _Duplicate as e:
+    except DuplicateKey as e:
         reason = f"{e.key} is given twice; it is not clear which value is meant."
         problem = Problem("duplicate_field", e.key, reason, f"Give {e.key} once.")
         raise InvalidArguments([problem], example=example) from None
@@ -443,7 +439,7 @@ def _between(low: Any, high: Any, unit: str = "") -> str:
 
 
 def _wrong_type(name: str, kind: str, value: Any, sample: str | None) -> Problem:
-    want = _ARTICLE[kind]
+    want = ARTICLE[kind]
     if kind == "integer" and isinstance(value, int | float | str) and not isinstance(value, bool):
         reason = f"{name} must be a whole number; got {_show(value)}."
     elif kind == "string" and isinstance(value, float):
@@ -533,7 +529,7 @@ def _container(kind: type) -> Any:
                 value = _loads(value)
             except (TooDeep, TooLarge):
                 raise
-            except (ValueError, _Duplicate):
+            except (ValueError, DuplicateKey):
                 return _NO
         return value if isinstance(value, kind) else _NO
 

@@ -355,3 +355,21 @@ def safe_load(text: str) -> Any:
     Errors: yaml.YAMLError for invalid YAML; YamlLimitError (one of them) for a limit.
     """
     return yaml.load(text, Loader=LimitedLoader)  # a SafeLoader subclass: no arbitrary objects
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names *key* twice: json keeps the last silently, so which one counts is a guess."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears twice")
+        self.key = key
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads(object_pairs_hook=...)``: the object, or DuplicateKey for a key that comes twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out

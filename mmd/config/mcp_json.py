@@ -37,7 +37,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..untrusted import MAX_DEPTH, TooDeep, TooLarge, check_json
+from ..untrusted import MAX_DEPTH, DuplicateKey, TooDeep, TooLarge, check_json, no_duplicate_keys
 from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, parse
 from .mcp import McpServerSpec, Transport, check_servers
 
@@ -143,10 +143,10 @@ def read_document(path: Path) -> Document:
     text = _read(path)  # the loader's: a regular file, at most MAX_FILE_BYTES, UTF-8
     try:
         check_json(text, what="it is", max_depth=MAX_DEPTH, max_bytes=MAX_FILE_BYTES)
-        data = json.loads(text, object_pairs_hook=_no_duplicates)
+        data = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except (TooDeep, TooLarge) as exc:
         raise ConfigError(file=name, line=None, field="", problem=str(exc)) from None
-    except _Duplicate as exc:
+    except DuplicateKey as exc:
         line = _line_of(text, exc.key)
         raise ConfigError(
             file=name, line=line, field="", problem=f'the key "{exc.key}" is given twice', hint="keep one"
@@ -177,20 +177,6 @@ def _lines(name: str, text: str) -> dict[tuple[Any, ...], int]:
         return parse(name, text.expandtabs(8)).lines
     except ConfigError:
         return {(): 1}
-
-
-class _Duplicate(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Duplicate(key)
-        out[key] = value
-    return out
 
 
 def _line_of(text: str, key: str) -> int | None:

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from ..contract import Problem, closest
+from ..contract import ARTICLE, Problem, closest
 
 log = logging.getLogger(__name__)
 
@@ -252,15 +252,6 @@ _CODES = {
         "out_of_range",
     ),
 }
-_ARTICLE = {
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "array": "a list",
-    "object": "an object",
-    "null": "null",
-}
 
 
 def _problems(error: Any) -> list[Problem]:
@@ -285,7 +276,7 @@ def _problems(error: Any) -> list[Problem]:
 
 def _missing(field: str, prop: Any) -> Problem:
     kind = prop.get("type") if isinstance(prop, dict) else None
-    what = f" ({_ARTICLE.get(kind, kind)})" if isinstance(kind, str) else ""
+    what = f" ({ARTICLE.get(kind, kind)})" if isinstance(kind, str) else ""
     return Problem("missing_required", field, f"{field} is required but missing.", f"Add {field}{what}.")
 
 
@@ -302,7 +293,7 @@ def _say(kind: str, value: Any, instance: Any, name: str, error: Any) -> tuple[s
     got = _show(instance)
     if kind == "type":
         kinds = value if isinstance(value, list) else [value]
-        want = " or ".join(_ARTICLE.get(k, str(k)) for k in kinds)
+        want = " or ".join(ARTICLE.get(k, str(k)) for k in kinds)
         return f"{name} must be {want}; got {got}.", f"Send {name} as {want}."
     if kind in ("enum", "const"):
         allowed = ", ".join(_show(v) for v in (value if kind == "enum" else [value]))
@@ -380,7 +371,7 @@ def _shapes(options: Any) -> str:
         if not isinstance(option, dict):
             continue
         kind = option.get("type")
-        text = _ARTICLE.get(kind, "a value") if isinstance(kind, str) else "a value"
+        text = ARTICLE.get(kind, "a value") if isinstance(kind, str) else "a value"
         required = option.get("required")
         if isinstance(required, list) and required:
             text += " with " + ", ".join(str(r) for r in required)
