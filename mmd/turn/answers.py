@@ -27,6 +27,11 @@ _CALL_TAG = re.compile(r"</?(tool_call|function_call|tools?)\b", re.IGNORECASE)
 _CALL_JSON = re.compile(r'^\s*[\[{]\s*"(name|function|tool|arguments|error|ok)"\s*:')
 # A process's status line, which small models echo as their "answer": [exit code 0], {"exit code": 0}.
 _STATUS_LINE = re.compile(r'\[exit code -?\d+\]|\{\s*"exit[ _]code"\s*:\s*-?\d+\s*\}', re.IGNORECASE)
+# What mm itself tells the model about a failed call: its error object, anywhere in the text, and the first
+# line of its answer to an invalid call. A reply that repeats them passes mm's words on, not an answer
+# (seen: the 0.5B ended MCP turns with `>` then the error object, or with the whole "You sent: …" answer).
+_MM_ERROR = re.compile(r'\{\s*"ok"\s*:\s*false\s*,\s*"error"\s*:')
+_MM_INVALID_CALL = re.compile(r"^You sent: [\w.-]+\(")
 # Longest result text quoted in a summary.
 _QUOTE = 300
 
@@ -45,6 +50,8 @@ def unusable(text: str) -> str | None:
         return "only a tool's status line"
     if _CALL_TAG.search(body) or _CALL_JSON.match(body):
         return "a tool call or error written as text"
+    if _MM_ERROR.search(body) or _MM_INVALID_CALL.match(body):
+        return "mm's answer to a failed call, repeated"
     return None  # other JSON may be just what was asked for: an answer
 
 

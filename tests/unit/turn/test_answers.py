@@ -21,6 +21,15 @@ from mmd.turn.answers import summary, unusable
         ('```json\n{"name": "status"}\n```', "a tool call or error written as text"),
         ('{"ok": false, "error": {"code": "invalid_type"}}', "a tool call or error written as text"),
         ('<tool_call>\n{"name": "status"}\n</tool_call>', "a tool call or error written as text"),
+        (
+            '>\n{"ok": false, "error": {"code": "unknown_field", "field": "errors"}}\n',
+            "mm's answer to a failed call, repeated",
+        ),
+        (
+            'You sent: status({})\nFix: Add service (string).\n{"ok": false, "error": {"code": "missing"}}',
+            "mm's answer to a failed call, repeated",
+        ),
+        ("You sent: status({})\nFix: Add service (string).", "mm's answer to a failed call, repeated"),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
@@ -38,6 +47,8 @@ def test_not_an_answer(text: str, reason: str) -> None:
         "[1, 2, 3] are the first three.",
         "3",
         "The tests ran: [exit code 0], all 42 passed.",
+        'The API answers {"ok": true} when healthy.',
+        "You sent the release to the beta channel.",
     ],
 )
 def test_an_answer(text: str) -> None:
