@@ -23,7 +23,7 @@ from .ask import Answer, answer_consent
 from .connection import Client, DaemonError, Untrusted
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
 from .mcp_cmd import mcp
-from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
+from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, tool_table
 
 if TYPE_CHECKING:  # imported when used: mm must start fast
     from . import eval as ev
@@ -612,14 +612,8 @@ def tools_list(agent: str | None, as_json: bool) -> None:
         return
     for warning in listed["warnings"]:
         click.echo(f"warning: {warning}", err=True)
-    by_source: dict[str, list[dict[str, Any]]] = {}
-    for tool in listed["tools"]:
-        by_source.setdefault(tool["source"], []).append(tool)
-    for source, group in by_source.items():
-        click.echo(f"{source}:")
-        for tool in group:
-            first = tool["description"].split(". ")[0].rstrip(".")
-            click.echo(f"  {tool['name']:<18} {tool['tier']:<12} {first}")
+    for line in tool_table(listed["tools"]):
+        click.echo(line)
 
 
 main.add_command(skills_cmd.skills)  # mm skills list (clients/mm/skills_cmd.py)

@@ -235,3 +235,17 @@ def summary(result: dict[str, Any]) -> str:
     if (result.get("data") or {}).get("denied"):
         return "✗ " + lines[0]  # who denied it and why: said once, whole
     return "✗ " + lines[0][:200]
+
+
+def tool_table(tools: list[dict[str, Any]], cut: int | None = None) -> list[str]:
+    """`tools.list`'s tools as lines, by source: name, tier, the description's first sentence (cut short)."""
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for tool in tools:
+        by_source.setdefault(tool["source"], []).append(tool)
+    lines = []
+    for source, group in by_source.items():
+        lines.append(f"{source}:")
+        for tool in group:
+            first = tool["description"].split(". ")[0].rstrip(".")
+            lines.append(f"  {tool['name']:<18} {tool['tier']:<12} {first[:cut]}")
+    return lines

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .render import compacted
+from .render import compacted, tool_table
 
 # (name, what it takes, what it does), in the order /help shows them.
 COMMANDS = [
@@ -110,15 +110,7 @@ def _listing(chat: Host) -> dict[str, Any]:
 
 def tools(chat: Host, arg: str) -> None:
     listed = _listing(chat)
-    lines = [f"warning: {w}" for w in listed["warnings"]]
-    by_source: dict[str, list[dict[str, Any]]] = {}
-    for tool in listed["tools"]:
-        by_source.setdefault(tool["source"], []).append(tool)
-    for source, group in by_source.items():
-        lines.append(f"{source}:")
-        for tool in group:
-            first = tool["description"].split(". ")[0].rstrip(".")
-            lines.append(f"  {tool['name']:<18} {tool['tier']:<12} {first[:80]}")
+    lines = [f"warning: {w}" for w in listed["warnings"]] + tool_table(listed["tools"], cut=80)
     chat.say("\n".join(lines) or "no tools here")
 
 
