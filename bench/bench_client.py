@@ -259,7 +259,8 @@ def modules_after(argv_tail: Sequence[str], cwd: Path, out: Path) -> list[str]:
     """sys.modules at the exit of ``mm ARGV_TAIL`` run in-process by runpy (as the console script does)."""
     code = (
         "import atexit, json, runpy, sys\n"
-        f"atexit.register(lambda: open({str(out)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+        "imported = lambda: sorted(m for m, mod in sys.modules.items() if mod is not None)\n"
+        f"atexit.register(lambda: open({str(out)!r}, 'w').write(json.dumps(imported())))\n"
         f"sys.argv = ['mm', *{list(argv_tail)!r}]\n"
         "runpy.run_module('mm.cli', run_name='__main__', alter_sys=True)\n"
     )

@@ -18,11 +18,10 @@ import click
 from mmd import __version__
 from mmd.rpc import RPCError
 
-from . import skills_cmd, style
+from . import style
 from .ask import Answer, answer_consent
 from .connection import Client, DaemonError, Untrusted
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
-from .mcp_cmd import mcp
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, tool_table
 
 if TYPE_CHECKING:  # imported when used: mm must start fast
@@ -69,8 +68,17 @@ _complete_sessions = _complete_ids("session.list", "sessions", "title")
 _complete_rules = _complete_ids("consent.list", "rules", "tool")
 
 
+# Commands in modules of their own, imported when they run (PromptGroup.lazy): name → module,
+# attribute, the line `mm --help` shows.
+LAZY_COMMANDS = {
+    "mcp": ("mm.mcp_cmd", "mcp", "MCP servers: list, test, add and remove (.mcp.json too)."),
+    "skills": ("mm.skills_cmd", "skills", "List the skills the model is offered here."),
+}
+
+
 @click.group(
     cls=PromptGroup,
+    lazy=LAZY_COMMANDS,
     invoke_without_command=True,
     context_settings=CONTEXT,
     subcommand_metavar="[PROMPT] | COMMAND [ARGS]...",
@@ -616,9 +624,6 @@ def tools_list(agent: str | None, as_json: bool) -> None:
         click.echo(line)
 
 
-main.add_command(skills_cmd.skills)  # mm skills list (clients/mm/skills_cmd.py)
-
-
 @tools.command("check")
 @click.argument("agent_file", type=click.Path(dir_okay=False))
 def tools_check(agent_file: str) -> None:
@@ -793,11 +798,6 @@ def _eval_report(results: list[ev.RunResult]) -> None:
             click.echo(f"  {line}")
         if len(failures) > 30:
             click.echo(f"  … and {len(failures) - 30} more (--json has them all)")
-
-
-# -- MCP servers: clients/mm/mcp_cmd.py ----------------------------------------------------
-
-main.add_command(mcp)
 
 
 @main.group()

@@ -11,6 +11,7 @@ exactly a command's name is sent with ``-p`` before it or after ``--``
 from __future__ import annotations
 
 import difflib
+import importlib
 import io
 import select
 from typing import Any, TextIO
@@ -27,7 +28,40 @@ NEAR_MISS = 0.8
 
 
 class PromptGroup(click.Group):
-    """A click group whose first word may be a prompt rather than a command."""
+    """A click group whose first word may be a prompt rather than a command.
+
+    Commands named in ``lazy`` (name: module, attribute, one line of help) are imported when
+    they run, not when ``mm`` starts: ``mm --help`` lists them from that line alone.
+    """
+
+    def __init__(
+        self, *args: Any, lazy: dict[str, tuple[str, str, str]] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module, attr, _ = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The help lists lazy commands by their line in the table, importing nothing.
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:
+                cmd = self.commands[name]
+                if not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(formatter.width - 6 - len(name))))
+            else:
+                rows.append((name, self.lazy[name][2]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         word, forced = first_word(self.params, args)
@@ -44,7 +78,7 @@ class PromptGroup(click.Group):
 
     def _refuse_near_miss(self, ctx: click.Context, word: str) -> None:
         """`mm sesions list` is a typo, not a question for the model."""
-        close = difflib.get_close_matches(word, list(self.commands), n=1, cutoff=NEAR_MISS)
+        close = difflib.get_close_matches(word, self.list_commands(ctx), n=1, cutoff=NEAR_MISS)
         if close and not any(c.isspace() for c in word):
             raise click.UsageError(
                 f"no such command '{word}'. Did you mean '{close[0]}'? "

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import trio
 
+from ..models import tls
 from ..procs.supervisor import spawn_error_message, supervised_process
 from . import catalog, selftest
 
@@ -192,7 +193,7 @@ class LocalServers:
 
     async def _wait_healthy(self, proc: trio.Process, port: int, logfile: Path, name: str) -> None:
         deadline = time.monotonic() + HEALTH_TIMEOUT
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with httpx.AsyncClient(timeout=5, verify=tls.context_for("http://127.0.0.1")) as http:
             while time.monotonic() < deadline:
                 if proc.returncode is not None or proc.poll() is not None:
                     how, sig = selftest.describe_exit(proc.returncode)

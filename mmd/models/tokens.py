@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
+from . import tls
+
 log = logging.getLogger("mmd.tokens")
 
 # Bytes per token of the estimate where no tokenizer answers.
@@ -92,7 +94,7 @@ class LlamaCounter(Counter):
     def __init__(self, root: str) -> None:
         super().__init__()
         self.root = root
-        self._http = httpx.AsyncClient(timeout=TIMEOUT)
+        self._http = httpx.AsyncClient(timeout=TIMEOUT, verify=tls.context_for(root))
 
     async def _count(self, text: str) -> int | None:
         try:
@@ -111,7 +113,7 @@ class LlamaCounter(Counter):
 async def llama_window(root: str) -> int | None:
     """The window (``n_ctx``) of the llama-server at *root*, or None when it is no llama-server."""
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        async with httpx.AsyncClient(timeout=TIMEOUT, verify=tls.context_for(root)) as http:
             response = await http.get(f"{root}/props")
         if response.status_code != 200:
             return None

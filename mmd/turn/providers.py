@@ -9,18 +9,21 @@ turn left it; its server lives as long as the turn.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..config import ConfigError
 from ..local import catalog
 from ..local.server import LocalServerError, LocalServers
-from ..models import scripted, tokens
+from ..models import tokens
 from ..models.base import Provider
 from ..models.factory import ModelRef
 from ..rpc import RPCError
 from .budget import Budget, Window, window_tokens
+
+if TYPE_CHECKING:  # imported by the first turn with a scripted model (tests, benchmarks): h11 and all
+    from ..models import scripted
 
 # Sessions whose scripted model position is remembered; the oldest is forgotten past this.
 SCRIPT_POSITIONS = 10_000
@@ -115,6 +118,8 @@ class Providers:
 
     async def _start_scripted(self, model: ModelRef, session_id: str) -> Provider:
         await self.release(session_id)  # never two servers for a session
+        from ..models import scripted
+
         position = self._positions.get(session_id, scripted.START)
         try:
             script = scripted.load_script(model.script)  # type: ignore[arg-type]
@@ -157,6 +162,8 @@ async def _serve_scripted(
     # Under a scope of its own, so that the turn's end stops this server alone.
     with trio.CancelScope() as scope:
         started = _Started(task_status, scope)
+        from ..models import scripted
+
         await scripted.serve(script, position=position, task_status=started)
 
 

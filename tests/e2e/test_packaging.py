@@ -43,8 +43,8 @@ def test_client_imports_no_daemon_internals():
     code = (
         "import sys, mm.cli, mm.eval, mm.connection, mm.render, mm.service\n"
         "heavy = ('trio', 'httpx', 'anyio', 'h11', 'psutil', 'yaml', 'sqlite3')\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy\n"
-        "             or (m.startswith('mmd.') and not m.startswith(('mmd.rpc', 'mmd.paths'))))\n"
+        "bad = sorted(m for m, mod in sys.modules.items() if mod is not None and (m.split('.')[0] in heavy\n"
+        "             or (m.startswith('mmd.') and not m.startswith(('mmd.rpc', 'mmd.paths')))))\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,0 +1,24 @@
+"""The ``mm`` console script: answers ``mm --version`` at once, hands everything else to :mod:`mm.cli`.
+
+Importing click and the client's modules costs more than the interpreter's own start, and
+``mm --version`` needs none of it: a script that checks what is installed (editors, CI) pays
+only for Python itself. The text is click's ``version_option`` text, word for word.
+"""
+
+from __future__ import annotations
+
+import sys
+
+VERSION_FLAGS = ("-V", "--version")
+
+
+def main() -> int:
+    """Run ``mm`` with ``sys.argv``; the exit status."""
+    if len(sys.argv) == 2 and sys.argv[1] in VERSION_FLAGS:
+        from mmd import __version__
+
+        sys.stdout.write(f"mm, version {__version__}\n")
+        return 0
+    from .cli import main as cli
+
+    return cli()

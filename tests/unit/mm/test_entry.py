@@ -1,0 +1,74 @@
+"""The console script's fast path and the lazily imported commands (clients/mm/entry.py, PromptGroup.lazy)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import click
+from click.testing import CliRunner
+from mm import cli
+
+
+def _run_entry(*args: str) -> tuple[str, list[str]]:
+    """Run mm.entry.main as the console script does; its stdout and the modules it imported."""
+    code = (
+        "import json, sys\n"
+        f"sys.argv = ['mm', *{list(args)!r}]\n"
+        "from mm.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout, json.loads(done.stderr)
+
+
+def test_version_is_clicks_text_without_importing_click() -> None:
+    fast, modules = _run_entry("--version")
+    slow = CliRunner().invoke(cli.main, ["--version"]).output
+    assert fast == slow
+    assert "click" not in modules
+    assert not [m for m in modules if m.startswith("mm.") and m != "mm.entry"]
+    assert _run_entry("-V")[0] == slow
+
+
+def test_other_words_go_to_click() -> None:
+    out, modules = _run_entry("--help")
+    assert "Commands:" in out and "click" in modules
+    # --version among other words is click's to read (and to refuse, here).
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv = ['mm', '--version', '--nope']; from mm.entry import main; main()",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--nope" in done.stderr
+
+
+def test_help_lists_lazy_commands_without_importing_them() -> None:
+    out, modules = _run_entry("--help")
+    for name, (module, _, line) in cli.LAZY_COMMANDS.items():
+        assert f"{name}" in out and line in out
+        assert module not in modules
+
+
+def test_each_lazy_line_is_its_commands_own_help() -> None:
+    for name, (module, attr, line) in cli.LAZY_COMMANDS.items():
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        assert command.get_short_help_str(200) == line, name
+
+
+def test_a_lazy_command_runs_and_its_typo_is_caught() -> None:
+    result = CliRunner().invoke(cli.main, ["skills", "--help"])
+    assert result.exit_code == 0 and "list" in result.output
+    typo = CliRunner().invoke(cli.main, ["skils", "list"])
+    assert typo.exit_code == 2 and "Did you mean 'skills'" in typo.output
