@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sys
 
+from mmd import __version__  # mmd/__init__.py imports nothing but sys
+
 VERSION_FLAGS = ("-V", "--version")
 
 
 def main() -> int:
     """Run ``mm`` with ``sys.argv``; the exit status."""
     if len(sys.argv) == 2 and sys.argv[1] in VERSION_FLAGS:
-        from mmd import __version__
-
         sys.stdout.write(f"mm, version {__version__}\n")
         return 0
     from .cli import main as cli

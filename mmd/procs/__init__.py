@@ -8,7 +8,8 @@ Layers, bottom up:
   text, spill-file bytes, and the bounded head/tail view the model reads.
 - ``supervisor``: spawns a child in its own session, records its descendants,
   and stops the whole tree (SIGTERM, grace, SIGKILL, reap, sweep) on exit,
-  timeout or cancel. ``run_tool_process`` for one tool call,
+  timeout or cancel; as a subreaper (the daemon) it finds them by the kernel's
+  children links instead of scanning /proc. ``run_tool_process`` for one tool call,
   ``supervised_process`` for a long-lived child.
 
 The public surface is what this module re-exports.
@@ -18,9 +19,12 @@ from mmd.procs.output import NUL_SHOWN, OutputCapture
 from mmd.procs.supervisor import (
     TAG_VAR,
     ProcResult,
+    become_subreaper,
+    reap_orphans,
     run_tool_process,
     set_owner,
     spawn_error_message,
+    stop_orphans,
     supervised_process,
     sweep_orphans,
 )
@@ -30,9 +34,12 @@ __all__ = [
     "TAG_VAR",
     "OutputCapture",
     "ProcResult",
+    "become_subreaper",
+    "reap_orphans",
     "run_tool_process",
     "set_owner",
     "spawn_error_message",
+    "stop_orphans",
     "supervised_process",
     "sweep_orphans",
 ]

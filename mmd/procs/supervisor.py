@@ -1,13 +1,25 @@
 """Run a child as a supervised process tree, and stop the whole tree.
 
-A child gets its own session and process group. While it runs, a watcher
-thread records its descendants every POLL_INTERVAL (backing off to POLL_IDLE
-while the tree does not change), keyed by (pid, create_time) so a reused pid
-is never mistaken for one of them; a descendant
-that calls setsid and leaves the group is still known. A descendant that also
-lost its parent before a poll saw it (``setsid -f``, a double fork) is found by
-TAG_VAR, a value unique to the spawn that every child inherits in its
-environment.
+A child gets its own session and process group, and TAG_VAR in its environment: a value
+unique to the spawn that every descendant inherits. How its descendants are found depends
+on whether this process is a *subreaper* (:func:`become_subreaper`, which the daemon calls
+at start):
+
+- **Subreaper** (the daemon): an orphaned descendant (its parent exited: ``setsid -f``, a
+  double fork, a background job of a shell that finished) is re-parented to this process
+  rather than to init. So every descendant of a child is either still below the child, or
+  below one of this process's own children that carries the child's tag, and the tree is
+  found by following the kernel's children links (``/proc/PID/task/TID/children``) from
+  those roots: a few small reads per stop, whatever else runs on the machine, and no thread.
+  The orphans this process inherits are reaped by pid (never ``waitpid(-1)``, which would
+  steal the statuses trio waits for): a zombie child that is not one of the children
+  spawned here is an orphan, because every child of the daemon is spawned here.
+- **Otherwise** (a library caller, the tests of the other mode): a watcher thread records
+  the child's descendants every POLL_INTERVAL (backing off to POLL_IDLE while the tree does
+  not change), and the tag finds, in a scan of all of /proc, a descendant that lost its
+  parent before a poll saw it.
+
+Processes are held by (pid, start time), so a reused pid is never mistaken for one of them.
 
 Stopping is always the same, whatever the reason (exit, timeout, cancel):
 record once more, SIGTERM to the group and to every recorded descendant, up to
@@ -16,19 +28,17 @@ is left, reap the child, and wait until every recorded descendant is gone. The
 group is signalled only while the child is unreaped (or a recorded member is
 alive), so a recycled group id is never hit.
 
-Not used: PR_SET_CHILD_SUBREAPER. It is process-wide: every orphan of the
-daemon (MCP servers, llama-server, other calls) would become our child and
-need reaping, and reaping them without ``waitpid(-1)`` means knowing each pid,
-while ``waitpid(-1)`` would steal the statuses trio waits for. The tag finds
-the same orphans without changing the daemon. A process that drops the tag
-(``env -i``) *and* escapes between two polls is not found; a cgroup would be.
+Not found in either mode: a descendant that drops the tag (``env -i``) *and* is orphaned
+(as a subreaper, it stays this process's child and is stopped with the daemon; otherwise
+only if a poll saw it first). A cgroup would find it.
 
-Linux only: pidfd_open, waitid(WNOWAIT) and /proc (through psutil).
+Linux only: pidfd_open, waitid(WNOWAIT), prctl and /proc.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import logging
@@ -43,7 +53,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
-import psutil
 import trio
 
 from mmd.procs.environ import child_environment
@@ -202,21 +211,27 @@ def spawn_error_message(exc: OSError | ValueError, argv: list[str], cwd: Path) -
     return _spawn_error(exc, argv, cwd)
 
 
+# A process as the supervisor holds it: its pid and its start time (clock ticks after boot),
+# so that a recycled pid is never taken for it.
+Member = tuple[int, int]
+
+
 class _Tree:
     """A spawned child and every descendant seen alive, to stop them all."""
 
     def __init__(self, proc: trio.Process, tag: str) -> None:
         self.proc = proc
         self.tag = tag
-        self.leader = psutil.Process(proc.pid)
-        self.since = _start_ticks(proc.pid) or 0  # clock ticks after boot
-        self.seen: dict[tuple[int, float], psutil.Process] = {}
+        self.since = _start_ticks(proc.pid) or 0
+        self.seen: set[Member] = set()
         self.stopped = False
+        self.reaped = _subreaper  # orphans come back to this process: no watcher, no scan
         self._pidfd = _pidfd_open(proc.pid)
         self._halt = threading.Event()
         self._lock = threading.Lock()  # the watcher thread and the stop both update `seen`
-        self._watcher = threading.Thread(target=self._watch, name=f"mm-watch-{proc.pid}", daemon=True)
-        self._watcher.start()
+        if not self.reaped:
+            self._watcher = threading.Thread(target=self._watch, name=f"mm-watch-{proc.pid}", daemon=True)
+            self._watcher.start()
 
     async def wait_exit(self) -> None:
         """Return when the child has exited; it stays unreaped, so its pid is still ours."""
@@ -245,45 +260,44 @@ class _Tree:
 
     def record(self) -> bool:
         """Forget the dead, add the child's current descendants; whether that changed anything."""
+        roots = [] if self.exited() else [self.proc.pid]  # an exited child's were re-parented
+        if self.reaped:
+            roots += _tagged_orphans(self.tag, exclude=self.proc.pid)
+        found = [m for m in _descendants(roots) if m[0] != self.proc.pid]
         with self._lock:
             before = set(self.seen)
-            self.seen = {key: p for key, p in self.seen.items() if _alive(p)}
-        if not self.exited():  # else its children were reparented as it exited: none to find
-            with contextlib.suppress(psutil.Error):
-                for p in self.leader.children(recursive=True):
-                    self._add(p)
-        with self._lock:
-            return set(self.seen) != before
+            self.seen = {m for m in self.seen if _alive(m)} | set(found)
+            return self.seen != before
 
     def record_tagged(self) -> None:
-        """Add every process started since the child that carries its tag."""
-        # /proc is read directly: psutil.Process() costs ~75 µs a pid, and
-        # process_iter's cache keeps the start time of a recycled pid's previous owner.
+        """Add every process started since the child that carries its tag (as a subreaper: :meth:`record`)."""
+        if self.reaped:
+            self.record()
+            return
         needle = f"{TAG_VAR}={self.tag}".encode()
-        for pid in psutil.pids():
-            if pid == self.proc.pid or (_start_ticks(pid) or -1) < self.since:
+        found = set()
+        for pid in _pids():
+            if pid == self.proc.pid or (ticks := _start_ticks(pid) or -1) < self.since:
                 continue
             if needle in _read_proc(pid, "environ").split(b"\0"):
-                with contextlib.suppress(psutil.Error):
-                    self._add(psutil.Process(pid))
-
-    def _add(self, p: psutil.Process) -> None:
-        with contextlib.suppress(psutil.Error), self._lock:
-            self.seen.setdefault((p.pid, p.create_time()), p)
-
-    def alive(self) -> list[psutil.Process]:
+                found.add((pid, ticks))
         with self._lock:
-            recorded = list(self.seen.values())
-        return [p for p in recorded if _alive(p)]
+            self.seen |= found
+
+    def alive(self) -> list[Member]:
+        with self._lock:
+            recorded = list(self.seen)
+        return [m for m in recorded if _alive(m)]
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the group (when it is surely ours) and to every live descendant."""
         if self._group_is_ours():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
-        for p in self.alive():
-            with contextlib.suppress(psutil.Error):
-                p.send_signal(sig)
+        for pid, ticks in self.alive():
+            if _start_ticks(pid) == ticks:  # still the process recorded, not a recycled pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
 
     def _group_is_ours(self) -> bool:
         # An unreaped child keeps its pid, hence the group id, from being recycled.
@@ -291,7 +305,7 @@ class _Tree:
             os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             return True
         except ChildProcessError:
-            return any(_pgid(p) == self.proc.pid for p in self.alive())
+            return any(_pgid(pid) == self.proc.pid for pid, _ in self.alive())
 
     def close(self) -> None:
         if self._pidfd is not None:
@@ -313,19 +327,26 @@ async def _spawn(
     # goes without the daemon's secrets unless its caller passes one on by name.
     if not argv:
         raise ValueError("empty command")
+    global _spawning
     tag = f"{_owner}.{secrets.token_hex(8)}"
-    proc = await trio.lowlevel.open_process(
-        argv,
-        cwd=cwd,
-        env=child_environment({**env, TAG_VAR: tag}, inherit=inherit_env, pass_env=pass_env),
-        start_new_session=True,
-        **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio},
-    )
+    _spawning += 1  # until the new child is in _leaders, no zombie child is taken for an orphan
+    try:
+        proc = await trio.lowlevel.open_process(
+            argv,
+            cwd=cwd,
+            env=child_environment({**env, TAG_VAR: tag}, inherit=inherit_env, pass_env=pass_env),
+            start_new_session=True,
+            **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio},
+        )
+        _leaders.add(proc.pid)
+    finally:
+        _spawning -= 1
     try:
         return _Tree(proc, tag)
     except BaseException:  # e.g. no thread left for the watcher: leave no child behind
         os.killpg(proc.pid, signal.SIGKILL)
         os.waitpid(proc.pid, 0)
+        _leaders.discard(proc.pid)
         raise
 
 
@@ -370,17 +391,28 @@ async def _stop(tree: _Tree, grace: float) -> None:
     tree.stopped = True
     with trio.CancelScope(shield=True):
         tree.stop_watching()
-        await trio.to_thread.run_sync(_record_all, tree)
+        await _off_thread(tree, _record_all, tree)
         running = not tree.exited() or bool(tree.alive())
         tree.signal(signal.SIGTERM)
         if running:
             await _wait_gone(tree, grace)
             # Catch what the TERM handlers started.
-            await trio.to_thread.run_sync(tree.record_tagged)
+            await _off_thread(tree, tree.record_tagged)
         tree.signal(signal.SIGKILL)
         await tree.proc.wait()
+        _leaders.discard(tree.proc.pid)
         if not await _wait_gone(tree, KILL_WAIT):
             log.warning("processes of %s survived SIGKILL: %s", tree.proc.pid, tree.alive())
+        reap_orphans()
+
+
+async def _off_thread(tree: _Tree, fn: Callable[..., None], *args: Any) -> None:
+    # A scan of all of /proc takes milliseconds: a thread, so the daemon answers meanwhile. As a
+    # subreaper there is no scan, only a few small reads: a thread would cost more than them.
+    if tree.reaped:
+        fn(*args)
+    else:
+        await trio.to_thread.run_sync(fn, *args)
 
 
 def _record_all(tree: _Tree) -> None:
@@ -477,18 +509,17 @@ def _cwd_error(exc: OSError, cwd: Path) -> str:
     return f"cannot enter working directory {cwd}: {exc.strerror}"
 
 
-def _alive(p: psutil.Process) -> bool:
+def _alive(member: Member) -> bool:
     # A zombie has exited: only its parent's wait is missing, and that may never come
     # (a container's PID 1 that does not reap), so it counts as gone.
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    pid, ticks = member
+    stat = _stat(pid)
+    return stat is not None and stat[3] == ticks and stat[0] not in "ZX"
 
 
-def _pgid(p: psutil.Process) -> int | None:
+def _pgid(pid: int) -> int | None:
     try:
-        return os.getpgid(p.pid)
+        return os.getpgid(pid)
     except OSError:
         return None
 
@@ -512,9 +543,11 @@ def sweep_orphans(owner: str, grace: float = 1.0) -> list[int]:
 
     Errors: none; processes that vanish meanwhile are skipped.
     """
+    import psutil  # once per daemon start: not worth its import otherwise
+
     prefix = f"{TAG_VAR}={owner}.".encode()
     victims = []
-    for pid in psutil.pids():
+    for pid in _pids():
         if pid != os.getpid() and any(e.startswith(prefix) for e in _read_proc(pid, "environ").split(b"\0")):
             with contextlib.suppress(psutil.Error):
                 victims.append(psutil.Process(pid))
@@ -546,12 +579,134 @@ def _read_proc(pid: int, name: str) -> bytes:
         os.close(fd)
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks after boot (field 22 of /proc/pid/stat)."""
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """State, parent pid, process group and start time (ticks after boot) of ``pid``; None if gone."""
     stat = _read_proc(pid, "stat")
     # The command name (field 2) may hold spaces and parentheses: count after the last ")".
     fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
+    if len(fields) < 20:
+        return None
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (field 22 of /proc/pid/stat)."""
+    stat = _stat(pid)
+    return stat[3] if stat is not None else None
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _children(pid: int) -> list[int]:
+    """The children of ``pid``, from the kernel's list of each of its threads (none once it is gone)."""
+    if not _CHILDREN_LISTS:
+        return [other for other in _pids() if (stat := _stat(other)) is not None and stat[1] == pid]
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(c) for tid in tids for c in _read_proc(pid, f"task/{tid}/children").split()]
+
+
+def _descendants(roots: list[int]) -> list[Member]:
+    """``roots`` and every process below them, as (pid, start ticks); those gone meanwhile left out."""
+    found: list[Member] = []
+    todo, visited = list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in visited:
+            continue
+        visited.add(pid)
+        ticks = _start_ticks(pid)
+        if ticks is not None:
+            found.append((pid, ticks))
+            todo += _children(pid)
+    return found
+
+
+# -- this process as a subreaper ----------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36
+# Whether the kernel lists each task's children in /proc (CONFIG_PROC_CHILDREN); else /proc is scanned.
+_CHILDREN_LISTS = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+# Whether orphaned descendants come back to this process (become_subreaper).
+_subreaper = False
+# Pids of the children spawned here and not yet reaped by trio; and spawns under way.
+_leaders: set[int] = set()
+_spawning = 0
+
+
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the reaper of its orphaned descendants; whether it now is (see the module docstring).
+
+    Only for a process whose every child is spawned by this module (the daemon): orphans it
+    inherits are reaped here, by pid. ``on=False`` stops it (the tests of both modes).
+
+    Errors: none; False where the kernel refuses (then the watcher and the /proc scan are used).
+    """
+    global _subreaper
+    if not _CHILDREN_LISTS:  # the links cannot be followed: a scan per stop would cost more
+        _subreaper = False
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        _subreaper = False
+        return False
+    _subreaper = on
+    return on
+
+
+def _tagged_orphans(tag: str, exclude: int) -> list[int]:
+    """This process's children that carry ``tag`` and were not spawned here: a tree's orphans."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    return [
+        pid
+        for pid in _children(os.getpid())
+        if pid != exclude and pid not in _leaders and needle in _read_proc(pid, "environ").split(b"\0")
+    ]
+
+
+def stop_orphans(grace: float = 1.0) -> list[int]:
+    """SIGTERM, then SIGKILL after ``grace`` seconds, every orphan this process inherited, and reap them; their pids.
+
+    For a daemon that stops: its trees are stopped, so what is left among its children are
+    orphans no tree claimed (descendants that dropped their tag). Errors: none.
+    """
+    if not _subreaper:
+        return []
+    victims = [(pid, t) for pid in _children(os.getpid()) if pid not in _leaders and (t := _start_ticks(pid))]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, _ in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while any(_alive(m) for m in victims) and time.monotonic() < deadline:
+            time.sleep(GONE_POLL)
+    reap_orphans()
+    return [pid for pid, _ in victims]
+
+
+def reap_orphans() -> list[int]:
+    """Reap the orphans this process inherited as a subreaper that have exited; their pids.
+
+    A zombie child not spawned here is an orphan (every child is spawned here), so reaping it
+    by pid takes no status anyone waits for. Nothing is reaped while a spawn is under way (its
+    child may not be in the list yet) or when this process is no subreaper.
+
+    Errors: none.
+    """
+    if not _subreaper or _spawning:
+        return []
+    reaped = []
+    for pid in _children(os.getpid()):
+        stat = _stat(pid)
+        if pid not in _leaders and stat is not None and stat[0] in "ZX":
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    reaped.append(pid)
+    return reaped
 
 
 def _pidfd_open(pid: int) -> int | None:

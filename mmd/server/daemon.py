@@ -50,6 +50,8 @@ log = logging.getLogger("mmd")
 FLUSH_GRACE = 1.0
 # Bounds of the pause between two looks for idle sessions (half of daemon.session_idle).
 SWEEP_MIN, SWEEP_MAX = 0.1, 10.0
+# Seconds between two reapings of exited orphans while no process tree stops.
+REAP_INTERVAL = 30.0
 # The error of a turn the previous daemon never finished.
 INTERRUPTED = (
     "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
@@ -126,6 +128,7 @@ class Daemon:
             try:
                 await self._run(listen_sock, handle_signals, task_status)
             finally:
+                procs.stop_orphans()  # the trees are stopped: what is left dropped its tag
                 self.store.close()
                 if lock_fd is not None:
                     transport.remove_socket(self.socket_path)
@@ -148,6 +151,7 @@ class Daemon:
                     root.start_soon(self._signals)
                 root.start_soon(self._accept, listener)
                 root.start_soon(self._unload_idle_sessions)
+                root.start_soon(self._reap_orphans)
                 async with trio.open_nursery() as turns:
                     self._turns = turns
                     log.info("mmd %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid())
@@ -174,6 +178,10 @@ class Daemon:
         if swept:
             log.warning("stopped %d processes left by a previous daemon: %s", len(swept), swept)
         procs.set_owner(owner)
+        # Orphaned descendants of our children come back to us, so a tree is found from its
+        # root instead of by a scan of /proc per call (mmd/procs/supervisor.py).
+        if not procs.become_subreaper():
+            log.info("not a subreaper (the kernel refused): process trees are found by scanning /proc")
 
     def _withhold_secrets(self) -> None:
         # Before any child starts: the config's key variables are withheld from the first one
@@ -279,6 +287,13 @@ class Daemon:
                 unused = session.idle_for(now)
                 if unused > 0 and unused >= idle:
                     del self.sessions[session_id]
+
+    async def _reap_orphans(self) -> None:
+        # Every stop of a process tree reaps the orphans that exited; this catches those of
+        # long-lived trees (an MCP server's helper) while no call ends.
+        while True:
+            await trio.sleep(REAP_INTERVAL)
+            procs.reap_orphans()
 
     async def prompt(self, conn: Connection, p: Prompt) -> Session:
         """Start a turn for a ``session.prompt`` call and return its session.

@@ -5,7 +5,7 @@ Python (hidden files skipped, .gitignore not read). Both answer
 ``path:line:text``, paths as the model would write them.
 
 Cancellation: list_files walks in a worker thread, which finishes before the
-cancellation is delivered; grep's ``rg`` child is killed by ``trio.run_process``.
+cancellation is delivered; grep's ``rg`` runs under the supervisor, which stops its group.
 """
 
 # The schema and example dicts are class attributes read as the Tool
@@ -20,13 +20,14 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from mmd.procs.environ import child_environment
+from mmd.procs import supervised_process
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
 
@@ -249,35 +250,45 @@ async def _grep_rg(rg: str, args: dict[str, Any], ctx: ToolContext) -> tuple[lis
     cmd += ["--regexp", args["pattern"], "--", str(resolve(ctx, path)) if path.startswith("~") else path]
     try:
         with trio.fail_after(ctx.limits.timeout):
-            # Like every child: the daemon's environment without its secrets.
-            proc = await trio.run_process(
-                cmd,
-                cwd=ctx.cwd,
-                env=child_environment({}, pass_env=ctx.pass_env),
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
+            returncode, stdout, stderr = await _run_rg(cmd, ctx)
     except trio.TooSlowError:
         raise ToolError(
             "timeout",
             f"grep took longer than {ctx.limits.timeout:g} seconds.",
             fix="Search a smaller path, or add a glob.",
         ) from None
-    err = proc.stderr.decode(errors="replace").strip()
-    if proc.returncode == 2 and "regex" in err:
+    err = stderr.decode(errors="replace").strip()
+    if returncode == 2 and "regex" in err:
         raise _invalid_pattern(" ".join(line.strip() for line in err.splitlines() if line.strip()))
-    found = proc.stdout.decode(errors="replace").splitlines()
+    found = stdout.decode(errors="replace").splitlines()
     if args["path"] in (".", "./"):
         found = [line.removeprefix("./") for line in found]
-    if proc.returncode == 2 and not found:
+    if returncode == 2 and not found:
         raise ToolError(
             "grep_failed",
             f"grep failed: {err.splitlines()[0] if err else 'no reason given'}.",
             cls="terminal",
         )
-    note = f"(Some files could not be searched: {err.splitlines()[0]})" if proc.returncode == 2 else ""
+    note = f"(Some files could not be searched: {err.splitlines()[0]})" if returncode == 2 else ""
     return found, note
+
+
+async def _run_rg(cmd: list[str], ctx: ToolContext) -> tuple[int | None, bytes, bytes]:
+    """Run rg under the supervisor, as every child of the daemon; its exit code, stdout and stderr."""
+    out: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+
+    async def read(stream: Any, name: str) -> None:
+        while chunk := await stream.receive_some(1 << 16):
+            out[name] += chunk
+
+    async with supervised_process(
+        cmd, cwd=ctx.cwd, env={}, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_env=ctx.pass_env
+    ) as proc:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read, proc.stdout, "stdout")
+            nursery.start_soon(read, proc.stderr, "stderr")
+        await proc.wait()
+    return proc.returncode, bytes(out["stdout"]), bytes(out["stderr"])
 
 
 def _grep_python(root: Path, args: dict[str, Any]) -> list[str]:

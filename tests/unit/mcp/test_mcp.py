@@ -309,7 +309,7 @@ def test_the_client_imports_no_mcp_sdk():
         [
             sys.executable,
             "-c",
-            "import mm.cli, sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'trio', 'httpx', 'httpx2', 'anyio')))",
+            "import mm.cli, sys; print(sorted(m for m, v in sys.modules.items() if v is not None and m.split('.')[0] in ('mcp', 'mcp_types', 'trio', 'httpx', 'httpx2', 'anyio')))",
         ],
         capture_output=True,
         text=True,

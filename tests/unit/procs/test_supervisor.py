@@ -22,10 +22,20 @@ from mmd.procs import ProcResult, environ, supervised_process
 from ...process_trees import GRACE, cancel_tree_once, gone, run, tree_command, tree_pids
 
 
-@pytest.fixture(autouse=True)
-def no_leftover_children() -> Iterator[None]:
-    yield
-    assert psutil.Process().children(recursive=True) == []
+@pytest.fixture(autouse=True, params=["scan", "subreaper"])
+def mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test runs both ways: descendants found by a watcher and a /proc scan, and as a subreaper.
+
+    As a subreaper the test process inherits the orphans: the check below then also fails on
+    one the supervisor left unreaped (a zombie is still a child).
+    """
+    if request.param == "subreaper":
+        assert mmd.procs.become_subreaper()
+    try:
+        yield request.param
+        assert psutil.Process().children(recursive=True) == []
+    finally:
+        mmd.procs.become_subreaper(False)
 
 
 def py(code: str) -> list[str]:
@@ -38,9 +48,12 @@ def test_public_surface() -> None:
         "TAG_VAR",
         "OutputCapture",
         "ProcResult",
+        "become_subreaper",
+        "reap_orphans",
         "run_tool_process",
         "set_owner",
         "spawn_error_message",
+        "stop_orphans",
         "supervised_process",
         "sweep_orphans",
     }
