@@ -13,6 +13,7 @@ runs as the user. On a shared machine another user could otherwise create
 from __future__ import annotations
 
 import collections
+import contextlib
 import socket
 import subprocess
 import sys
@@ -215,6 +216,36 @@ def _try_connect(path: Path) -> socket.socket | None:
     return sock
 
 
+class _Started:
+    """A daemon this client started, not yet answering: the process and where its log starts."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, offset: int) -> None:
+        self.proc, self.log_path, self.offset = proc, log_path, offset
+
+
+# The daemon started by prestart(), for the connect that follows in this process.
+_prestarted: dict[Path, _Started] = {}
+
+
+def prestart() -> None:
+    """Start mmd now if none answers, without waiting: the client's own imports then overlap the daemon's.
+
+    The console script calls it first thing for a prompt (mm/entry.py); ``Client.connect``
+    waits for this daemon instead of starting another. Errors: none here: whatever is wrong
+    (another user's socket, a daemon that fails) is raised by the connect that follows.
+    """
+    try:
+        path = paths.socket_path()
+        sock = _try_connect(path)
+    except (DaemonError, OSError):
+        return
+    if sock is not None:
+        sock.close()
+        return
+    with contextlib.suppress(DaemonError, OSError):
+        _prestarted[path] = _spawn_daemon(path)
+
+
 def start_daemon(path: Path) -> socket.socket:
     """Start mmd detached (own session, no terminal) and wait until it answers.
 
@@ -225,6 +256,26 @@ def start_daemon(path: Path) -> socket.socket:
         Untrusted: the state folder (where the log goes) or the socket is not the user's alone.
         DaemonError: mmd exited with an error (its own message is quoted) or did not answer in time.
     """
+    started = _prestarted.pop(path, None) or _spawn_daemon(path)
+    deadline = time.monotonic() + START_TIMEOUT
+    delay = 0.002  # the daemon answers within a few hundred ms: look often, then less
+    while time.monotonic() < deadline:
+        sock = _try_connect(path)
+        if sock is not None:
+            return sock
+        code = started.proc.poll()
+        if code not in (None, 0):
+            said = _daemon_said(started.log_path, started.offset)
+            log_path = started.log_path
+            if said:
+                raise DaemonError(f"mmd failed to start (exit code {code}): {said} (log: {log_path})")
+            raise DaemonError(f"mmd failed to start (exit code {code}); see {log_path}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.02)
+    raise DaemonError(f"mmd did not answer on {path} within {START_TIMEOUT:.0f} s; see {started.log_path}")
+
+
+def _spawn_daemon(path: Path) -> _Started:
     log_dir = paths.state_dir()
     try:
         trust.ensure_private_dir(log_dir, fix=trust.STATE_FIX)
@@ -242,19 +293,7 @@ def start_daemon(path: Path) -> socket.socket:
             close_fds=True,
             cwd="/",
         )
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        sock = _try_connect(path)
-        if sock is not None:
-            return sock
-        code = proc.poll()
-        if code not in (None, 0):
-            said = _daemon_said(log_path, offset)
-            if said:
-                raise DaemonError(f"mmd failed to start (exit code {code}): {said} (log: {log_path})")
-            raise DaemonError(f"mmd failed to start (exit code {code}); see {log_path}")
-        time.sleep(0.02)
-    raise DaemonError(f"mmd did not answer on {path} within {START_TIMEOUT:.0f} s; see {log_path}")
+    return _Started(proc, log_path, offset)
 
 
 def _size(path: Path) -> int:

@@ -1,5 +1,8 @@
 """The ``mm`` console script: answers ``mm --version`` at once, hands everything else to :mod:`mm.cli`.
 
+For a prompt (``-p``) with no daemon running, the daemon is started first, so that its start-up
+overlaps the client's own imports.
+
 Importing click and the client's modules costs more than the interpreter's own start, and
 ``mm --version`` needs none of it: a script that checks what is installed (editors, CI) pays
 only for Python itself. The text is click's ``version_option`` text, word for word.
@@ -12,6 +15,8 @@ import sys
 from mmd import __version__  # mmd/__init__.py imports nothing but sys
 
 VERSION_FLAGS = ("-V", "--version")
+# Words that make this run a prompt for the model, which needs the daemon (`mm -p`, as scripts use it).
+PROMPT_FLAGS = ("-p", "--print")
 
 
 def main() -> int:
@@ -19,6 +24,12 @@ def main() -> int:
     if len(sys.argv) == 2 and sys.argv[1] in VERSION_FLAGS:
         sys.stdout.write(f"mm, version {__version__}\n")
         return 0
+    if any(word in PROMPT_FLAGS for word in sys.argv[1:]):
+        # Start the daemon if none runs before importing the rest of the client, so that the
+        # two start-ups overlap (a cold `mm -p` waited for both, one after the other).
+        from . import connection
+
+        connection.prestart()
     from .cli import main as cli
 
     return cli()

@@ -24,6 +24,7 @@ daemon's.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Collection, Iterable, Mapping
 
@@ -58,6 +59,7 @@ ESSENTIAL = frozenset({"PATH", "HOME", "PWD", "SHELL", "USER", "LOGNAME", "TERM"
 _withheld: set[str] = set()
 
 
+@functools.cache  # asked for every variable of every spawn; the names are few and repeat
 def looks_secret(name: str) -> bool:
     """Whether the variable *name* looks like it holds a secret (see the module docstring)."""
     upper = name.upper()

@@ -543,23 +543,28 @@ def sweep_orphans(owner: str, grace: float = 1.0) -> list[int]:
 
     Errors: none; processes that vanish meanwhile are skipped.
     """
-    import psutil  # once per daemon start: not worth its import otherwise
-
     prefix = f"{TAG_VAR}={owner}.".encode()
-    victims = []
-    for pid in _pids():
-        if pid != os.getpid() and any(e.startswith(prefix) for e in _read_proc(pid, "environ").split(b"\0")):
-            with contextlib.suppress(psutil.Error):
-                victims.append(psutil.Process(pid))
-    for p in victims:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(victims, timeout=grace)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace)
-    return [p.pid for p in victims]
+    victims = [
+        (pid, ticks)
+        for pid in _pids()
+        if pid != os.getpid()
+        and any(e.startswith(prefix) for e in _read_proc(pid, "environ").split(b"\0"))
+        and (ticks := _start_ticks(pid)) is not None
+    ]
+    _terminate(victims, grace)
+    return [pid for pid, _ in victims]
+
+
+def _terminate(victims: list[Member], grace: float) -> None:
+    """SIGTERM to each, up to ``grace`` seconds for them to go, then SIGKILL and as long again."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, ticks in victims:
+            if _start_ticks(pid) == ticks:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while any(_alive(m) for m in victims) and time.monotonic() < deadline:
+            time.sleep(GONE_POLL)
 
 
 def _read_proc(pid: int, name: str) -> bytes:
@@ -677,13 +682,7 @@ def stop_orphans(grace: float = 1.0) -> list[int]:
     if not _subreaper:
         return []
     victims = [(pid, t) for pid in _children(os.getpid()) if pid not in _leaders and (t := _start_ticks(pid))]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, _ in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while any(_alive(m) for m in victims) and time.monotonic() < deadline:
-            time.sleep(GONE_POLL)
+    _terminate(victims, grace)
     reap_orphans()
     return [pid for pid, _ in victims]
 
