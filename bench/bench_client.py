@@ -51,6 +51,8 @@ FORBIDDEN = ("trio", "httpx", "httpcore", "anyio", "psutil", "h11")
 PROMPT_ARGS = ["--output-format", "events", "--yolo", "-p", "hi"]
 # Seconds any one child command may take before the bench gives up on it.
 TIMEOUT = 60.0
+# daemon.session_idle of the bench's config: how soon figure 4 sees the sessions unloaded.
+SESSION_IDLE = 2.0
 
 
 # ---------------------------------------------------------------- numbers
@@ -132,7 +134,7 @@ class Env:
         config = {
             "providers": providers,
             "default_model": f"{default}/scripted",
-            "daemon": {"max_steps": max(len(s) for s in scripts.values()) + 10},
+            "daemon": {"max_steps": max(len(s) for s in scripts.values()) + 10, "session_idle": SESSION_IDLE},
         }
         path = self.home / "config" / "mm" / "config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,7 +314,13 @@ def check_modules(env: Env) -> None:
         (
             "import mm.cli",
             json.loads(
-                run([PY, "-c", "import sys, json, mm.cli; print(json.dumps(list(sys.modules)))"]).stdout
+                run(
+                    [
+                        PY,
+                        "-c",
+                        "import sys, json, mm.cli; print(json.dumps([m for m, v in sys.modules.items() if v]))",
+                    ]
+                ).stdout
             ),
         ),
         ("mm --version", modules_after(["--version"], env.work, out)),
@@ -330,8 +338,12 @@ def check_modules(env: Env) -> None:
 # ---------------------------------------------------------------- figure 2
 
 
-def first_event(env: Env) -> tuple[float, float, float]:
-    """Spawn ``mm -p`` with --output-format events: seconds to turn_started in the daemon, to the first line, to exit."""
+Rows = list[tuple[float, float, float, float]]
+
+
+def first_event(env: Env) -> tuple[float, float, float, float]:
+    """Spawn ``mm -p`` with --output-format events: seconds to turn_started in the daemon, to the model
+    request the scripted server received, to the first line, to exit."""
     argv = [*MM, *PROMPT_ARGS]
     with tempfile.TemporaryFile() as err:
         spawned_wall = time.time()
@@ -358,7 +370,8 @@ def first_event(env: Env) -> tuple[float, float, float]:
     ev = json.loads(line)
     if ev["kind"] != "turn_started":
         raise BenchError(f"the first event is {ev['kind']}, not turn_started")
-    return ev["ts"] - spawned_wall, first, end
+    request = env.requests("chat")[-1]["t_received"] - spawned_wall
+    return ev["ts"] - spawned_wall, request, first, end
 
 
 def wait_daemon_gone(env: Env) -> None:
@@ -369,13 +382,13 @@ def wait_daemon_gone(env: Env) -> None:
         time.sleep(0.02)
 
 
-def figure2_warm(env: Env, runs: int) -> list[tuple[float, float, float]]:
+def figure2_warm(env: Env, runs: int) -> Rows:
     for _ in range(2):
         first_event(env)  # warm-up: provider connection, caches
     return [first_event(env) for _ in range(runs)]
 
 
-def figure2_cold(env: Env, runs: int) -> list[tuple[float, float, float]]:
+def figure2_cold(env: Env, runs: int) -> Rows:
     results = []
     for _ in range(runs):
         results.append(first_event(env))
@@ -384,9 +397,7 @@ def figure2_cold(env: Env, runs: int) -> list[tuple[float, float, float]]:
     return results
 
 
-def print_figure2(
-    warm: list[tuple[float, float, float]], cold: list[tuple[float, float, float]], version: float
-) -> None:
+def print_figure2(warm: Rows, cold: Rows, version: float) -> None:
     heading("2. mm -p to the first event (ms)")
     print(f"  command: {shown([*MM, *PROMPT_ARGS])}   (stdin /dev/null; each run a new session)")
     print(f"  {'':<44}{'min':>8} {'median':>8} {'max':>8}   ratio to mm --version")
@@ -396,7 +407,12 @@ def print_figure2(
     ):
         print(f"  {label}")
         for i, what in enumerate(
-            ("spawn → turn_started (daemon's ts)", "spawn → first line (first event)", "spawn → exit")
+            (
+                "spawn → turn_started (daemon's ts)",
+                "spawn → model request received",
+                "spawn → first line (first event)",
+                "spawn → exit",
+            )
         ):
             values = [r[i] for r in rows]
             print(f"    {what:<42}{spread(values)}   {statistics.median(values) / version:.1f}x")
@@ -498,6 +514,86 @@ def print_figure3(calls: int, bash: Turn, read: Turn, small: str, bare: list[flo
         print(f"  {name}: {calls + 1} model requests over {turn.connections} HTTP connection(s){note}")
 
 
+# ---------------------------------------------------------------- figure 4
+
+
+@dataclasses.dataclass
+class Memory:
+    """The daemon's resident set, in bytes, at three moments."""
+
+    idle: int  # started, handshakes answered, no prompt yet
+    loaded: int  # after the prompts of figure 2, their sessions in memory
+    unloaded: int  # once every session was unloaded (daemon.session_idle)
+    sessions: int  # sessions the prompts loaded
+
+
+def daemon_cpu(env: Env) -> float:
+    """CPU seconds the bench's own daemon has used (user + system, itself only)."""
+    assert env.daemon is not None
+    times = psutil.Process(env.daemon.pid).cpu_times()
+    return times.user + times.system
+
+
+def rss(env: Env) -> int:
+    assert env.daemon is not None
+    return psutil.Process(env.daemon.pid).memory_info().rss
+
+
+def memory(env: Env, runs: int) -> Memory:
+    """The daemon's RSS idle, with ``runs`` sessions loaded, and once they were unloaded."""
+    run([*MM, "daemon", "status"])
+    idle = rss(env)
+    for _ in range(runs):
+        first_event(env)
+    loaded = rss(env)
+    deadline = time.monotonic() + SESSION_IDLE * 10 + 15
+    while json.loads(run([*MM, "daemon", "status", "--json"]).stdout).get("sessions_loaded", 0):
+        if time.monotonic() > deadline:
+            raise BenchError("the daemon did not unload its idle sessions")
+        time.sleep(SESSION_IDLE / 2)
+    return Memory(idle, loaded, rss(env), runs)
+
+
+def print_figure4(
+    version: float, python: float, cold: Rows, bash: Turn, true_spawn: list[float], cpu: float, mem: Memory
+) -> None:
+    heading("4. against the floor (issue 17's goals; medians)")
+    overhead = bash.rows["overhead"]
+    mib = 1024 * 1024
+    rows = [
+        (
+            "harness time per tool call (bash `true`)",
+            f"{ms(statistics.median(overhead)):.2f} ms, p90 {ms(p90(overhead)):.2f}",
+            f"{statistics.median(overhead) / statistics.median(true_spawn):.1f}x `true` by subprocess.run",
+            "≤ 3 ms, p90 ≤ 6",
+        ),
+        (
+            "  the floor: `true` spawned by subprocess.run",
+            f"{ms(statistics.median(true_spawn)):.2f} ms",
+            "",
+            "",
+        ),
+        ("daemon CPU per tool call", f"{ms(cpu):.2f} ms", "", "≤ 1.5 ms"),
+        ("mm --version", f"{ms(version):.1f} ms", f"{version / python:.1f}x python -c pass", "≤ 2x"),
+        (
+            "mm -p, no daemon: spawn → model request",
+            f"{ms(statistics.median(r[1] for r in cold)):.0f} ms",
+            f"{statistics.median(r[1] for r in cold) / python:.1f}x python -c pass",
+            "≤ 300 ms",
+        ),
+        ("daemon RSS idle", f"{mem.idle / mib:.1f} MiB", "", "≤ 30 MiB"),
+        (
+            f"  with {mem.sessions} sessions loaded / all unloaded",
+            f"{mem.loaded / mib:.1f} / {mem.unloaded / mib:.1f} MiB",
+            f"{(mem.loaded - mem.idle) / mem.sessions / 1024:+.0f} kB a session",
+            "unloaded when idle",
+        ),
+    ]
+    print(f"  {'figure':<44}{'measured':<24}{'ratio':<34}goal")
+    for label, value, ratio, goal in rows:
+        print(f"  {label:<44}{value:<24}{ratio:<34}{goal}")
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -533,8 +629,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     small = "small.txt"
-    # One answer for the module check, two warm-ups, the warm and cold runs, and two to spare.
-    texts = [{"text": "hello"}] * (1 + 2 + runs + cold + 2)
+    # One answer for the module check, two warm-ups, the warm and cold runs, the memory runs, two to spare.
+    texts = [{"text": "hello"}] * (1 + 2 + runs + cold + runs + 2)
     env = Env()
     try:
         if args.pyc_cache:
@@ -575,10 +671,16 @@ def main(argv: list[str] | None = None) -> int:
         cold_rows = figure2_cold(env, cold)
         print_figure2(warm, cold_rows, version)
         env.start_daemon()
+        mem = memory(env, runs)
+        cpu_before = daemon_cpu(env)
         bash = tool_turn(env, "bash", calls)
+        cpu = (daemon_cpu(env) - cpu_before) / calls  # the turn's client and sessions show: a little more
         read = tool_turn(env, "read", calls)
         bare = [wall(["bash", "-c", "true"]) for _ in range(calls)]
+        true_spawn = [wall(["true"]) for _ in range(max(calls, 20))]
         print_figure3(calls, bash, read, small, bare)
+        python = statistics.median(wall([PY, "-c", "pass"]) for _ in range(runs))
+        print_figure4(version, python, cold_rows, bash, true_spawn, cpu, mem)
     except KeyboardInterrupt:
         print("\ninterrupted; stopping what the bench started", file=sys.stderr)
         return 130

@@ -136,7 +136,7 @@ def run_mm(
 ) -> subprocess.CompletedProcess[str]:
     """Run the real ``mm`` CLI as a child process (its stdin is not a TTY)."""
     return subprocess.run(
-        [sys.executable, "-m", "mm.cli", *args],
+        [sys.executable, "-m", "mm", *args],
         cwd=cwd,
         input=input if input is not None else "",
         capture_output=True,
@@ -152,7 +152,7 @@ def spawn_mm(*args: str, cwd: Path) -> subprocess.Popen[str]:
     in the background by a non-interactive shell inherits SIGINT ignored, and so would mm).
     """
     return subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", *args],
+        [sys.executable, "-m", "mm", *args],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
