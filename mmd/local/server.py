@@ -16,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import trio
 
-from ..models import tls
+from ..models import transport
 from ..procs.supervisor import spawn_error_message, supervised_process
 from . import catalog, selftest
 
@@ -193,7 +192,8 @@ class LocalServers:
 
     async def _wait_healthy(self, proc: trio.Process, port: int, logfile: Path, name: str) -> None:
         deadline = time.monotonic() + HEALTH_TIMEOUT
-        async with httpx.AsyncClient(timeout=5, verify=tls.context_for("http://127.0.0.1")) as http:
+        http = transport.LoopbackClient(timeout=5)
+        try:
             while time.monotonic() < deadline:
                 if proc.returncode is not None or proc.poll() is not None:
                     how, sig = selftest.describe_exit(proc.returncode)
@@ -208,8 +208,10 @@ class LocalServers:
                     )
                     raise LocalServerError(f"{detail}\nits last lines ({logfile}):\n{selftest.tail(logfile)}")
                 try:
-                    healthy = (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 200
-                except httpx.HTTPError:
+                    healthy = (await transport.fetch(http, "GET", f"http://127.0.0.1:{port}/health"))[
+                        0
+                    ] == 200
+                except transport.TransportError:
                     healthy = False
                 if healthy:
                     if selftest.listens_on(proc.pid, port) is False:
@@ -220,6 +222,8 @@ class LocalServers:
                         )
                     return
                 await trio.sleep(0.25)
+        finally:
+            await http.aclose()
         raise LocalServerError(
             f"llama-server for local/{name} was not healthy after {HEALTH_TIMEOUT:.0f} s; "
             f"its last lines ({logfile}):\n{selftest.tail(logfile)}"

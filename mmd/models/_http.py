@@ -17,11 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
 import msgspec
 import trio
 
-from mmd.models import tls
+from mmd.models import transport
 from mmd.models.base import Completion, ModelError, OnRetry, OnText, Timings, ToolCall, Usage
 from mmd.untrusted import MAX_DOCUMENT_DEPTH, check_json
 
@@ -32,13 +31,6 @@ _JSON = msgspec.json.Encoder()
 MAX_WAIT = 60.0
 # How many characters of a bad body an error message quotes.
 EXCERPT_CHARS = 80
-# Seconds allowed to open a connection; a dead host should fail fast.
-CONNECT_TIMEOUT = 10.0
-# An idle connection is dropped after this many seconds. llama-server (cpp-httplib), uvicorn and
-# Node close idle keep-alive connections after 5 s; a client that waits 5 s too sometimes sends its
-# next request into a connection the server is closing ("Server disconnected without sending a
-# response"), seen here after a tool ran for about 5 s. Under 5, the race cannot happen.
-KEEPALIVE_EXPIRY = 4.0
 # Bytes read for one answer, streamed or not. A step of 128k tokens, the most any model
 # writes, streams as about 32 MB of events; the cap keeps a broken or hostile server
 # from filling the daemon's memory.
@@ -389,7 +381,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 
 
 async def _abandon(chunks: AsyncIterator[bytes]) -> None:
-    # httpx's byte iterators are nested async generators. Leaving them
+    # The byte iterators (httpx's, transport.py's) are nested async generators. Leaving them
     # suspended makes trio warn when they are collected; reading on under a
     # cancelled scope ends every level at once, because the socket read at
     # the bottom raises Cancelled (and closes the connection).
@@ -447,29 +439,21 @@ class HttpModel:
         timeout: float,
         max_retries: int,
         retry_base_delay: float,
-        client: httpx.AsyncClient | None,
+        client: transport.Client | None,
     ) -> None:
         self.label = label
         self.url = url
         self._headers = headers
-        # The body is encoded by msgspec (a tenth of the time of httpx's json=, which is json.dumps:
+        # The body is encoded by msgspec (a tenth of the time of json.dumps, which httpx's json= used:
         # the whole history goes out with every step), so its type is set here.
         self._json_headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
         self._json_headers["content-type"] = "application/json"
         self._secret = secret
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
+        self._timeout = timeout
         self._max_retries = max_retries
         self._base_delay = retry_base_delay
         self._owns_client = client is None
-        self._client = (
-            client
-            if client is not None
-            else httpx.AsyncClient(
-                timeout=self._timeout,
-                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
-                verify=tls.context_for(url),
-            )
-        )
+        self._client = client if client is not None else transport.client_for(url, timeout)
 
     async def post(
         self,
@@ -519,22 +503,23 @@ class HttpModel:
     async def _attempt(self, body: dict[str, Any], parser: Accumulator, url: str) -> Completion:
         try:
             async with self._client.stream(
-                "POST", url, content=_JSON.encode(body), headers=self._json_headers, timeout=self._timeout
+                "POST", url, content=_JSON.encode(body), headers=self._json_headers
             ) as response:
                 return await self._read(response, parser)
-        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
-            raise ModelError(
-                f"{self.label}: cannot send a request to {url} ({type(exc).__name__}: {exc}). "
-                "Check base_url in config.yaml."
-            ) from None
-        except httpx.TimeoutException as exc:
-            reason = f"no answer within {self._timeout.read:g} s ({type(exc).__name__})"
-            raise self._broken(parser, reason, "Raise timeout in config.yaml if the model is slow.") from None
-        except httpx.TransportError as exc:
-            reason = f"connection failed ({type(exc).__name__}: {exc or 'no detail'})"
+        except transport.TransportError as exc:
+            if exc.kind == "url":
+                raise ModelError(
+                    f"{self.label}: cannot send a request to {url} ({exc}). Check base_url in config.yaml."
+                ) from None
+            if exc.kind == "timeout":
+                reason = f"no answer within {self._timeout:g} s ({exc})"
+                raise self._broken(
+                    parser, reason, "Raise timeout in config.yaml if the model is slow."
+                ) from None
+            reason = f"connection failed ({exc})"
             raise self._broken(parser, reason, f"Is the server at {url} running?") from None
 
-    async def _read(self, response: httpx.Response, parser: Accumulator) -> Completion:
+    async def _read(self, response: transport.Response, parser: Accumulator) -> Completion:
         if not 200 <= response.status_code < 300:
             text = (await self._body(response)).decode("utf-8", errors="replace")
             raise status_failure(response.status_code, text, response.headers, self.label)
@@ -547,7 +532,7 @@ class HttpModel:
             return parser.completion()
         raise self._broken(parser, "the stream ended before the answer was complete", "Try again later.")
 
-    async def _read_events(self, response: httpx.Response, parser: Accumulator) -> bool:
+    async def _read_events(self, response: transport.Response, parser: Accumulator) -> bool:
         decoder = SSEDecoder(self.label)
         chunks = response.aiter_bytes()
         received = 0
@@ -563,7 +548,7 @@ class HttpModel:
         finally:
             await _abandon(chunks)
 
-    async def _body(self, response: httpx.Response) -> bytes:
+    async def _body(self, response: transport.Response) -> bytes:
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import msgspec
 
+from mmd.models import transport
 from mmd.models._http import Accumulator, HttpModel, Retry, decode_json, error_message, excerpt
 from mmd.models.base import Completion, Lead, Message, ModelError, OnRetry, OnText, ToolSpec
 from mmd.untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, check_json
@@ -51,7 +51,7 @@ class AnthropicProvider:
         timeout: float = 300.0,
         max_retries: int = 4,
         headers: dict[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: transport.Client | None = None,
         max_tokens: int = 4096,
         retry_base_delay: float = 0.5,
     ) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import msgspec
 
+from mmd.models import transport
 from mmd.models._http import Accumulator, HttpModel, decode_json
 from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec
 from mmd.models.llama import constrained_choice, constrained_step, timings
@@ -42,7 +42,7 @@ class OpenAIProvider:
         max_retries: int = 4,
         headers: dict[str, str] | None = None,
         max_tokens: int | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: transport.Client | None = None,
         retry_base_delay: float = 0.5,
         constrain_calls: bool = False,
         cache_prompt: bool = False,

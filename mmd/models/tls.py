@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 import ssl
 
-import httpx
-
 
 def context_for(url: str) -> ssl.SSLContext:
     """The TLS context for an HTTP client whose requests go to *url*."""
@@ -26,6 +24,8 @@ def context_for(url: str) -> ssl.SSLContext:
 
 @functools.cache
 def _verified() -> ssl.SSLContext:
+    import httpx  # only for connections beyond this machine (mmd/models/transport.py)
+
     return httpx.create_ssl_context()
 
 

@@ -18,10 +18,9 @@ from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 
-from . import tls
+from . import transport
 
 log = logging.getLogger("mmd.tokens")
 
@@ -94,15 +93,19 @@ class LlamaCounter(Counter):
     def __init__(self, root: str) -> None:
         super().__init__()
         self.root = root
-        self._http = httpx.AsyncClient(timeout=TIMEOUT, verify=tls.context_for(root))
+        self._http = transport.client_for(root, TIMEOUT)
 
     async def _count(self, text: str) -> int | None:
+        url = f"{self.root}/tokenize"
         try:
-            response = await self._http.post(f"{self.root}/tokenize", json={"content": text})
-            response.raise_for_status()
-            tokens = msgspec.json.decode(response.content).get("tokens")
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            log.warning("could not count tokens at %s/tokenize: %s", self.root, exc)
+            status, data = await transport.fetch(
+                self._http, "POST", url, msgspec.json.encode({"content": text})
+            )
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
+            tokens = msgspec.json.decode(data).get("tokens")
+        except (transport.TransportError, ValueError, AttributeError) as exc:
+            log.warning("could not count tokens at %s: %s", url, exc)
             return None
         return len(tokens) if isinstance(tokens, list) else None
 
@@ -112,13 +115,15 @@ class LlamaCounter(Counter):
 
 async def llama_window(root: str) -> int | None:
     """The window (``n_ctx``) of the llama-server at *root*, or None when it is no llama-server."""
+    http = transport.client_for(root, TIMEOUT)
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT, verify=tls.context_for(root)) as http:
-            response = await http.get(f"{root}/props")
-        if response.status_code != 200:
+        status, data = await transport.fetch(http, "GET", f"{root}/props")
+        if status != 200:
             return None
-        props: Any = msgspec.json.decode(response.content)
+        props: Any = msgspec.json.decode(data)
         n_ctx = props["default_generation_settings"]["n_ctx"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+    except (transport.TransportError, ValueError, KeyError, TypeError):
         return None
+    finally:
+        await http.aclose()
     return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None

@@ -84,10 +84,10 @@ async def test_an_idle_connection_is_dropped_before_servers_drop_it(
     start: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # llama-server closes a connection idle for 5 s; the client must never reuse one that old.
-    from mmd.models import _http
+    from mmd.models import transport
 
-    assert _http.KEEPALIVE_EXPIRY < 5
-    monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 0.2)
+    assert transport.KEEPALIVE < 5
+    monkeypatch.setattr(transport, "KEEPALIVE", 0.2)
     server, provider = await start({"text": "a"}, {"text": "b"}, {"text": "c"})
     await complete(provider, Recorder())
     await complete(provider, Recorder())  # at once: the same connection

@@ -1,0 +1,391 @@
+"""How mm's model requests reach a server: HTTP/1.1 of its own to this machine, httpx elsewhere.
+
+Most of mm's requests go to a server on this machine: a local model's llama-server, the
+scripted model of the tests and benchmarks. For them httpx cost more than everything else
+the daemon does in a tool round trip (about half of its CPU per call: request and response
+objects, cookie handling, four layers of streams), 40–50 ms of every daemon start and 5 MiB
+of its memory. :class:`LoopbackClient` speaks the part of HTTP/1.1 those servers use, on a
+kept-alive trio socket: one request line, a Content-Length body, a response framed by
+Content-Length, chunks, or the end of the connection. Requests to any other host keep
+httpx (:class:`HttpxClient`, imported on first use): TLS, proxies from the environment,
+HTTP/2-capable pools are worth their cost where the network's latency dwarfs it.
+
+Both raise :class:`TransportError` (with ``kind``: ``"url"``, ``"connect"``, ``"timeout"``
+or ``"protocol"``) for whatever keeps an answer from arriving; an HTTP error status is an
+answer, not an error.
+
+- :func:`client_for` ``(url, timeout)``: the client for requests to *url*.
+- :func:`is_loopback` ``(url)``: whether *url* is plain HTTP to this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import trio
+
+from . import tls
+
+# Bytes of a response's status line and headers before it is refused as no HTTP server's.
+MAX_HEAD = 64 * 1024
+# Bytes asked for per read of a body.
+READ_SIZE = 64 * 1024
+# An idle connection is dropped after this many seconds. llama-server (cpp-httplib), uvicorn and
+# Node close idle keep-alive connections after 5 s; a client that waits 5 s too sometimes sends its
+# next request into a connection the server is closing ("Server disconnected without sending a
+# response"), seen here after a tool ran for about 5 s. Under 5, the race cannot happen (and the
+# loopback client sends again, on a new connection, a request that got no byte of an answer).
+KEEPALIVE = 4.0
+# Seconds allowed to open a connection; a dead host should fail fast.
+CONNECT_TIMEOUT = 10.0
+
+
+class TransportError(Exception):
+    """No answer arrived: ``kind`` is url, connect, timeout or protocol; the message says why."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Response(Protocol):
+    status_code: int
+    headers: Any  # a mapping read with lower-case names
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+
+class Client(Protocol):
+    def stream(
+        self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
+    ) -> contextlib.AbstractAsyncContextManager[Response]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def is_loopback(url: str) -> bool:
+    """Whether *url* is plain HTTP to this machine (127.0.0.0/8, ::1 or localhost)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def client_for(url: str, timeout: float) -> Client:
+    """A client for requests to *url*: :class:`LoopbackClient` for this machine, else :class:`HttpxClient`."""
+    return LoopbackClient(timeout) if is_loopback(url) else HttpxClient(url, timeout)
+
+
+async def fetch(client: Client, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    """One request read to its end: the status and the body. Errors: TransportError."""
+    headers = {"content-type": "application/json"} if body is not None else {}
+    async with client.stream(method, url, content=body, headers=headers) as response:
+        data = b"".join([chunk async for chunk in response.aiter_bytes()])
+    return response.status_code, data
+
+
+# ---------------------------------------------------------------- this machine
+
+
+@dataclass
+class _Conn:
+    stream: trio.SocketStream
+    buffer: bytearray = field(default_factory=bytearray)
+    idle_since: float = 0.0
+
+
+class LoopbackResponse:
+    """A response being read from a connection; its body is read once, by :meth:`aiter_bytes`."""
+
+    def __init__(
+        self, client: LoopbackClient, conn: _Conn, status: int, headers: dict[str, str], method: str
+    ):
+        self.status_code = status
+        self.headers = headers
+        self._client = client
+        self._conn = conn
+        self._method = method
+        self.complete = False  # the body was read to its end and the connection may be reused
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        if self._method == "HEAD" or self.status_code in (204, 304) or 100 <= self.status_code < 200:
+            self.complete = True
+            return
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            async for chunk in self._chunked():
+                yield chunk
+        elif (length := self.headers.get("content-length")) is not None:
+            async for chunk in self._sized(_length(length)):
+                yield chunk
+        else:
+            async for chunk in self._until_close():
+                yield chunk
+        self.complete = self.headers.get("connection", "").lower() != "close" and (
+            "chunked" in self.headers.get("transfer-encoding", "").lower() or "content-length" in self.headers
+        )
+
+    async def _sized(self, left: int) -> AsyncIterator[bytes]:
+        while left > 0:
+            chunk = await self._client.read(self._conn, min(left, READ_SIZE))
+            if not chunk:
+                raise TransportError("protocol", "the server closed the connection before the body's end")
+            left -= len(chunk)
+            yield chunk
+
+    async def _until_close(self) -> AsyncIterator[bytes]:
+        while chunk := await self._client.read(self._conn, READ_SIZE):
+            yield chunk
+
+    async def _chunked(self) -> AsyncIterator[bytes]:
+        while True:
+            line = await self._client.read_line(self._conn)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise TransportError("protocol", f"a chunk of the body has no size: {line[:40]!r}") from None
+            if size == 0:
+                while await self._client.read_line(self._conn):  # trailers, then the empty line
+                    pass
+                return
+            async for chunk in self._sized(size):
+                yield chunk
+            if await self._client.read_line(self._conn):
+                raise TransportError("protocol", "a chunk of the body does not end where its size says")
+
+
+class LoopbackClient:
+    """HTTP/1.1 to servers on this machine, one kept-alive connection per server and request in flight.
+
+    ``timeout`` is the most seconds any one read may wait (a model that thinks long answers
+    late); it does not bound a whole answer, which streams.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
+    ) -> AsyncIterator[LoopbackResponse]:
+        parts = urlsplit(url)
+        if not is_loopback(url):
+            raise TransportError("url", f"{url} is not plain HTTP to this machine")
+        address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        head = _request_head(method, target, f"{parts.hostname}:{address[1]}", headers, content)
+        conn, status, response_headers = await self._send(address, head + (content or b""))
+        response = LoopbackResponse(self, conn, status, response_headers, method)
+        try:
+            yield response
+        finally:
+            if response.complete and not conn.buffer:
+                conn.idle_since = time.monotonic()
+                self._idle.setdefault(address, []).append(conn)
+            else:  # a body left unread (an abandoned stream, an error): the connection cannot be reused
+                await _close(conn)
+
+    async def _send(self, address: tuple[str, int], request: bytes) -> tuple[_Conn, int, dict[str, str]]:
+        # A kept-alive connection the server closed meanwhile fails before any byte of an answer:
+        # the request is then sent once more, on a new connection (nothing of it was processed).
+        while (conn := self._reuse(address)) is not None:
+            try:
+                await self._write(conn, request)
+                return (conn, *await self._read_head(conn))
+            except _Stale:
+                await _close(conn)
+        conn = await self._connect(address)
+        try:
+            await self._write(conn, request)
+            return (conn, *await self._read_head(conn))
+        except _Stale:
+            await _close(conn)
+            raise TransportError("protocol", "the server closed the connection without an answer") from None
+        except BaseException:
+            await _close(conn)
+            raise
+
+    def _reuse(self, address: tuple[str, int]) -> _Conn | None:
+        pool = self._idle.get(address, [])
+        now = time.monotonic()
+        while pool:
+            conn = pool.pop()
+            if now - conn.idle_since < KEEPALIVE:
+                return conn
+            conn.stream.socket.close()  # expired: the server may close it any moment
+        return None
+
+    async def _connect(self, address: tuple[str, int]) -> _Conn:
+        try:
+            with trio.fail_after(min(self.timeout, CONNECT_TIMEOUT)):
+                stream = await trio.open_tcp_stream(*address)
+        except trio.TooSlowError:
+            raise TransportError("timeout", f"no connection to {address[0]}:{address[1]} in time") from None
+        except OSError as exc:
+            raise TransportError(
+                "connect", f"cannot connect to {address[0]}:{address[1]}: {exc.strerror or exc}"
+            ) from None
+        return _Conn(stream)
+
+    async def _write(self, conn: _Conn, data: bytes) -> None:
+        try:
+            with trio.fail_after(self.timeout):
+                await conn.stream.send_all(data)
+        except trio.TooSlowError:
+            raise TransportError("timeout", f"the request was not taken within {self.timeout:g} s") from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            raise _Stale() from None
+
+    async def _read_head(self, conn: _Conn) -> tuple[int, dict[str, str]]:
+        while (end := conn.buffer.find(b"\r\n\r\n")) < 0:
+            if len(conn.buffer) > MAX_HEAD:
+                raise TransportError("protocol", f"the answer's headers passed {MAX_HEAD:,} bytes")
+            chunk = await self._receive(conn)
+            if not chunk:
+                if conn.buffer:
+                    raise TransportError(
+                        "protocol", "the server closed the connection in the middle of its headers"
+                    )
+                raise _Stale()
+            conn.buffer += chunk
+        head = bytes(conn.buffer[:end]).decode("latin-1")
+        del conn.buffer[: end + 4]
+        status_line, *lines = head.split("\r\n")
+        version, _, rest = status_line.partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise TransportError("protocol", f"not an HTTP/1.1 answer: {status_line[:60]!r}")
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise TransportError("protocol", f"a header line without a colon: {line[:60]!r}")
+            key = name.strip().lower()
+            headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+        return int(code), headers
+
+    async def read(self, conn: _Conn, most: int) -> bytes:
+        if conn.buffer:
+            chunk = bytes(conn.buffer[:most])
+            del conn.buffer[:most]
+            return chunk
+        return await self._receive(conn, most)
+
+    async def read_line(self, conn: _Conn) -> bytes:
+        while (end := conn.buffer.find(b"\r\n")) < 0:
+            if len(conn.buffer) > MAX_HEAD:
+                raise TransportError("protocol", "a line of the chunked body is too long")
+            chunk = await self._receive(conn)
+            if not chunk:
+                raise TransportError("protocol", "the server closed the connection in the middle of the body")
+            conn.buffer += chunk
+        line = bytes(conn.buffer[:end])
+        del conn.buffer[: end + 2]
+        return line
+
+    async def _receive(self, conn: _Conn, most: int = READ_SIZE) -> bytes:
+        try:
+            with trio.fail_after(self.timeout):
+                return await conn.stream.receive_some(most)
+        except trio.TooSlowError:
+            raise TransportError("timeout", f"no answer within {self.timeout:g} s") from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise TransportError("protocol", f"the connection broke: {exc}") from None
+
+    async def aclose(self) -> None:
+        for pool in self._idle.values():
+            for conn in pool:
+                await _close(conn)
+        self._idle.clear()
+
+
+class _Stale(Exception):
+    """A connection that ended before any byte of an answer."""
+
+
+async def _close(conn: _Conn) -> None:
+    with trio.CancelScope(shield=True):
+        await conn.stream.aclose()
+
+
+def _length(value: str) -> int:
+    try:
+        length = int(value)
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise TransportError("protocol", f"the answer's Content-Length is not a size: {value[:40]!r}")
+    return length
+
+
+def _request_head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"host: {host}"]
+    lines += [
+        f"{name}: {value}"
+        for name, value in headers.items()
+        if name.lower() not in ("host", "content-length")
+    ]
+    if body is not None:
+        lines.append(f"content-length: {len(body)}")
+    for text in lines:
+        if "\r" in text or "\n" in text:
+            raise TransportError("url", "a header holds a line break")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+
+
+# ---------------------------------------------------------------- elsewhere
+
+
+class HttpxClient:
+    """httpx for requests beyond this machine (TLS, proxies), imported when the first is made."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        import httpx  # 40–50 ms and 5 MiB: only once a provider beyond this machine is used
+
+        self._httpx = httpx
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE),
+            verify=tls.context_for(url),
+        )
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
+    ) -> AsyncIterator[Response]:
+        httpx = self._httpx
+        try:
+            async with self._client.stream(method, url, content=content, headers=headers) as response:
+                yield _HttpxResponse(response)
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+            raise TransportError("url", f"{type(exc).__name__}: {exc}") from None
+        except httpx.TimeoutException as exc:
+            raise TransportError("timeout", f"no answer in time ({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise TransportError("connect", f"{type(exc).__name__}: {exc or 'no detail'}") from None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _HttpxResponse:
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status_code = response.status_code
+        self.headers = response.headers
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return self._response.aiter_bytes()

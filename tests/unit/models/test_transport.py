@@ -1,0 +1,245 @@
+"""mm's own HTTP/1.1 client for servers on this machine (mmd/models/transport.py), against real sockets.
+
+Each test serves raw bytes from a trio TCP server on 127.0.0.1, so every framing (Content-Length,
+chunks, the end of the connection), every broken answer and every kept-alive connection is the
+real thing; the provider-level behaviour (SSE, retries) is tested through the scripted model.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from mmd.models import transport
+from mmd.models.transport import LoopbackClient, TransportError
+
+Handler = Callable[[trio.SocketStream, bytes], Awaitable[bool]]
+
+
+async def read_request(stream: trio.SocketStream, buffer: bytearray) -> bytes | None:
+    """One request (head and Content-Length body) from *stream*; None when the client closed it."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    end = buffer.index(b"\r\n\r\n") + 4
+    head = bytes(buffer[:end])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    while len(buffer) < end + length:
+        buffer += await stream.receive_some(65536)
+    request = bytes(buffer[: end + length])
+    del buffer[: end + length]
+    return request
+
+
+class Server:
+    """Answers each request with ``answer(stream, request)``; keeps the connection while it returns True."""
+
+    def __init__(self, answer: Handler) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.port = 0
+
+    async def serve(self, nursery: trio.Nursery) -> str:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, self.handle, 0, host="127.0.0.1"))
+        self.port = listeners[0].socket.getsockname()[1]
+        return f"http://127.0.0.1:{self.port}"
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        buffer = bytearray()
+        with trio.move_on_after(10):
+            while (request := await read_request(stream, buffer)) is not None:
+                self.requests.append(request)
+                if not await self.answer(stream, request):
+                    break
+        await stream.aclose()
+
+
+def sized(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
+    return f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+
+async def body_of(client: LoopbackClient, url: str, data: bytes | None = None) -> tuple[int, bytes]:
+    return await transport.fetch(client, "POST" if data is not None else "GET", url, data)
+
+
+async def test_content_length_and_a_kept_alive_connection(nursery: trio.Nursery) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(sized(b"hello " + request.split(b"\r\n\r\n", 1)[1]))
+        return True
+
+    server = Server(answer)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    assert await body_of(client, url + "/a", b'{"x": 1}') == (200, b'hello {"x": 1}')
+    assert await body_of(client, url + "/b?q=1") == (200, b"hello ")
+    assert server.connections == 1  # the second request reused the first connection
+    first = server.requests[0].decode()
+    assert first.startswith("POST /a HTTP/1.1\r\n") and "content-length: 8\r\n" in first
+    assert f"host: 127.0.0.1:{server.port}" in first and "content-type: application/json" in first
+    assert server.requests[1].startswith(b"GET /b?q=1 HTTP/1.1\r\n")
+    await client.aclose()
+
+
+async def test_chunks_with_extensions_and_trailers_and_a_streamed_read(nursery: trio.Nursery) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+        )
+        for part in (b"data: one\n\n", b"data: two\n\n"):
+            await stream.send_all(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+            await trio.sleep(0.01)
+        await stream.send_all(b"0\r\nX-Trailer: t\r\n\r\n")
+        return True
+
+    url = await Server(answer).serve(nursery)
+    client = LoopbackClient(timeout=5)
+    async with client.stream("POST", url, content=b"{}", headers={}) as response:
+        assert response.headers["content-type"] == "text/event-stream"
+        chunks = [chunk async for chunk in response.aiter_bytes()]
+    assert b"".join(chunks) == b"data: one\n\ndata: two\n\n" and len(chunks) >= 2
+    assert await body_of(client, url) == (200, b"data: one\n\ndata: two\n\n")
+    await client.aclose()
+
+
+async def test_a_body_to_the_end_of_the_connection_is_not_reused(nursery: trio.Nursery) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\nbroken")
+        return False
+
+    server = Server(answer)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    assert await body_of(client, url) == (500, b"broken")
+    assert await body_of(client, url) == (500, b"broken")
+    assert server.connections == 2
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(nursery: trio.Nursery) -> None:
+    # The server answers, then closes at once: the client's pooled connection is dead when reused,
+    # and the request goes out again on a new one (the server never saw it on the old).
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(sized(b"ok"))
+        return False
+
+    server = Server(answer)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    for _ in range(3):
+        assert await body_of(client, url, b"{}") == (200, b"ok")
+        await trio.sleep(0.05)
+    assert server.connections == 3 and len(server.requests) == 3
+    await client.aclose()
+
+
+async def test_an_idle_connection_past_the_keepalive_is_not_reused(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(sized(b"ok"))
+        return True
+
+    monkeypatch.setattr(transport, "KEEPALIVE", 0.1)
+    server = Server(answer)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    await body_of(client, url)
+    await body_of(client, url)
+    await trio.sleep(0.2)
+    await body_of(client, url)
+    assert server.connections == 2
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1.1 answer"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "without a colon"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n", "not a size"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort", "before the body's end"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "no size"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabcdef\r\n", "does not end"),
+        (b"HTTP/1.1 200 OK\r\n" + b"x-big: " + b"a" * 70_000, "headers passed"),
+        (b"HTTP/1.1 200 OK\r\ncontent-", "in the middle of its headers"),
+    ],
+)
+async def test_a_broken_answer_is_a_protocol_error(nursery: trio.Nursery, raw: bytes, says: str) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(raw)
+        return False
+
+    url = await Server(answer).serve(nursery)
+    with pytest.raises(TransportError) as caught:
+        await body_of(LoopbackClient(timeout=5), url)
+    assert caught.value.kind == "protocol" and says in str(caught.value)
+
+
+async def test_no_answer_in_time_is_a_timeout(nursery: trio.Nursery) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await trio.sleep_forever()
+        return False
+
+    url = await Server(answer).serve(nursery)
+    with pytest.raises(TransportError) as caught:
+        await body_of(LoopbackClient(timeout=0.2), url)
+    assert caught.value.kind == "timeout"
+
+
+async def test_nothing_listening_is_a_connect_error() -> None:
+    sock = trio.socket.socket()
+    await sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # a port nothing listens on
+    with pytest.raises(TransportError) as caught:
+        await body_of(LoopbackClient(timeout=5), f"http://127.0.0.1:{port}/")
+    assert caught.value.kind == "connect"
+
+
+async def test_a_line_break_in_a_header_is_refused_before_sending() -> None:
+    client = LoopbackClient(timeout=5)
+    with pytest.raises(TransportError) as caught:
+        async with client.stream("GET", "http://127.0.0.1:9/", content=None, headers={"x": "a\r\nevil: 1"}):
+            pass
+    assert caught.value.kind == "url"
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8080/v1", True),
+        ("http://127.3.2.1/v1", True),
+        ("http://localhost:11434", True),
+        ("http://[::1]:8080/", True),
+        ("https://127.0.0.1/v1", False),
+        ("http://10.0.0.2/v1", False),
+        ("http://api.example.com/v1", False),
+        ("http://localhost.example.com/", False),
+        ("ftp://127.0.0.1/", False),
+    ],
+)
+def test_what_counts_as_this_machine(url: str, loopback: bool) -> None:
+    assert transport.is_loopback(url) is loopback
+    kind: Any = transport.LoopbackClient if loopback else transport.HttpxClient
+    assert isinstance(transport.client_for(url, 5), kind)
+
+
+async def test_httpx_errors_come_out_as_transport_errors() -> None:
+    client = transport.client_for("http://mm-test.invalid/", 5)
+    with pytest.raises(TransportError) as caught:
+        await transport.fetch(client, "GET", "http://mm-test.invalid/")
+    assert caught.value.kind == "connect"
+    with pytest.raises(TransportError) as caught:
+        await transport.fetch(client, "GET", "gopher://mm-test.invalid/")
+    assert caught.value.kind == "url"
+    await client.aclose()
