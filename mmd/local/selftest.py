@@ -21,8 +21,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -233,6 +231,8 @@ def _wait_loaded(proc: subprocess.Popen[bytes], port: int, base: str) -> Result 
 
 def _ask(proc: subprocess.Popen[bytes], base: str) -> str | Result:
     """The server's answer to QUESTION, or why there is none."""
+    import urllib.request  # the self-test's process only: the daemon, which imports this module, never
+
     body = json.dumps(
         {
             "messages": [{"role": "user", "content": QUESTION}],
@@ -271,6 +271,8 @@ def _judge(answer: str, expect_answer: bool) -> Result:
 
 
 def _healthy(base: str) -> bool:
+    import urllib.request  # the self-test's process only: the daemon, which imports this module, never
+
     try:
         with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
             return resp.status == 200
