@@ -50,6 +50,7 @@ class View:
         self._echo_open = False  # tool output left without a final newline
         self.result: dict[str, Any] = {"tool_calls": [], "text": ""}
         self._shown = ""  # the last tool result shown, so that a turn ending with it does not repeat it
+        self._changed = ""  # the files the running call changed (files_changed), shown after its result
 
     # -- helpers ---------------------------------------------------------------
 
@@ -127,7 +128,17 @@ class View:
             self._echo("\n")
             self._echo_open = False
         self._echo(f"  {summary(data)}\n", DIM if data["ok"] else RED)
+        if self._changed:
+            self._echo(self._changed, DIM)
+            self._changed = ""
         self._shown = data["content"].strip()
+
+    def _on_files_changed(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text" and data["files"]:
+            self._changed = f"  {changed_files(data)} (step {data['step']}: mm undo)\n"
+
+    def _on_snapshot_skipped(self, data: dict[str, Any]) -> None:
+        self.note(f"note: {data['message']}")
 
     def _on_unusable_answer(self, data: dict[str, Any]) -> None:
         # The final reply was no answer (empty, braces, a call as text): the turn's answer comes next.
@@ -223,6 +234,23 @@ def compacted(data: dict[str, Any]) -> str:
         f"{data['summarised']} earlier messages summarised by {by} to fit the {data['window']:,}-token window "
         f"(about {data['before']:,} → {data['after']:,} tokens)"
     )
+
+
+# How each change of a file is marked, as git status marks them.
+CHANGE_MARKS = {"added": "A", "modified": "M", "deleted": "D", "type": "T"}
+
+
+def changed_files(data: dict[str, Any], most: int = 8) -> str:
+    """``changed: M a.txt, D b.txt`` from a ``files_changed`` event (or an undo's result)."""
+    files = data["files"]
+    names = [f"{CHANGE_MARKS.get(f['change'], '?')} {_one_line(f['path'])}" for f in files[:most]]
+    rest = data.get("count", len(files)) - len(names)
+    return "changed: " + ", ".join(names) + (f" and {rest} more" if rest > 0 else "")
+
+
+def _one_line(path: str) -> str:
+    """A file name as one line: quoted when it holds a line break or another control character."""
+    return repr(path) if any(ord(c) < 32 for c in path) else path
 
 
 def summary(result: dict[str, Any]) -> str:
