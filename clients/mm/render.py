@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, TextIO
 
 from . import style
@@ -246,6 +247,24 @@ def changed_files(data: dict[str, Any], most: int = 8) -> str:
     names = [f"{CHANGE_MARKS.get(f['change'], '?')} {_one_line(f['path'])}" for f in files[:most]]
     rest = data.get("count", len(files)) - len(names)
     return "changed: " + ", ".join(names) + (f" and {rest} more" if rest > 0 else "")
+
+
+def step_line(step: dict[str, Any]) -> str:
+    """One step of ``session.diff``'s list: number, time, what ran, what it changed."""
+    when = time.strftime("%H:%M:%S", time.localtime(step["ts"]))
+    what = step["echo"] if step["tool"] == "undo" else f"{step['tool']}: {step['echo']}"
+    files = changed_files({"files": step["files"]}) if step["files"] else "changed nothing"
+    return f"step {step['step']:>3}  {when}  {what[:80]}\n           {files}"
+
+
+def undone_text(done: dict[str, Any], again: str = "mm undo") -> str:
+    """What an undo did, and how to take it back (*again*: the command that does)."""
+    if not done["files"]:
+        return f"nothing to restore: the files are already as they were before step {done['undone']}"
+    return (
+        f"restored to before step {done['undone']}: {changed_files(done).removeprefix('changed: ')}\n"
+        f"(this undo is step {done['step']}: {again} puts the files back)"
+    )
 
 
 def _one_line(path: str) -> str:

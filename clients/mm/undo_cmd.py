@@ -2,7 +2,7 @@
 
 Thin clients of ``session.diff`` and ``session.undo`` (docs/protocol.md, docs/undo.md): the daemon keeps
 the snapshots and does the restoring. The chat's ``/diff`` and ``/undo`` (slash.py) share the lines
-printed here.
+shown here (render.step_line, render.undone_text).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
 import click
@@ -18,7 +17,7 @@ import click
 from mmd.rpc import RPCError
 
 from .connection import Client, DaemonError
-from .render import changed_files
+from .render import step_line, undone_text
 
 # A line of `mm diff`'s output and its colour on a terminal.
 DIFF_COLOURS = (("+++", "bold"), ("---", "bold"), ("+", "green"), ("-", "red"), ("@@", "cyan"))
@@ -58,24 +57,6 @@ def _call(method: str, params: dict[str, Any], session: str | None) -> dict[str,
     except RPCError as exc:
         _fail(exc.message)
         raise  # unreachable
-
-
-def step_line(step: dict[str, Any]) -> str:
-    """One step of ``session.diff``'s list: number, time, what ran, what it changed."""
-    when = time.strftime("%H:%M:%S", time.localtime(step["ts"]))
-    what = step["echo"] if step["tool"] == "undo" else f"{step['tool']}: {step['echo']}"
-    files = changed_files({"files": step["files"]}) if step["files"] else "changed nothing"
-    return f"step {step['step']:>3}  {when}  {what[:80]}\n           {files}"
-
-
-def undone_text(done: dict[str, Any]) -> str:
-    """What an undo did, and how to take it back."""
-    if not done["files"]:
-        return f"nothing to restore: the files are already as they were before step {done['undone']}"
-    return (
-        f"restored to before step {done['undone']}: {changed_files(done).removeprefix('changed: ')}\n"
-        f"(this undo is step {done['step']}: mm undo puts the files back)"
-    )
 
 
 @click.command("diff")
