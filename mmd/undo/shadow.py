@@ -21,10 +21,12 @@ people read is decoded (with U+FFFD). Symbolic links are stored and restored as 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +82,9 @@ class Change(msgspec.Struct, frozen=True, array_like=True):
         return {"path": self.path.decode("utf-8", "replace"), "change": self.change}
 
 
+# Called with each chunk of a git's stdout; True: enough was read, stop git.
+Stop = Callable[[bytes], bool]
+
 _CHANGES = {b"A": "added", b"M": "modified", b"D": "deleted", b"T": "type"}
 
 
@@ -119,19 +124,22 @@ class Shadow:
             **({"GIT_INDEX_FILE": str(self.index)} if self.index else {}),
         }
 
-    async def git(self, *args: str, stdin: bytes | None = None, limit: int | None = None) -> bytes:
-        """Run one git on the shadow repository; its stdout (at most *limit* bytes when given).
+    async def git(self, *args: str, stdin: bytes | None = None, stop: Stop | None = None) -> bytes:
+        """Run one git on the shadow repository; its stdout, up to the chunk for which *stop* said True
+        (git is then stopped: its exit is no error).
 
         Errors: SnapshotError when git cannot start, fails, or takes longer than ``timeout``.
         """
         argv = ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", f"--work-tree={self.project}"]
-        out, err, code = await self._run([*argv, *args], stdin, limit)
-        if code != 0 and not (limit is not None and len(out) >= limit):
+        out, err, code = await self._run([*argv, *args], stdin, stop)
+        if code is not None and code != 0:
             message = err.decode("utf-8", "replace").strip() or f"exit code {code}"
             raise SnapshotError(f"git {args[0]} failed in {self.project}: {message}")
         return out
 
-    async def _run(self, argv: list[str], stdin: bytes | None, limit: int | None) -> tuple[bytes, bytes, int]:
+    async def _run(
+        self, argv: list[str], stdin: bytes | None, stop: Stop | None
+    ) -> tuple[bytes, bytes, int | None]:
         try:
             with trio.fail_after(self.timeout):
                 async with supervised_process(
@@ -144,7 +152,7 @@ class Shadow:
                     stderr=subprocess.PIPE,
                     grace=1.0,
                 ) as proc:
-                    return await _exchange(proc, stdin, limit)
+                    return await _exchange(proc, stdin, stop)
         except trio.TooSlowError:
             raise SnapshotError(f"git {argv[5]} took over {self.timeout:.0f} s in {self.project}") from None
         except OSError as exc:
@@ -179,8 +187,15 @@ class Shadow:
 
     async def count_files(self, limit: int) -> int:
         """The files a snapshot would hold, counted up to ``limit + 1`` (then git is stopped)."""
-        out = await self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard", limit=limit * 64)
-        return min(out.count(b"\0"), limit + 1)
+        seen = 0
+
+        def enough(chunk: bytes) -> bool:
+            nonlocal seen
+            seen += chunk.count(b"\0")
+            return seen > limit
+
+        await self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard", stop=enough)
+        return min(seen, limit + 1)
 
     async def snapshot(self) -> str:
         """The tree of the working tree now (ignored files left out). Errors: SnapshotError."""
@@ -204,7 +219,7 @@ class Shadow:
         """The unified diff between two trees, and whether it was cut at MAX_DIFF_BYTES."""
         out = await self.git(
             "diff-tree", "-r", "-p", "--no-renames", "--no-ext-diff", "--no-textconv", "--binary",
-            before, after, limit=MAX_DIFF_BYTES + 1,
+            before, after, stop=_bytes_over(MAX_DIFF_BYTES),
         )  # fmt: skip
         cut = len(out) > MAX_DIFF_BYTES
         return out[:MAX_DIFF_BYTES].decode("utf-8", "replace"), cut
@@ -250,32 +265,49 @@ class Shadow:
             )  # fmt: skip
 
 
-async def _exchange(proc: trio.Process, stdin: bytes | None, limit: int | None) -> tuple[bytes, bytes, int]:
-    """Feed *stdin*, read stdout (up to *limit*) and stderr at once, wait for the exit."""
+def _bytes_over(most: int) -> Stop:
+    total = 0
+
+    def over(chunk: bytes) -> bool:
+        nonlocal total
+        total += len(chunk)
+        return total > most
+
+    return over
+
+
+async def _exchange(
+    proc: trio.Process, stdin: bytes | None, stop: Stop | None
+) -> tuple[bytes, bytes, int | None]:
+    """Feed *stdin*, read stdout and stderr at once, wait for the exit; the exit code is None when
+    *stop* ended the reading (the process is then stopped with its group as the block is left)."""
     out, err = bytearray(), bytearray()
-
-    async def feed() -> None:
-        assert proc.stdin is not None
-        async with proc.stdin:
-            if stdin:
-                await proc.stdin.send_all(stdin)
-
-    async def read(stream: trio.abc.ReceiveStream, into: bytearray, cap: int | None) -> None:
-        while chunk := await stream.receive_some(1 << 16):
-            into += chunk
-            if cap is not None and len(into) > cap:
-                return
-
+    assert proc.stdout is not None and proc.stderr is not None
     async with trio.open_nursery() as nursery:
         if stdin is not None:
-            nursery.start_soon(feed)
-        assert proc.stdout is not None and proc.stderr is not None
-        nursery.start_soon(read, proc.stderr, err, MAX_STDERR)
-        await read(proc.stdout, out, limit)
-        if limit is not None and len(out) > limit:
+            nursery.start_soon(_feed, proc, stdin)
+        nursery.start_soon(_read, proc.stderr, err, MAX_STDERR, None)
+        if await _read(proc.stdout, out, None, stop):
             nursery.cancel_scope.cancel()
-            return bytes(out), bytes(err), -1
+            return bytes(out), bytes(err), None
     return bytes(out), bytes(err), await proc.wait()
+
+
+async def _feed(proc: trio.Process, stdin: bytes) -> None:
+    assert proc.stdin is not None
+    async with proc.stdin:
+        with contextlib.suppress(trio.BrokenResourceError):  # git stopped reading: its exit says why
+            await proc.stdin.send_all(stdin)
+
+
+async def _read(stream: trio.abc.ReceiveStream, into: bytearray, keep: int | None, stop: Stop | None) -> bool:
+    """Read *stream* to its end, keeping at most *keep* bytes; True when *stop* ended it first."""
+    while chunk := await stream.receive_some(1 << 16):
+        if keep is None or len(into) < keep:
+            into += chunk
+        if stop is not None and stop(chunk):
+            return True
+    return False
 
 
 def _remove(project: Path, path: bytes) -> None:
