@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -251,18 +252,22 @@ class Shadow:
     async def restore(self, tree: str, paths: list[bytes]) -> None:
         """Make each of *paths* in the work tree what it is in *tree*: written, or removed when absent.
 
-        Content, the executable bit and symbolic links come back exactly. A path whose folder is a
-        symbolic link out of the project is left alone (git refuses it too).
+        Content, the executable bit and symbolic links come back exactly; a file that is overwritten
+        keeps its other permission bits (git keeps none: a 0600 file must not come back 0644). A path
+        whose folder is a symbolic link out of the project is left alone (git refuses it too).
         """
         present = await self.entries(tree)
         keep = [p for p in paths if p in present]
         for path in (p for p in paths if p not in present):
             _remove(self.project, path)
         if keep:
+            modes = {p: _mode(self.project, p) for p in keep}
             await self.git(
                 "checkout", "--no-overlay", tree, "--pathspec-from-file=-", "--pathspec-file-nul",
                 stdin=b"\0".join(keep) + b"\0",
             )  # fmt: skip
+            for path, mode in modes.items():
+                _keep_permissions(self.project, path, mode)
 
 
 def _bytes_over(most: int) -> Stop:
@@ -308,6 +313,25 @@ async def _read(stream: trio.abc.ReceiveStream, into: bytearray, keep: int | Non
         if stop is not None and stop(chunk):
             return True
     return False
+
+
+def _mode(project: Path, path: bytes) -> int | None:
+    try:
+        return os.lstat(os.path.join(os.fsencode(project), path)).st_mode
+    except OSError:
+        return None
+
+
+def _keep_permissions(project: Path, path: bytes, before: int | None) -> None:
+    """Give a restored regular file the permission bits the file it replaced had, git's executable bit kept."""
+    now = _mode(project, path)
+    if before is None or now is None or not (stat.S_ISREG(before) and stat.S_ISREG(now)):
+        return
+    bits = stat.S_IMODE(before) & ~0o111
+    if now & 0o100:  # git says executable: where it may be read, it may be run
+        bits |= (bits & 0o444) >> 2
+    with contextlib.suppress(OSError):
+        os.chmod(os.path.join(os.fsencode(project), path), bits)
 
 
 def _remove(project: Path, path: bytes) -> None:

@@ -231,3 +231,17 @@ async def test_without_git_the_turn_says_so_and_goes_on(store, project, tmp_path
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     assert await rec.before("c1") is None
     assert events[0][1]["reason"] == "no_git" and "install git" in events[0][1]["message"]
+
+
+async def test_an_overwritten_file_keeps_its_own_permission_bits(project, shadow):
+    secret = project / "secret.env"
+    secret.write_text("KEY=1\n")
+    secret.chmod(0o600)
+    before = await shadow.snapshot()
+    secret.write_text("KEY=2\n")  # as sed -i or an editor would: the mode stays
+    (project / "tool.sh").write_text("#!/bin/sh\nexit 1\n")
+    (project / "tool.sh").chmod(0o700)
+    after = await shadow.snapshot()
+    await shadow.restore(before, [c.path for c in await shadow.changes(before, after)])
+    assert secret.read_text() == "KEY=1\n" and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE((project / "tool.sh").stat().st_mode) == 0o700
