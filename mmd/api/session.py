@@ -111,6 +111,8 @@ async def undo(daemon: Daemon, conn: Connection, p: Undo) -> Undone:
             )
     finally:
         session.abort_start()
+    if row is None:
+        return Undone(session_id=session.id, step=None, undone=first, files=[])
     return Undone(session_id=session.id, step=row.step, undone=first, files=row.files)
 
 

@@ -153,7 +153,7 @@ class SessionDiff(_Result):
 
 class Undone(_Result):
     session_id: str
-    step: int  # the undo's own step: undo it to put the files back
+    step: int | None  # the undo's own step (undo it to put the files back); None: nothing changed
     undone: int  # the files are as they were before this step
     files: list[dict[str, str]]  # [{path, change}] the undo changed
 

@@ -155,7 +155,8 @@ class Shadow:
                 ) as proc:
                     return await _exchange(proc, stdin, stop)
         except trio.TooSlowError:
-            raise SnapshotError(f"git {argv[5]} took over {self.timeout:.0f} s in {self.project}") from None
+            what = " ".join(a for a in argv[1:] if not a.startswith("-"))[:60]
+            raise SnapshotError(f"git {what} took over {self.timeout:.0f} s in {self.project}") from None
         except OSError as exc:
             raise SnapshotError(f"cannot run git in {self.project}: {exc.strerror or exc}") from None
 
@@ -219,7 +220,7 @@ class Shadow:
     async def diff(self, before: str, after: str) -> tuple[str, bool]:
         """The unified diff between two trees, and whether it was cut at MAX_DIFF_BYTES."""
         out = await self.git(
-            "diff-tree", "-r", "-p", "--no-renames", "--no-ext-diff", "--no-textconv", "--binary",
+            "diff-tree", "-r", "-p", "--no-renames", "--no-ext-diff", "--no-textconv",
             before, after, stop=_bytes_over(MAX_DIFF_BYTES),
         )  # fmt: skip
         cut = len(out) > MAX_DIFF_BYTES

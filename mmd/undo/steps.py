@@ -87,7 +87,8 @@ class Recorder:
             return None
 
     async def after(self, call_id: str, tool: str, echo: str, before: str) -> CheckpointRow | None:
-        """Record the step and announce its files (``files_changed``); None when the snapshot failed.
+        """Record the step and announce its files (``files_changed``); None when it changed nothing or the
+        snapshot failed.
 
         Cancellation: shielded for up to a minute, so a cancelled call's changes are still recorded.
         """
@@ -99,6 +100,8 @@ class Recorder:
             except (SnapshotError, OSError) as exc:
                 self._skip(call_id, "error", f"{exc}; this step cannot be undone with mm undo")
                 return None
+            if not changes:
+                return None  # not a step: nothing to undo or show
             row = self.store.add_checkpoint(
                 self.session_id, call_id=call_id, tool=tool, echo=echo, project=str(self.shadow.project),
                 before=before, after=after, files=shown(changes),
@@ -199,9 +202,9 @@ async def diff(store: Store, snapshots: Path, session_id: str, step: int | None)
 
 async def undo(
     store: Store, snapshots: Path, session_id: str, to_step: int | None, force: bool
-) -> tuple[CheckpointRow, int]:
+) -> tuple[CheckpointRow | None, int]:
     """Restore every file steps *to_step*… changed as it was before *to_step*; the undo's own step
-    and the first step undone.
+    (None when every file already was so: nothing to record) and the first step undone.
 
     Errors: UndoError (``conflict`` names the files something else changed since), SnapshotError.
     """
@@ -217,6 +220,8 @@ async def undo(
         await shadow.restore(chosen[0].before, paths)
         after = await shadow.snapshot()
         changes = await shadow.changes(now, after)
+    if not changes:
+        return None, chosen[0].step
     row = store.add_checkpoint(
         session_id, call_id=None, tool="undo", echo=f"undo of steps {chosen[0].step}-{chosen[-1].step}",
         project=str(shadow.project), before=now, after=after, files=shown(changes),

@@ -245,3 +245,19 @@ async def test_an_overwritten_file_keeps_its_own_permission_bits(project, shadow
     await shadow.restore(before, [c.path for c in await shadow.changes(before, after)])
     assert secret.read_text() == "KEY=1\n" and stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert stat.S_IMODE((project / "tool.sh").stat().st_mode) == 0o700
+
+
+async def test_a_call_that_changed_nothing_is_no_step_and_an_undo_with_nothing_to_do_records_none(
+    store, project, tmp_path
+):
+    events: list = []
+    rec = recorder(store, project, tmp_path, events)
+    before = await rec.before("c1")
+    (project / "a.txt").write_text("b\n")
+    assert await rec.after("c1", "bash", "$ edit", before) is not None
+    before = await rec.before("c2")
+    assert await rec.after("c2", "bash", "$ ls", before) is None  # read only: not a step
+    assert [e[1]["step"] for e in events] == [1]
+    (project / "a.txt").write_text("a\n")  # someone put it back already
+    row, first = await undo(store, tmp_path / "snapshots", rec.session_id, None, True)
+    assert row is None and first == 1 and len(store.checkpoints(rec.session_id)) == 1

@@ -856,6 +856,9 @@ function M.undo_command(opts)
       if err then
         return notify(err, vim.log.levels.ERROR)
       end
+      if not present(r.step) then
+        return notify('nothing to restore: the files are already as they were before step ' .. tostring(r.undone))
+      end
       vim.cmd('checktime') -- buffers of restored files are read again
       notify(string.format('restored to before step %d: %s (this undo is step %d: :MmUndo puts the files back)',
         r.undone, files_text(r.files), r.step))
