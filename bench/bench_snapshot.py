@@ -167,8 +167,10 @@ def main() -> None:
     parser.add_argument("--first-runs", type=int, default=5, help="runs of the first snapshot (default 5)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="mm-bench-snapshot-", dir="/tmp"))
-    print(f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]}, "
-          f"{os.cpu_count()} CPUs; median ms over {args.runs} runs")  # fmt: skip
+    print(
+        f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]}, "
+        f"{os.cpu_count()} CPUs; median ms over {args.runs} runs"
+    )
     try:
         with Store.open(scratch / "mm.db") as store:
             for label, files in (("small tree", SMALL_FILES), ("large tree", args.files)):

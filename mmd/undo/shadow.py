@@ -220,9 +220,16 @@ class Shadow:
     async def diff(self, before: str, after: str) -> tuple[str, bool]:
         """The unified diff between two trees, and whether it was cut at MAX_DIFF_BYTES."""
         out = await self.git(
-            "diff-tree", "-r", "-p", "--no-renames", "--no-ext-diff", "--no-textconv",
-            before, after, stop=_bytes_over(MAX_DIFF_BYTES),
-        )  # fmt: skip
+            "diff-tree",
+            "-r",
+            "-p",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            before,
+            after,
+            stop=_bytes_over(MAX_DIFF_BYTES),
+        )
         cut = len(out) > MAX_DIFF_BYTES
         return out[:MAX_DIFF_BYTES].decode("utf-8", "replace"), cut
 
@@ -264,9 +271,13 @@ class Shadow:
         if keep:
             modes = {p: _mode(self.project, p) for p in keep}
             await self.git(
-                "checkout", "--no-overlay", tree, "--pathspec-from-file=-", "--pathspec-file-nul",
+                "checkout",
+                "--no-overlay",
+                tree,
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
                 stdin=b"\0".join(keep) + b"\0",
-            )  # fmt: skip
+            )
             for path, mode in modes.items():
                 _keep_permissions(self.project, path, mode)
 

@@ -102,14 +102,27 @@ class Recorder:
                 return None
             if not changes:
                 return None  # not a step: nothing to undo or show
-            row = self.store.add_checkpoint(
-                self.session_id, call_id=call_id, tool=tool, echo=echo, project=str(self.shadow.project),
-                before=before, after=after, files=shown(changes),
-            )  # fmt: skip
-            self.emit("files_changed", {"call_id": call_id, "step": row.step, "files": row.files,
-                                        "count": len(changes)})  # fmt: skip
-            return row
+            return self._record(call_id, tool, echo, before, after, changes)
+        self._skip(call_id, "error", "the snapshot after the call took over 60 s; this step cannot be undone")
         return None
+
+    def _record(
+        self, call_id: str, tool: str, echo: str, before: str, after: str, changes: list[Change]
+    ) -> CheckpointRow:
+        project = str(self.shadow.project)
+        row = self.store.add_checkpoint(
+            self.session_id,
+            call_id=call_id,
+            tool=tool,
+            echo=echo,
+            project=project,
+            before=before,
+            after=after,
+            files=shown(changes),
+        )
+        data = {"call_id": call_id, "step": row.step, "files": row.files, "count": len(changes)}
+        self.emit("files_changed", data)
+        return row
 
     async def _small_enough(self, call_id: str) -> bool:
         if self.counted:
@@ -223,9 +236,15 @@ async def undo(
     if not changes:
         return None, chosen[0].step
     row = store.add_checkpoint(
-        session_id, call_id=None, tool="undo", echo=f"undo of steps {chosen[0].step}-{chosen[-1].step}",
-        project=str(shadow.project), before=now, after=after, files=shown(changes),
-    )  # fmt: skip
+        session_id,
+        call_id=None,
+        tool="undo",
+        echo=_undo_echo(chosen),
+        project=str(shadow.project),
+        before=now,
+        after=after,
+        files=shown(changes),
+    )
     return row, chosen[0].step
 
 
@@ -236,6 +255,11 @@ async def _conflicts(shadow: Shadow, chosen: list[CheckpointRow], now: str, path
     for start, end in [*gaps, (chosen[-1].after, now)]:
         found.update(c.path for c in await shadow.changes(start, end) if c.path in paths)
     return sorted(found)
+
+
+def _undo_echo(chosen: list[CheckpointRow]) -> str:
+    first, last = chosen[0].step, chosen[-1].step
+    return f"undo of step {first}" if first == last else f"undo of steps {first} to {last}"
 
 
 def _refusal(first: int, conflicts: list[bytes]) -> str:
