@@ -24,6 +24,7 @@ vim.cmd('edit notes.txt')
 vim.cmd('Mm! rewrite the notes')
 out.ended = wait(function() return mm.status().last_status ~= nil end)
 out.status = mm.status().last_status
+out.answer = vim.api.nvim_buf_get_lines(vim.fn.bufnr('mm://answer'), 0, -1, false)
 vim.cmd('checktime')
 out.buffer_after_turn = vim.api.nvim_buf_get_lines(0, 0, -1, false)
 vim.cmd('MmDiff')
@@ -62,6 +63,7 @@ def test_mmdiff_shows_the_steps_in_a_diff_buffer_and_mmundo_restores_the_file(
 
     assert result["ended"] and result["status"] == "ok", result
     assert result["buffer_after_turn"] == ["new"]
+    assert "  changed: M notes.txt (step 1: :MmUndo)" in result["answer"]
     assert result["filetype"] == "diff"
     assert result["diff"][0].startswith("# step 1  bash: ") and "(M notes.txt)" in result["diff"][0]
     assert "-old" in result["diff"] and "+new" in result["diff"]

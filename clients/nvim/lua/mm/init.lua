@@ -445,6 +445,16 @@ end
 
 -- -- events -------------------------------------------------------------------------
 
+-- The files of a files_changed event or an undo, as git status marks them: 'M a.txt, D b.txt'.
+local function files_text(files)
+  local marks = { added = 'A', modified = 'M', deleted = 'D', type = 'T' }
+  local names = {}
+  for _, f in ipairs(files or {}) do
+    table.insert(names, (marks[f.change] or '?') .. ' ' .. tostring(f.path):gsub('\n', '\\n'))
+  end
+  return #names > 0 and table.concat(names, ', ') or 'nothing'
+end
+
 local function render(ev)
   local d = ev.data or {}
   local kind = ev.kind
@@ -457,6 +467,8 @@ local function render(ev)
   elseif kind == 'tool_result' then
     local lines = vim.split(vim.trim(present(d.content) and d.content or ''), '\n', { plain = true })
     M._line('  ' .. (d.ok and '✓ ' or '✗ ') .. (lines[#lines] or ''):sub(1, 200))
+  elseif kind == 'files_changed' then
+    M._line(string.format('  changed: %s (step %d: :MmUndo)', files_text(d.files), d.step or 0))
   elseif kind == 'consent_needed' then
     M._line('  ? ' .. d.tool .. ' asks for consent')
     ask_consent(ev.session_id, d)
@@ -780,15 +792,6 @@ local function step_arg(opts)
     return false
   end
   return n
-end
-
-local function files_text(files)
-  local marks = { added = 'A', modified = 'M', deleted = 'D', type = 'T' }
-  local names = {}
-  for _, f in ipairs(files or {}) do
-    table.insert(names, (marks[f.change] or '?') .. ' ' .. tostring(f.path):gsub('\n', '\\n'))
-  end
-  return #names > 0 and table.concat(names, ', ') or 'nothing'
 end
 
 -- The mm://diff buffer, made once and reused: the diff of the session or of one step.
