@@ -73,6 +73,8 @@ _complete_rules = _complete_ids("consent.list", "rules", "tool")
 LAZY_COMMANDS = {
     "mcp": ("mm.mcp_cmd", "mcp", "MCP servers: list, test, add and remove (.mcp.json too)."),
     "skills": ("mm.skills_cmd", "skills", "List the skills the model is offered here."),
+    "diff": ("mm.undo_cmd", "diff", "What a session's steps changed in the working tree."),
+    "undo": ("mm.undo_cmd", "undo", "Take back what a session's last steps changed."),
 }
 
 

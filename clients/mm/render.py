@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, TextIO
 
 from . import style
@@ -50,6 +51,7 @@ class View:
         self._echo_open = False  # tool output left without a final newline
         self.result: dict[str, Any] = {"tool_calls": [], "text": ""}
         self._shown = ""  # the last tool result shown, so that a turn ending with it does not repeat it
+        self._changed = ""  # the files the running call changed (files_changed), shown after its result
 
     # -- helpers ---------------------------------------------------------------
 
@@ -127,7 +129,17 @@ class View:
             self._echo("\n")
             self._echo_open = False
         self._echo(f"  {summary(data)}\n", DIM if data["ok"] else RED)
+        if self._changed:
+            self._echo(self._changed, DIM)
+            self._changed = ""
         self._shown = data["content"].strip()
+
+    def _on_files_changed(self, data: dict[str, Any]) -> None:
+        if self.fmt == "text" and data["files"]:
+            self._changed = f"  {changed_files(data)} (step {data['step']}: mm undo)\n"
+
+    def _on_snapshot_skipped(self, data: dict[str, Any]) -> None:
+        self.note(f"note: {data['message']}")
 
     def _on_unusable_answer(self, data: dict[str, Any]) -> None:
         # The final reply was no answer (empty, braces, a call as text): the turn's answer comes next.
@@ -223,6 +235,41 @@ def compacted(data: dict[str, Any]) -> str:
         f"{data['summarised']} earlier messages summarised by {by} to fit the {data['window']:,}-token window "
         f"(about {data['before']:,} → {data['after']:,} tokens)"
     )
+
+
+# How each change of a file is marked, as git status marks them.
+CHANGE_MARKS = {"added": "A", "modified": "M", "deleted": "D", "type": "T"}
+
+
+def changed_files(data: dict[str, Any], most: int = 8) -> str:
+    """``changed: M a.txt, D b.txt`` from a ``files_changed`` event (or an undo's result)."""
+    files = data["files"]
+    names = [f"{CHANGE_MARKS.get(f['change'], '?')} {_one_line(f['path'])}" for f in files[:most]]
+    rest = data.get("count", len(files)) - len(names)
+    return "changed: " + ", ".join(names) + (f" and {rest} more" if rest > 0 else "")
+
+
+def step_line(step: dict[str, Any]) -> str:
+    """One step of ``session.diff``'s list: number, time, what ran, what it changed."""
+    when = time.strftime("%H:%M:%S", time.localtime(step["ts"]))
+    what = step["echo"] if step["tool"] == "undo" else f"{step['tool']}: {step['echo']}"
+    files = changed_files({"files": step["files"]}) if step["files"] else "changed nothing"
+    return f"step {step['step']:>3}  {when}  {what[:80]}\n           {files}"
+
+
+def undone_text(done: dict[str, Any], again: str = "mm undo") -> str:
+    """What an undo did, and how to take it back (*again*: the command that does)."""
+    if not done["files"]:
+        return f"nothing to restore: the files are already as they were before step {done['undone']}"
+    return (
+        f"restored to before step {done['undone']}: {changed_files(done).removeprefix('changed: ')}\n"
+        f"(this undo is step {done['step']}: {again} puts the files back)"
+    )
+
+
+def _one_line(path: str) -> str:
+    """A file name as one line: quoted when it holds a line break or another control character."""
+    return repr(path) if any(ord(c) < 32 for c in path) else path
 
 
 def summary(result: dict[str, Any]) -> str:

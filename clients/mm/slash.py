@@ -1,7 +1,8 @@
 """The chat's slash commands. A line that starts with ``/`` is one of them and never reaches the model.
 
 Each asks the daemon with the methods of docs/protocol.md: ``tools.list`` (tools and skills),
-``session.list``/``session.show`` (sessions, and the usage their events record), ``session.compact``.
+``session.list``/``session.show`` (sessions, and the usage their events record), ``session.compact``,
+``session.diff`` and ``session.undo`` (what the session's steps changed in the working tree).
 A command mm does not have is answered with the list of those it has.
 """
 
@@ -13,7 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .render import compacted, tool_table
+from mmd.rpc import RPCError
+
+from .render import compacted, step_line, tool_table, undone_text
 
 # (name, what it takes, what it does), in the order /help shows them.
 COMMANDS = [
@@ -24,6 +27,8 @@ COMMANDS = [
     ("/clear", "", "start a new session (the last one is kept: /resume goes back)"),
     ("/resume", "[ID]", "this folder's sessions; with ID (a prefix will do), continue that one"),
     ("/compact", "", "summarise the session so far into one note, so the next turn starts small"),
+    ("/diff", "[STEP]", "what this session's steps (or step STEP) changed in the files"),
+    ("/undo", "[STEP] [--force]", "take back the last step (or steps STEP on); /undo again puts them back"),
     ("/usage", "", "model steps, tool calls and tokens of this session (also /cost)"),
     ("/exit", "", "quit (also /quit, or Ctrl-D)"),
 ]
@@ -166,6 +171,37 @@ def compact(chat: Host, arg: str) -> None:
     chat.say(f"compacted: {compacted(done)}")
 
 
+def _step(chat: Host, arg: str) -> int | None:
+    """STEP of /diff and /undo: None when not given; an error said when not a number."""
+    if not arg:
+        return None
+    if not arg.isdigit() or int(arg) < 1:
+        raise RPCError("invalid_params", f"{arg} is not a step number: /diff lists the steps (1, 2, …)")
+    return int(arg)
+
+
+def diff(chat: Host, arg: str) -> None:
+    if chat.session_id is None:
+        chat.say("no session yet: nothing has changed any file")
+        return
+    step = _step(chat, arg)
+    shown = chat.call("session.diff", {"session_id": chat.session_id, **({"step": step} if step else {})})
+    steps = [step_line(row) for row in shown["steps"] if step is None or row["step"] == step]
+    cut = ["(cut at 4 MiB: mm diff > file.patch has it too)"] if shown["truncated"] else []
+    chat.say("\n".join([*steps, "", shown["diff"].rstrip() or "(no difference)", *cut]))
+
+
+def undo(chat: Host, arg: str) -> None:
+    if chat.session_id is None:
+        chat.say("no session yet: there is nothing to undo")
+        return
+    words = arg.split()
+    force = "--force" in words
+    step = _step(chat, " ".join(w for w in words if w != "--force"))
+    params = {"session_id": chat.session_id, "force": force, **({"to_step": step} if step else {})}
+    chat.say(undone_text(chat.call("session.undo", params), again="/undo"))
+
+
 def usage(chat: Host, arg: str) -> None:
     if chat.session_id is None:
         chat.say("no session yet: usage counts start with your first message")
@@ -199,5 +235,7 @@ HANDLERS: dict[str, Callable[[Host, str], None]] = {
     "/clear": clear,
     "/resume": resume,
     "/compact": compact,
+    "/diff": diff,
+    "/undo": undo,
     "/usage": usage,
 }

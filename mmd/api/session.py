@@ -1,23 +1,30 @@
-"""The ``session.*`` methods: prompt, cancel, subscribe (replay), list, show."""
+"""The ``session.*`` methods: prompt, cancel, subscribe (replay), list, show, diff, undo."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..rpc.methods import Compact, ListSessions, Prompt, SessionRef, ShowSession, Subscribe
+from .. import undo as checkpoints
+from ..rpc import RPCError
+from ..rpc.methods import Compact, Diff, ListSessions, Prompt, SessionRef, ShowSession, Subscribe, Undo
 from ..rpc.results import (
     Cancelled,
     ChatMessage,
+    Checkpoint,
     Compacted,
     Done,
     Prompted,
+    SessionDiff,
     SessionInfo,
     SessionList,
     SessionShow,
     Subscribed,
     TurnEnding,
+    Undone,
 )
 
 if TYPE_CHECKING:
@@ -80,6 +87,48 @@ async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> SessionShow:
     return out
 
 
+async def diff(daemon: Daemon, conn: Connection, p: Diff) -> SessionDiff:
+    """What the session's steps (or one of them) changed in its working tree."""
+    session = daemon.session(p.session_id)
+    with _answered():
+        done = await checkpoints.diff(daemon.store, daemon.state_dir / "snapshots", session.id, p.step)
+    steps = [
+        Checkpoint(**{k: getattr(s, k) for k in Checkpoint.__struct_fields__}) for s in done.pop("steps")
+    ]
+    return SessionDiff(session_id=session.id, steps=steps, **done)
+
+
+async def undo(daemon: Daemon, conn: Connection, p: Undo) -> Undone:
+    """Restore the files of the session's steps from ``to_step`` on; no turn may run meanwhile."""
+    session = daemon.session(p.session_id)
+    if session.running:
+        raise RPCError("busy", f"session {session.id} is running a turn; undo once it ends (or cancel it)")
+    session.start()
+    try:
+        with _answered():
+            row, first = await checkpoints.undo(
+                daemon.store, daemon.state_dir / "snapshots", session.id, p.to_step, p.force
+            )
+    finally:
+        session.abort_start()
+    if row is None:
+        return Undone(session_id=session.id, step=None, undone=first, files=[])
+    return Undone(session_id=session.id, step=row.step, undone=first, files=row.files)
+
+
+@contextlib.contextmanager
+def _answered() -> Iterator[None]:
+    """An undo or diff that cannot be done is an answer with its code, not a daemon error."""
+    try:
+        yield
+    except checkpoints.UndoError as exc:
+        raise RPCError(exc.code, str(exc)) from None
+    except (checkpoints.SnapshotError, OSError) as exc:
+        raise RPCError(
+            "snapshot_failed", f"{exc}; nothing more was changed: fix that and try again"
+        ) from None
+
+
 def _info(row: Any, running: bool, last_status: str | None) -> SessionInfo:
     """A stored session row (mmd.store.SessionRow) with what only the daemon knows."""
     return SessionInfo(**msgspec.structs.asdict(row), running=running, last_status=last_status)
@@ -104,4 +153,6 @@ METHODS = {
     "session.unsubscribe": (SessionRef, unsubscribe),
     "session.list": (ListSessions, list_),
     "session.show": (ShowSession, show),
+    "session.diff": (Diff, diff),
+    "session.undo": (Undo, undo),
 }

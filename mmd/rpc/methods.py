@@ -44,6 +44,17 @@ class Compact(_Params):
     model: str | None = None  # the model that summarises; default: the one a prompt would use
 
 
+class Diff(_Params):
+    session_id: str
+    step: int | None = None  # one step; None: the whole session
+
+
+class Undo(_Params):
+    session_id: str
+    to_step: int | None = None  # restore the tree as it was before this step; None: the last step
+    force: bool = False  # overwrite files something else changed since
+
+
 class Subscribe(_Params):
     session_id: str
     after_seq: int = 0

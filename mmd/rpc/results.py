@@ -131,6 +131,33 @@ class Compacted(_Result):
     window: int  # the model's context window in tokens
 
 
+class Checkpoint(_Result):
+    """One step of ``session.diff``: a call that may have written, or an undo."""
+
+    step: int
+    call_id: str | None  # None for an undo
+    tool: str  # the tool's name, or "undo"
+    echo: str
+    ts: float
+    files: list[dict[str, str]]  # [{path, change}]: added, modified, deleted or type
+
+
+class SessionDiff(_Result):
+    session_id: str
+    step: int | None  # the step shown; None: the whole session
+    steps: list[Checkpoint]  # every step of the session, oldest first
+    files: list[dict[str, str]]  # [{path, change}] the diff covers
+    diff: str  # unified diff (git's, binary files as git binary patches)
+    truncated: bool  # the diff was cut at 4 MiB
+
+
+class Undone(_Result):
+    session_id: str
+    step: int | None  # the undo's own step (undo it to put the files back); None: nothing changed
+    undone: int  # the files are as they were before this step
+    files: list[dict[str, str]]  # [{path, change}] the undo changed
+
+
 # -- consent.* --------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ Only mmd opens it; clients reach sessions, events and consents over RPC.
 from .db import (
     SHELL_CONTROL,
     Ambiguous,
+    CheckpointRow,
     ConsentRow,
     NotFound,
     SessionRow,
@@ -17,6 +18,7 @@ from .db import (
 __all__ = [
     "SHELL_CONTROL",
     "Ambiguous",
+    "CheckpointRow",
     "ConsentRow",
     "NotFound",
     "SessionRow",

@@ -128,8 +128,25 @@ _MIGRATIONS = [
     ALTER TABLE consents_new RENAME TO consents;
     CREATE INDEX consents_by_tool ON consents (tool);
     """,
+    # 4: checkpoints of the working tree around each write step (mmd/undo): `mm diff`, `mm undo`.
+    """
+    CREATE TABLE checkpoints (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        step INTEGER NOT NULL,
+        call_id TEXT,
+        tool TEXT NOT NULL,
+        echo TEXT NOT NULL DEFAULT '',
+        project TEXT NOT NULL,
+        before TEXT NOT NULL,
+        after TEXT NOT NULL,
+        files BLOB NOT NULL,
+        ts REAL NOT NULL,
+        PRIMARY KEY (session_id, step)
+    ) WITHOUT ROWID;
+    """,
 ]
 
+_CHECKPOINT_COLUMNS = "session_id, step, call_id, tool, echo, project, before, after, files, ts"
 _SESSION_COLUMNS = "id, created, updated, cwd, agent, model, title, turns"
 _CONSENT_COLUMNS = "id, tool, kind, rule, scope, scope_key, decision, created, origin"
 _message_decoder = msgspec.msgpack.Decoder(Message)
@@ -156,6 +173,21 @@ class SessionRow(msgspec.Struct, kw_only=True):
     model: str
     title: str  # first line of the first prompt; "" until set_title
     turns: int  # user messages appended so far
+
+
+class CheckpointRow(msgspec.Struct, kw_only=True):
+    """One step that may have written: the working tree's git trees before and after it."""
+
+    session_id: str
+    step: int  # 1 for the session's first checkpointed call, then 2, 3...
+    call_id: str | None  # the tool call; None for an undo
+    tool: str  # the tool's name, or "undo"
+    echo: str  # the call's one line for people
+    project: str  # the working tree the trees are of
+    before: str  # tree id before the step
+    after: str  # tree id after it
+    files: list[dict[str, str]]  # [{path, change}] the step changed, for people (paths decoded)
+    ts: float
 
 
 class ConsentRow(msgspec.Struct, kw_only=True):
@@ -630,6 +662,57 @@ class Store:
                 (key, session_id, tool, arguments, msgspec.msgpack.encode(result), time.time()),
             )
 
+    # -- checkpoints ----------------------------------------------------------
+
+    def add_checkpoint(
+        self,
+        session_id: str,
+        *,
+        call_id: str | None,
+        tool: str,
+        echo: str,
+        project: str,
+        before: str,
+        after: str,
+        files: list[dict[str, str]],
+    ) -> CheckpointRow:
+        """Record the session's next step (numbered from 1) with its trees and the files it changed.
+
+        Errors: NotFound.
+        """
+        now = time.time()
+        with self._write() as db:
+            self._require_session(session_id)
+            step = db.execute(
+                "SELECT coalesce(max(step), 0) + 1 FROM checkpoints WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            db.execute(
+                f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    step,
+                    call_id,
+                    tool,
+                    echo,
+                    project,
+                    before,
+                    after,
+                    msgspec.msgpack.encode(files),
+                    now,
+                ),
+            )
+        return self.checkpoints(session_id)[-1]
+
+    def checkpoints(self, session_id: str) -> list[CheckpointRow]:
+        """The session's steps, oldest first.
+
+        Errors: none; an unknown session has none.
+        """
+        rows = self._conn.execute(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = ? ORDER BY step", (session_id,)
+        )
+        return [_checkpoint_row(row) for row in rows]
+
     # -- telemetry ------------------------------------------------------------
 
     def record_tool_call(
@@ -700,6 +783,11 @@ def _create_private(path: Path) -> None:
 
 def _session_row(row: tuple[Any, ...]) -> SessionRow:
     return SessionRow(**dict(zip(SessionRow.__struct_fields__, row, strict=True)))
+
+
+def _checkpoint_row(row: tuple[Any, ...]) -> CheckpointRow:
+    fields = dict(zip(CheckpointRow.__struct_fields__, row, strict=True))
+    return CheckpointRow(**{**fields, "files": msgspec.msgpack.decode(fields["files"])})
 
 
 def _consent_row(row: tuple[Any, ...]) -> ConsentRow:

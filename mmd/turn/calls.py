@@ -10,7 +10,8 @@ through once (:data:`STAGES`):
 4. ``consent``: the policy's verdict (ledger, yolo, or a person asked);
 5. ``execute``: the tool runs under the supervisor; its output is echoed live, truncated for
    the model and kept whole in a spill file as it streams, by one module all process and MCP
-   tools share (mmd/tools/process.py), so no stage after it can do that part;
+   tools share (mmd/tools/process.py), so no stage after it can do that part; a write's
+   working tree is snapshotted right before and right after it (mmd/undo: ``mm undo``);
 6. ``verify``: a write with a named verification read runs that read;
 7. ``remember``: an idempotent write's result is stored under its key;
 8. ``post_hooks``: the PostToolUse hooks may withhold the result or add context.
@@ -41,6 +42,7 @@ from ..rpc.methods import Event
 from ..store import Store
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 from ..tools.declared import fill_verify_args
+from ..undo import Recorder
 from . import grounding, skilluse
 from .context import cap_output
 from .plan import TurnSetup
@@ -113,6 +115,16 @@ class CallRunner:
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
         # Where a value may come from (grounding.py): the session so far, then each result that really ran.
         self._heard = grounding.corpus(session.messages) + "\n" + setup.system.lower()
+        # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
+        self.checkpoints = Recorder(
+            store=session.store,
+            session_id=session.id,
+            project=session.cwd,
+            snapshots=session.dir.parent.parent / "snapshots",
+            max_files=setup.snapshot_max_files,
+            emit=session.emit,
+            timeout=setup.limits.timeout,
+        )
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Take *call* through every stage; the result is what the model reads.
@@ -216,10 +228,15 @@ class CallRunner:
         if c.result is not None:
             return
         assert c.tool is not None
+        # A write may change any file (bash above all): its step is what the tree was before and after.
+        before = await self.checkpoints.before(c.call.id) if c.tool.tier != "read" else None
         try:
             c.result = await c.tool.run(c.args, self._context(c.call, c.key))
         except ToolError as err:
             c.result = self._invalid_answer(c.call, c.tool, err)
+        finally:
+            if before is not None:
+                await self.checkpoints.after(c.call.id, c.tool.name, c.echo, before)
 
     async def verify(self, c: Call) -> None:
         spec = c.tool.verify if c.tool else None

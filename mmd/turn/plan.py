@@ -68,6 +68,9 @@ class TurnSetup:
     pass_env: tuple[str, ...] = ()
     # The model's window and token counter (mmd/turn/context.py); None: no budget is kept.
     budget: Budget | None = None
+    # Checkpoints of the working tree around write calls, for mm undo (mmd/undo): the most files a
+    # snapshot may hold (daemon.snapshot_max_files); 0: none are taken.
+    snapshot_max_files: int = 0
     # The allowed-tools of the skill in use, and the registry before it narrowed it (mmd/turn/skilluse.py).
     skill_limit: Limit | None = None
     unlimited: Registry | None = None
@@ -260,6 +263,7 @@ def assemble(
             timeout=d.tool_timeout, grace=d.grace, max_bytes=max_bytes, max_lines=d.output_max_lines
         ),
         budget=budget,
+        snapshot_max_files=d.snapshot_max_files,
         skills=skills,
         recover_tool_calls=plan.model.recover_tool_calls,
         choose_skills=plan.model.constrain_calls,  # a server that takes a grammar can make the choice

@@ -57,3 +57,15 @@ end, { nargs = '?', complete = completer('models'), desc = 'mm: the model of the
 command('MmMcp', function(opts)
   require('mm').mcp_command(opts)
 end, { nargs = '?', complete = completer('mcp'), desc = 'mm: the MCP servers here, or the tools of one' })
+
+command('MmDiff', function(opts)
+  require('mm').diff_command(opts)
+end, { nargs = '?', desc = "mm: what the session's steps (or step N) changed, in a diff buffer" })
+
+command('MmUndo', function(opts)
+  require('mm').undo_command(opts)
+end, {
+  nargs = '?',
+  bang = true,
+  desc = "mm: take back the session's last step (or steps N on); ! overwrites files changed since",
+})

@@ -1,4 +1,4 @@
-"""How `mm` prints the context budget's events (clients/mm/render.py); the events themselves are
+"""How `mm` prints the context budget's events and the files a call changed (clients/mm/render.py); the events are
 tests/unit/turn/test_context.py's, `/compact` end to end tests/e2e/test_context.py's."""
 
 from __future__ import annotations
@@ -34,3 +34,22 @@ def test_what_compact_did_is_said_in_one_line() -> None:
         "(about 900 → 300 tokens)"
     )
     assert compacted({**data, "summarised": 0}) == "nothing to summarise"
+
+
+def test_the_files_a_call_changed_are_named_under_its_result_with_its_step() -> None:
+    view, err = _view()
+    view.event({"kind": "tool_call", "data": {"name": "bash", "arguments": "{}", "echo": "$ rm a"}})
+    files = [{"path": "a", "change": "deleted"}, {"path": "new\nline", "change": "added"}]
+    view.event({"kind": "files_changed", "data": {"call_id": "c", "step": 4, "files": files, "count": 12}})
+    result = {
+        "call_id": "c",
+        "name": "bash",
+        "ok": True,
+        "content": "[exit code 0]",
+        "data": {"exit_code": 0},
+    }
+    view.event({"kind": "tool_result", "data": result})
+    assert err.getvalue().splitlines()[-2:] == [
+        "  ✓ [exit code 0]",
+        "  changed: D a, A 'new\\nline' and 10 more (step 4: mm undo)",
+    ]

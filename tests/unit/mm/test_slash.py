@@ -93,3 +93,42 @@ def test_usage_adds_up_the_steps_of_every_turn() -> None:
         "tokens: 2,500 in (1,100 of the input from the server's prompt cache), 75 out, "
         "as the model server counted them (mm puts no price on them)"
     )
+
+
+class Answering(Chat):
+    """A chat whose daemon answers with canned results, recording what was asked."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        self.asked.append((method, params))
+        return self.answers[method]
+
+
+STEP = {"step": 2, "call_id": "c", "tool": "bash", "echo": "$ rm a", "ts": 0.0,
+        "files": [{"path": "a", "change": "deleted"}]}  # fmt: skip
+
+
+def test_diff_lists_the_steps_and_shows_the_diff() -> None:
+    chat = Answering({"session.diff": {"steps": [STEP], "diff": "-gone\n", "truncated": False}})
+    slash.run(chat, "/diff 2")
+    assert chat.asked == [("session.diff", {"session_id": "3fa2b1", "step": 2})]
+    assert "step   2" in chat.said[0] and "bash: $ rm a" in chat.said[0] and "D a" in chat.said[0]
+    assert chat.said[0].endswith("-gone")
+
+
+def test_undo_sends_the_step_and_force_and_says_how_to_put_the_files_back() -> None:
+    chat = Answering({"session.undo": {"step": 3, "undone": 2, "files": [{"path": "a", "change": "added"}]}})
+    slash.run(chat, "/undo 2 --force")
+    assert chat.asked == [("session.undo", {"session_id": "3fa2b1", "force": True, "to_step": 2})]
+    assert chat.said == ["restored to before step 2: A a\n(this undo is step 3: /undo puts the files back)"]
+
+
+def test_a_step_that_is_not_a_number_is_refused_before_the_daemon_is_asked() -> None:
+    from mmd.rpc import RPCError
+
+    with pytest.raises(RPCError, match="not a step number"):
+        slash.run(Chat(), "/undo last")

@@ -467,3 +467,21 @@ def test_rows_are_msgspec_structs(store):
     row = new_session(store)
     assert msgspec.to_builtins(row)["id"] == row.id
     assert msgspec.structs.asdict(add(store))["kind"] == "tool"
+
+
+def test_checkpoints_are_numbered_per_session_and_keep_their_files(store):
+    one = store.create_session(cwd="/p", agent=None, model="m")
+    two = store.create_session(cwd="/p", agent=None, model="m")
+    files = [{"path": "a\nb.txt", "change": "added"}]
+    first = store.add_checkpoint(
+        one.id, call_id="c1", tool="bash", echo="$ x", project="/p", before="t0", after="t1", files=files
+    )
+    store.add_checkpoint(
+        two.id, call_id="c9", tool="bash", echo="", project="/p", before="t0", after="t0", files=[]
+    )
+    second = store.add_checkpoint(
+        one.id, call_id=None, tool="undo", echo="undo", project="/p", before="t1", after="t0", files=[]
+    )
+    assert (first.step, second.step) == (1, 2)
+    assert [r.files for r in store.checkpoints(one.id)] == [files, []]
+    assert [r.step for r in store.checkpoints(two.id)] == [1]

@@ -445,6 +445,16 @@ end
 
 -- -- events -------------------------------------------------------------------------
 
+-- The files of a files_changed event or an undo, as git status marks them: 'M a.txt, D b.txt'.
+local function files_text(files)
+  local marks = { added = 'A', modified = 'M', deleted = 'D', type = 'T' }
+  local names = {}
+  for _, f in ipairs(files or {}) do
+    table.insert(names, (marks[f.change] or '?') .. ' ' .. tostring(f.path):gsub('\n', '\\n'))
+  end
+  return #names > 0 and table.concat(names, ', ') or 'nothing'
+end
+
 local function render(ev)
   local d = ev.data or {}
   local kind = ev.kind
@@ -457,6 +467,8 @@ local function render(ev)
   elseif kind == 'tool_result' then
     local lines = vim.split(vim.trim(present(d.content) and d.content or ''), '\n', { plain = true })
     M._line('  ' .. (d.ok and '✓ ' or '✗ ') .. (lines[#lines] or ''):sub(1, 200))
+  elseif kind == 'files_changed' then
+    M._line(string.format('  changed: %s (step %d: :MmUndo)', files_text(d.files), d.step or 0))
   elseif kind == 'consent_needed' then
     M._line('  ? ' .. d.tool .. ' asks for consent')
     ask_consent(ev.session_id, d)
@@ -746,6 +758,114 @@ function M.mcp_command(opts)
     local names = vim.tbl_map(function(t) return t.name end, r.tools or {})
     notify(string.format('%s: %d tools, ~%d tokens a request: %s', name, #names, r.tokens or 0,
       table.concat(names, ', ')))
+  end)
+end
+
+-- -- undo and diff ----------------------------------------------------------------------
+
+-- The session :MmDiff and :MmUndo are about: the one shown here, else the newest of this directory.
+local function with_session(cb)
+  if state.session_id then
+    return cb(state.session_id)
+  end
+  M.request('session.list', { cwd = vim.fn.getcwd(), limit = 1 }, function(err, r)
+    if err then
+      return notify(err, vim.log.levels.ERROR)
+    end
+    local row = (r.sessions or {})[1]
+    if not row then
+      return notify('no session in ' .. vim.fn.getcwd() .. ': nothing has changed a file yet', vim.log.levels.WARN)
+    end
+    cb(row.id)
+  end)
+end
+
+-- The STEP argument of :MmDiff and :MmUndo: nil when none; false (after saying so) when not a number.
+local function step_arg(opts)
+  local arg = vim.trim(opts.args or '')
+  if arg == '' then
+    return nil
+  end
+  local n = tonumber(arg)
+  if not n or n < 1 or n % 1 ~= 0 then
+    notify(arg .. ' is not a step number: :MmDiff lists the steps (1, 2, …)', vim.log.levels.ERROR)
+    return false
+  end
+  return n
+end
+
+-- The mm://diff buffer, made once and reused: the diff of the session or of one step.
+function M.diff_buffer()
+  local buf = vim.fn.bufnr('mm://diff')
+  if buf ~= -1 and vim.api.nvim_buf_is_valid(buf) then
+    return buf
+  end
+  buf = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_name(buf, 'mm://diff')
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'hide'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].filetype = 'diff'
+  vim.bo[buf].modifiable = false
+  return buf
+end
+
+local function show_diff(r, step)
+  local lines = {}
+  for _, s in ipairs(r.steps or {}) do
+    if not step or s.step == step then
+      local what = s.tool == 'undo' and s.echo or (s.tool .. ': ' .. s.echo)
+      table.insert(lines, string.format('# step %d  %s  (%s)', s.step, what:gsub('\n', ' '), files_text(s.files)))
+    end
+  end
+  table.insert(lines, '')
+  vim.list_extend(lines, vim.split(r.diff or '', '\n', { plain = true }))
+  if r.truncated then
+    table.insert(lines, '# cut at 4 MiB: mm diff > file.patch has it whole')
+  end
+  local buf = M.diff_buffer()
+  set_lines(buf, 0, -1, lines)
+  if vim.fn.bufwinid(buf) == -1 then
+    vim.cmd(config.split)
+    vim.api.nvim_win_set_buf(0, buf)
+  end
+end
+
+-- :MmDiff [step]: what the session's steps (or one step) changed, in the mm://diff buffer.
+function M.diff_command(opts)
+  local step = step_arg(opts)
+  if step == false then
+    return
+  end
+  with_session(function(session_id)
+    M.request('session.diff', { session_id = session_id, step = step }, function(err, r)
+      if err then
+        return notify(err, vim.log.levels.ERROR)
+      end
+      show_diff(r, step)
+    end)
+  end)
+end
+
+-- :MmUndo[!] [step]: take back the last step (or steps STEP on); ! overwrites files changed since.
+function M.undo_command(opts)
+  local step = step_arg(opts)
+  if step == false then
+    return
+  end
+  with_session(function(session_id)
+    local params = { session_id = session_id, to_step = step, force = opts.bang == true }
+    M.request('session.undo', params, function(err, r)
+      if err then
+        return notify(err, vim.log.levels.ERROR)
+      end
+      if not present(r.step) then
+        return notify('nothing to restore: the files are already as they were before step ' .. tostring(r.undone))
+      end
+      vim.cmd('checktime') -- buffers of restored files are read again
+      notify(string.format('restored to before step %d: %s (this undo is step %d: :MmUndo puts the files back)',
+        r.undone, files_text(r.files), r.step))
+    end)
   end)
 end
 

@@ -1,0 +1,368 @@
+"""The shadow repository of a project: git trees of its working tree, kept outside the user's ``.git``.
+
+A snapshot is ``git add -A`` then ``git write-tree`` with ``--git-dir`` set to a private bare
+repository under ``$XDG_STATE_HOME/mm/snapshots/<hash of the project's path>/`` and ``--work-tree``
+set to the project. The index of that repository caches every file's stat data, so a snapshot after
+the first one hashes only the files that changed: the cost is about a ``git status``
+(bench/bench_snapshot.py). Trees, not commits: nothing moves a ref, nothing is ever pushed.
+
+What git reads of the project is its content and the ``.gitignore`` files in it; nothing of the
+user's git configuration runs. Each git process starts with an environment of its own (no
+``GIT_DIR``, ``GIT_WORK_TREE``, ``GIT_INDEX_FILE`` or any other variable of the daemon's), no system
+or global config (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``, ``HOME`` an empty folder),
+hooks off, fsmonitor off, and ``info/attributes`` that turns off line-ending conversion and filters,
+so that what is restored is byte for byte what was there. Each git runs under the supervisor, in its
+own process group, stopped with its group when the call is cancelled.
+
+Paths stay bytes from git to the work tree (``-z`` everywhere, ``GIT_LITERAL_PATHSPECS``), so a name
+holding a newline, a glob character or bytes that are not UTF-8 is handled like any other; only what
+people read is decoded (with U+FFFD). Symbolic links are stored and restored as links, never followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import trio
+
+from ..procs import supervised_process
+
+# The tree of an empty project: what ``git write-tree`` gives for an empty index.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+# The object id of an index entry that removes its path (``update-index --index-info`` with mode 0).
+EMPTY_BLOB_ID = b"0" * 40
+# Bytes of a diff returned to a client; the rest is cut with a note (an RPC frame holds 16 MiB).
+MAX_DIFF_BYTES = 4 << 20
+# Bytes kept of a git's stderr, for the error message.
+MAX_STDERR = 8192
+# Written into the shadow repository's config: nothing of the user's git setup may run.
+CONFIG = """\
+[core]
+\tbare = true
+\tautocrlf = false
+\tsafecrlf = false
+\tfileMode = true
+\tsymlinks = true
+\tfsmonitor = false
+\thooksPath = /dev/null
+\tuntrackedCache = true
+\tquotePath = false
+\tpreloadIndex = true
+[gc]
+\tauto = 0
+[advice]
+\taddEmbeddedRepo = false
+\tdetachedHead = false
+[index]
+\tskipHash = false
+"""
+# info/attributes outranks every .gitattributes of the project: store the bytes as they are.
+ATTRIBUTES = "* -text -filter -ident -working-tree-encoding\n"
+
+
+class SnapshotError(Exception):
+    """A snapshot or a restore could not be made; the message says why and what to do."""
+
+
+class Change(msgspec.Struct, frozen=True, array_like=True):
+    """One path a step changed: ``added``, ``modified``, ``deleted`` or ``type`` (file ↔ link)."""
+
+    change: str
+    path: bytes
+
+    def shown(self) -> dict[str, str]:
+        return {"path": self.path.decode("utf-8", "replace"), "change": self.change}
+
+
+# Called with each chunk of a git's stdout; True: enough was read, stop git.
+Stop = Callable[[bytes], bool]
+
+_CHANGES = {b"A": "added", b"M": "modified", b"D": "deleted", b"T": "type"}
+
+
+def shadow_dir(snapshots: Path, project: Path) -> Path:
+    """The shadow repository of *project* under the *snapshots* folder (one per project path)."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(project))).hexdigest()[:16]
+    return snapshots / digest
+
+
+def git_missing() -> bool:
+    return shutil.which("git") is None
+
+
+@dataclass
+class Shadow:
+    """The shadow repository *git_dir* of the working tree *project*."""
+
+    git_dir: Path
+    project: Path
+    timeout: float = 300.0  # seconds one git process may take before its group is stopped
+    index: Path | None = None  # another index than the repository's own (an overlay's)
+
+    # -- git ----------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        home = str(self.git_dir / "home")
+        return {
+            "PATH": os.environ.get("PATH") or os.defpath,
+            "HOME": home,
+            "XDG_CONFIG_HOME": home,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_LITERAL_PATHSPECS": "1",
+            "LC_ALL": "C",
+            "TZ": "UTC",
+            **({"GIT_INDEX_FILE": str(self.index)} if self.index else {}),
+        }
+
+    async def git(self, *args: str, stdin: bytes | None = None, stop: Stop | None = None) -> bytes:
+        """Run one git on the shadow repository; its stdout, up to the chunk for which *stop* said True
+        (git is then stopped: its exit is no error).
+
+        Errors: SnapshotError when git cannot start, fails, or takes longer than ``timeout``.
+        """
+        argv = ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", f"--work-tree={self.project}"]
+        out, err, code = await self._run([*argv, *args], stdin, stop)
+        if code is not None and code != 0:
+            message = err.decode("utf-8", "replace").strip() or f"exit code {code}"
+            raise SnapshotError(f"git {args[0]} failed in {self.project}: {message}")
+        return out
+
+    async def _run(
+        self, argv: list[str], stdin: bytes | None, stop: Stop | None
+    ) -> tuple[bytes, bytes, int | None]:
+        try:
+            with trio.fail_after(self.timeout):
+                async with supervised_process(
+                    argv,
+                    cwd=self.project,
+                    env=self._env(),
+                    inherit_env=False,
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    grace=1.0,
+                ) as proc:
+                    return await _exchange(proc, stdin, stop)
+        except trio.TooSlowError:
+            what = " ".join(a for a in argv[1:] if not a.startswith("-"))[:60]
+            raise SnapshotError(f"git {what} took over {self.timeout:.0f} s in {self.project}") from None
+        except OSError as exc:
+            raise SnapshotError(f"cannot run git in {self.project}: {exc.strerror or exc}") from None
+
+    # -- the repository -----------------------------------------------------------------
+
+    async def ensure(self) -> None:
+        """Create the shadow repository on first use; copy the project's ``.git/info/exclude`` into it.
+
+        Errors: SnapshotError.
+        """
+        if not (self.git_dir / "HEAD").exists():
+            self.git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            await self._init()
+        exclude = self.project / ".git" / "info" / "exclude"
+        lines = exclude.read_bytes() if exclude.is_file() and not exclude.is_symlink() else b""
+        target = self.git_dir / "info" / "exclude"
+        wanted = b".git\n" + lines
+        if not target.exists() or target.read_bytes() != wanted:
+            target.write_bytes(wanted)
+
+    async def _init(self) -> None:
+        _out, err, code = await self._run(["git", "init", "--quiet", "--bare", str(self.git_dir)], None, None)
+        if code != 0:
+            raise SnapshotError(f"cannot create {self.git_dir}: {err.decode('utf-8', 'replace').strip()}")
+        (self.git_dir / "config").write_text(CONFIG)
+        (self.git_dir / "info").mkdir(exist_ok=True)
+        (self.git_dir / "info" / "attributes").write_text(ATTRIBUTES)
+        (self.git_dir / "home").mkdir(mode=0o700, exist_ok=True)
+        (self.git_dir / "project").write_bytes(os.fsencode(self.project))  # whose shadow this is
+
+    async def count_files(self, limit: int) -> int:
+        """The files a snapshot would hold, counted up to ``limit + 1`` (then git is stopped)."""
+        seen = 0
+
+        def enough(chunk: bytes) -> bool:
+            nonlocal seen
+            seen += chunk.count(b"\0")
+            return seen > limit
+
+        await self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard", stop=enough)
+        return min(seen, limit + 1)
+
+    async def snapshot(self) -> str:
+        """The tree of the working tree now (ignored files left out). Errors: SnapshotError."""
+        await self.ensure()
+        await self.git("add", "--all", "--", ".")
+        return (await self.git("write-tree")).decode().strip()
+
+    async def changes(self, before: str, after: str) -> list[Change]:
+        """The paths that differ between two trees, with how."""
+        if before == after:
+            return []
+        out = await self.git("diff-tree", "-r", "-z", "--no-renames", "--name-status", before, after)
+        fields = out.split(b"\0")
+        return [
+            Change(_CHANGES.get(status[:1], "modified"), path)
+            for status, path in zip(fields[0::2], fields[1::2], strict=False)
+            if status
+        ]
+
+    async def diff(self, before: str, after: str) -> tuple[str, bool]:
+        """The unified diff between two trees, and whether it was cut at MAX_DIFF_BYTES."""
+        out = await self.git(
+            "diff-tree",
+            "-r",
+            "-p",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            before,
+            after,
+            stop=_bytes_over(MAX_DIFF_BYTES),
+        )
+        cut = len(out) > MAX_DIFF_BYTES
+        return out[:MAX_DIFF_BYTES].decode("utf-8", "replace"), cut
+
+    async def overlay(self, base: str, top: str, paths: list[bytes]) -> str:
+        """A tree that is *base* with *paths* as they are in *top* (absent there: absent here).
+
+        It is the changes of some steps alone, without what else changed in the tree meanwhile.
+        """
+        index = self.git_dir / f"overlay-{os.getpid()}.index"
+        try:
+            return await self._overlay(index, base, top, paths)
+        finally:
+            index.unlink(missing_ok=True)
+
+    async def _overlay(self, index: Path, base: str, top: str, paths: list[bytes]) -> str:
+        over = Shadow(self.git_dir, self.project, self.timeout, index=index)
+        entries = await self.entries(top)
+        lines = [entries.get(p) or b"0 " + EMPTY_BLOB_ID + b"\t" + p for p in paths]
+        await over.git("read-tree", base)
+        await over.git("update-index", "-z", "--index-info", stdin=b"\0".join(lines) + b"\0")
+        return (await over.git("write-tree")).decode().strip()
+
+    async def entries(self, tree: str) -> dict[bytes, bytes]:
+        """Every file of *tree*: path → its ``mode sha\\tpath`` line of ``ls-tree``."""
+        out = await self.git("ls-tree", "-r", "-z", "--full-tree", tree)
+        return {line.split(b"\t", 1)[1]: line for line in out.split(b"\0") if b"\t" in line}
+
+    async def restore(self, tree: str, paths: list[bytes]) -> None:
+        """Make each of *paths* in the work tree what it is in *tree*: written, or removed when absent.
+
+        Content, the executable bit and symbolic links come back exactly; a file that is overwritten
+        keeps its other permission bits (git keeps none: a 0600 file must not come back 0644). A path
+        whose folder is a symbolic link out of the project is left alone (git refuses it too).
+        """
+        present = await self.entries(tree)
+        keep = [p for p in paths if p in present]
+        for path in (p for p in paths if p not in present):
+            _remove(self.project, path)
+        if keep:
+            modes = {p: _mode(self.project, p) for p in keep}
+            await self.git(
+                "checkout",
+                "--no-overlay",
+                tree,
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                stdin=b"\0".join(keep) + b"\0",
+            )
+            for path, mode in modes.items():
+                _keep_permissions(self.project, path, mode)
+
+
+def _bytes_over(most: int) -> Stop:
+    total = 0
+
+    def over(chunk: bytes) -> bool:
+        nonlocal total
+        total += len(chunk)
+        return total > most
+
+    return over
+
+
+async def _exchange(
+    proc: trio.Process, stdin: bytes | None, stop: Stop | None
+) -> tuple[bytes, bytes, int | None]:
+    """Feed *stdin*, read stdout and stderr at once, wait for the exit; the exit code is None when
+    *stop* ended the reading (the process is then stopped with its group as the block is left)."""
+    out, err = bytearray(), bytearray()
+    assert proc.stdout is not None and proc.stderr is not None
+    async with trio.open_nursery() as nursery:
+        if stdin is not None:
+            nursery.start_soon(_feed, proc, stdin)
+        nursery.start_soon(_read, proc.stderr, err, MAX_STDERR, None)
+        if await _read(proc.stdout, out, None, stop):
+            nursery.cancel_scope.cancel()
+            return bytes(out), bytes(err), None
+    return bytes(out), bytes(err), await proc.wait()
+
+
+async def _feed(proc: trio.Process, stdin: bytes) -> None:
+    assert proc.stdin is not None
+    async with proc.stdin:
+        with contextlib.suppress(trio.BrokenResourceError):  # git stopped reading: its exit says why
+            await proc.stdin.send_all(stdin)
+
+
+async def _read(stream: trio.abc.ReceiveStream, into: bytearray, keep: int | None, stop: Stop | None) -> bool:
+    """Read *stream* to its end, keeping at most *keep* bytes; True when *stop* ended it first."""
+    while chunk := await stream.receive_some(1 << 16):
+        if keep is None or len(into) < keep:
+            into += chunk
+        if stop is not None and stop(chunk):
+            return True
+    return False
+
+
+def _mode(project: Path, path: bytes) -> int | None:
+    try:
+        return os.lstat(os.path.join(os.fsencode(project), path)).st_mode
+    except OSError:
+        return None
+
+
+def _keep_permissions(project: Path, path: bytes, before: int | None) -> None:
+    """Give a restored regular file the permission bits the file it replaced had, git's executable bit kept."""
+    now = _mode(project, path)
+    if before is None or now is None or not (stat.S_ISREG(before) and stat.S_ISREG(now)):
+        return
+    bits = stat.S_IMODE(before) & ~0o111
+    if now & 0o100:  # git says executable: where it may be read, it may be run
+        bits |= (bits & 0o444) >> 2
+    with contextlib.suppress(OSError):
+        os.chmod(os.path.join(os.fsencode(project), path), bits)
+
+
+def _remove(project: Path, path: bytes) -> None:
+    """Remove one file (or link) of the work tree, and the folders it leaves empty."""
+    target = os.path.join(os.fsencode(project), path)
+    parent = os.path.realpath(os.path.dirname(target))
+    root = os.path.realpath(os.fsencode(project))
+    if parent != root and not parent.startswith(root + b"/"):
+        return  # its folder is now a link out of the project: never follow it
+    try:
+        if os.path.isdir(target) and not os.path.islink(target):
+            return  # a folder took its place: the checkout of what was there reports it
+        os.unlink(target)
+    except FileNotFoundError:
+        return
+    folder = os.path.dirname(target)
+    while folder != os.fsencode(project) and len(folder) > len(os.fsencode(project)):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+        folder = os.path.dirname(folder)

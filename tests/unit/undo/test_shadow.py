@@ -1,0 +1,263 @@
+"""The shadow repository with real git and real files: snapshots, changes, overlays, restores, the
+environment git runs in, and the steps of mmd/undo/steps.py against a real store."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import trio
+
+from mmd.store import Store
+from mmd.undo import EMPTY_TREE, Recorder, Shadow, SnapshotError, UndoError, diff, shadow_dir, undo
+from mmd.undo.shadow import Change
+
+pytestmark = pytest.mark.skipif(
+    os.system("git --version >/dev/null 2>&1") != 0, reason="git is not installed"
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.txt").write_text("a\n")
+    (work / "tool.sh").write_text("#!/bin/sh\n")
+    (work / "tool.sh").chmod(0o755)
+    return work
+
+
+@pytest.fixture
+def shadow(tmp_path: Path, project: Path) -> Shadow:
+    return Shadow(shadow_dir(tmp_path / "snapshots", project), project)
+
+
+def files(root: Path) -> dict[str, tuple[int, bytes]]:
+    found = {}
+    for folder, dirs, names in os.walk(root):
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            body = os.readlink(path).encode() if stat.S_ISLNK(st.st_mode) else Path(path).read_bytes()
+            found[os.path.relpath(path, root)] = (st.st_mode, body)
+    return found
+
+
+async def test_the_shadow_repository_is_outside_the_project_and_one_per_project_path(
+    tmp_path, project, shadow
+):
+    await shadow.snapshot()
+    assert not (project / ".git").exists()
+    assert shadow.git_dir.parent == tmp_path / "snapshots"
+    assert shadow_dir(tmp_path / "snapshots", project / ".") == shadow.git_dir
+    assert shadow_dir(tmp_path / "snapshots", tmp_path) != shadow.git_dir
+
+
+async def test_an_unchanged_tree_gives_the_same_snapshot_and_no_changes(shadow):
+    first = await shadow.snapshot()
+    assert await shadow.snapshot() == first
+    assert await shadow.changes(first, first) == []
+
+
+async def test_an_empty_project_is_the_empty_tree(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert await Shadow(tmp_path / "s", empty).snapshot() == EMPTY_TREE
+
+
+async def test_changes_name_added_modified_deleted_and_type_changes(project, shadow):
+    before = await shadow.snapshot()
+    (project / "a.txt").write_text("b\n")
+    (project / "tool.sh").unlink()
+    (project / "new\nline").write_bytes(b"\xff")
+    os.symlink("/etc/passwd", project / "link")
+    after = await shadow.snapshot()
+    assert sorted(await shadow.changes(before, after), key=lambda c: c.path) == [
+        Change("modified", b"a.txt"),
+        Change("added", b"link"),
+        Change("added", b"new\nline"),
+        Change("deleted", b"tool.sh"),
+    ]
+
+
+async def test_restore_brings_back_bytes_modes_and_links_and_removes_what_was_created(project, shadow):
+    (project / "bin.dat").write_bytes(bytes(range(256)))
+    (project / "crlf.txt").write_bytes(b"one\r\ntwo\n")
+    (project / ".gitattributes").write_text("* text=auto eol=crlf\n")  # no conversion may apply
+    os.symlink("a.txt", project / "link")
+    start = files(project)
+    before = await shadow.snapshot()
+    for name in ("bin.dat", "tool.sh", "link"):
+        (project / name).unlink()
+    (project / "crlf.txt").write_bytes(b"x")
+    (project / "deep" / "er").mkdir(parents=True)
+    (project / "deep" / "er" / "made.txt").write_text("made")
+    after = await shadow.snapshot()
+    await shadow.restore(before, [c.path for c in await shadow.changes(before, after)])
+    assert files(project) == start
+    assert not (project / "deep").exists()
+
+
+async def test_ignored_files_are_neither_snapshotted_nor_restored(project, shadow):
+    (project / ".gitignore").write_text("*.log\n")
+    (project / "run.log").write_text("one")
+    before = await shadow.snapshot()
+    (project / "run.log").write_text("two")
+    assert await shadow.changes(before, await shadow.snapshot()) == []
+    assert await shadow.count_files(100) == 3  # .gitignore, a.txt, tool.sh
+
+
+async def test_the_projects_own_info_exclude_is_respected_and_its_git_folder_never_read(project, shadow):
+    (project / ".git" / "info").mkdir(parents=True)
+    (project / ".git" / "info" / "exclude").write_text("secret.txt\n")
+    (project / "secret.txt").write_text("s")
+    tree = await shadow.snapshot()
+    assert b"secret.txt" not in await shadow.git("ls-tree", "-r", "--name-only", tree)
+    assert b".git" not in await shadow.git("ls-tree", "-r", "--name-only", tree)
+
+
+async def test_count_files_stops_past_the_limit(project, shadow):
+    for n in range(50):
+        (project / f"f{n}").write_text("x")
+    await shadow.ensure()
+    assert await shadow.count_files(10) == 11
+
+
+async def test_overlay_takes_only_the_named_paths_from_the_top_tree(project, shadow):
+    base = await shadow.snapshot()
+    (project / "a.txt").write_text("mine\n")
+    (project / "tool.sh").unlink()
+    top = await shadow.snapshot()
+    mixed = await shadow.overlay(base, top, [b"tool.sh"])
+    assert await shadow.changes(base, mixed) == [Change("deleted", b"tool.sh")]
+
+
+async def test_git_runs_without_the_daemons_git_variables_or_the_users_config(
+    project, shadow, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "nowhere.index"))
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'core.fsmonitor'='touch {tmp_path}/pwned'")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[core]\n\thooksPath = /nope\n\texcludesFile = /nope\n")
+    monkeypatch.setenv("HOME", str(home))
+    await shadow.snapshot()
+    (project / "a.txt").write_text("changed\n")
+    await shadow.snapshot()
+    assert not (tmp_path / "nowhere.index").exists() and not (tmp_path / "pwned").exists()
+    config = (await shadow.git("config", "--list", "--show-origin")).decode()
+    assert "gitconfig" not in config and "/nope" not in config
+
+
+async def test_a_git_failure_is_a_snapshot_error_that_says_what_failed(project, shadow):
+    await shadow.ensure()
+    with pytest.raises(SnapshotError, match="git cat-file failed"):
+        await shadow.git("cat-file", "-p", "0" * 40)
+
+
+async def test_a_cancelled_git_leaves_no_process(project, shadow):
+    await shadow.ensure()
+    with trio.move_on_after(0):
+        await shadow.snapshot()
+    assert await shadow.snapshot()  # the index lock was not left behind
+
+
+# -- the steps ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(tmp_path / "mm.db") as opened:
+        yield opened
+
+
+def recorder(store: Store, project: Path, tmp_path: Path, events: list, max_files: int = 1000) -> Recorder:
+    row = store.create_session(cwd=str(project), agent=None, model="m")
+    return Recorder(
+        store=store,
+        session_id=row.id,
+        project=project,
+        snapshots=tmp_path / "snapshots",
+        max_files=max_files,
+        emit=lambda kind, data: events.append((kind, data)),
+    )
+
+
+async def test_a_step_is_stored_and_announced_and_undone(store, project, tmp_path):
+    events: list = []
+    rec = recorder(store, project, tmp_path, events)
+    before = await rec.before("call_1")
+    (project / "a.txt").write_text("changed\n")
+    row = await rec.after("call_1", "bash", "$ edit", before)
+    assert row is not None and row.step == 1 and row.files == [{"path": "a.txt", "change": "modified"}]
+    assert events == [("files_changed", {"call_id": "call_1", "step": 1, "files": row.files, "count": 1})]
+
+    shown = await diff(store, tmp_path / "snapshots", rec.session_id, None)
+    assert "+changed" in shown["diff"] and shown["files"] == row.files
+    step, first = await undo(store, tmp_path / "snapshots", rec.session_id, None, False)
+    assert (project / "a.txt").read_text() == "a\n" and (step.step, step.tool, first) == (2, "undo", 1)
+
+
+async def test_undo_refuses_a_file_changed_between_two_steps(store, project, tmp_path):
+    rec = recorder(store, project, tmp_path, [])
+    for content in ("one\n", "two\n"):
+        before = await rec.before("c")
+        (project / "a.txt").write_text(content)
+        await rec.after("c", "write_file", "a.txt", before)
+        (project / "a.txt").write_text(content + "mine\n")  # someone else, between the steps
+    with pytest.raises(UndoError, match=r"a\.txt") as refused:
+        await undo(store, tmp_path / "snapshots", rec.session_id, 1, False)
+    assert refused.value.code == "conflict"
+    assert (project / "a.txt").read_text() == "two\nmine\n"
+
+
+async def test_a_tree_over_the_limit_is_skipped_once_with_a_note(store, project, tmp_path):
+    events: list = []
+    rec = recorder(store, project, tmp_path, events, max_files=1)
+    assert await rec.before("c1") is None and await rec.before("c2") is None
+    [(kind, data)] = events
+    assert kind == "snapshot_skipped" and data["reason"] == "too_many_files"
+    with pytest.raises(UndoError) as nothing:
+        await undo(store, tmp_path / "snapshots", rec.session_id, None, False)
+    assert nothing.value.code == "nothing_to_undo"
+
+
+async def test_without_git_the_turn_says_so_and_goes_on(store, project, tmp_path, monkeypatch):
+    events: list = []
+    rec = recorder(store, project, tmp_path, events)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    assert await rec.before("c1") is None
+    assert events[0][1]["reason"] == "no_git" and "install git" in events[0][1]["message"]
+
+
+async def test_an_overwritten_file_keeps_its_own_permission_bits(project, shadow):
+    secret = project / "secret.env"
+    secret.write_text("KEY=1\n")
+    secret.chmod(0o600)
+    before = await shadow.snapshot()
+    secret.write_text("KEY=2\n")  # as sed -i or an editor would: the mode stays
+    (project / "tool.sh").write_text("#!/bin/sh\nexit 1\n")
+    (project / "tool.sh").chmod(0o700)
+    after = await shadow.snapshot()
+    await shadow.restore(before, [c.path for c in await shadow.changes(before, after)])
+    assert secret.read_text() == "KEY=1\n" and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE((project / "tool.sh").stat().st_mode) == 0o700
+
+
+async def test_a_call_that_changed_nothing_is_no_step_and_an_undo_with_nothing_to_do_records_none(
+    store, project, tmp_path
+):
+    events: list = []
+    rec = recorder(store, project, tmp_path, events)
+    before = await rec.before("c1")
+    (project / "a.txt").write_text("b\n")
+    assert await rec.after("c1", "bash", "$ edit", before) is not None
+    before = await rec.before("c2")
+    assert await rec.after("c2", "bash", "$ ls", before) is None  # read only: not a step
+    assert [e[1]["step"] for e in events] == [1]
+    (project / "a.txt").write_text("a\n")  # someone put it back already
+    row, first = await undo(store, tmp_path / "snapshots", rec.session_id, None, True)
+    assert row is None and first == 1 and len(store.checkpoints(rec.session_id)) == 1
