@@ -18,7 +18,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -252,6 +252,11 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path
+        # The next event seq and message index of each session written here: the daemon is the
+        # store's one writer, so two SELECTs per write (the session's existence, the last number)
+        # are needed once per session. A number another writer took meanwhile is found by the
+        # primary key, and the write is made again with the number read afresh.
+        self._next: dict[tuple[str, str], int] = {}
 
     @classmethod
     def open(cls, path: Path | None = None) -> Store:
@@ -331,6 +336,36 @@ class Store:
             if self._conn.in_transaction:  # a failed COMMIT leaves it open
                 self._conn.execute("ROLLBACK")
             raise
+
+    # The first number of each numbered table, and the query of the next one.
+    _FIRST = {"events": 1, "messages": 0}
+    _LAST = {
+        "events": "SELECT max(seq) FROM events WHERE session_id = ?",
+        "messages": "SELECT max(idx) FROM messages WHERE session_id = ?",
+    }
+
+    def _numbered(
+        self, session_id: str, table: str, insert: Callable[[sqlite3.Connection, int], None]
+    ) -> int:
+        """Write the session's next row of *table* by ``insert(db, number)``, in one transaction; its number."""
+        key = (session_id, table)
+        for fresh in (False, True):
+            number = None if fresh else self._next.get(key)
+            try:
+                with self._write() as db:
+                    if number is None:
+                        self._require_session(session_id)
+                        last = db.execute(self._LAST[table], (session_id,)).fetchone()[0]
+                        number = self._FIRST[table] if last is None else last + 1
+                    insert(db, number)
+            except sqlite3.IntegrityError:
+                self._next.pop(key, None)
+                if fresh:
+                    raise
+                continue
+            self._next[key] = number + 1
+            return number
+        raise AssertionError("unreachable")
 
     def _require_session(self, session_id: str) -> None:
         if self._conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -444,15 +479,14 @@ class Store:
         """
         blob = msgspec.msgpack.encode(data)
         ts = time.time()
-        with self._write() as db:
-            self._require_session(session_id)
-            seq = db.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM events WHERE session_id = ?", (session_id,)
-            ).fetchone()[0]
+
+        def insert(db: sqlite3.Connection, seq: int) -> None:
             db.execute(
                 "INSERT INTO events (session_id, seq, ts, kind, data) VALUES (?, ?, ?, ?, ?)",
                 (session_id, seq, ts, kind, blob),
             )
+
+        seq = self._numbered(session_id, "events", insert)
         return Event(session_id=session_id, seq=seq, ts=ts, kind=kind, data=data)
 
     def events_after(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
@@ -517,17 +551,16 @@ class Store:
         Errors: NotFound.
         """
         blob = msgspec.msgpack.encode(msg)
-        with self._write() as db:
-            self._require_session(session_id)
-            idx = db.execute(
-                "SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()[0]
+
+        def insert(db: sqlite3.Connection, idx: int) -> None:
             db.execute(
                 "INSERT INTO messages (session_id, idx, role, data) VALUES (?, ?, ?, ?)",
                 (session_id, idx, msg.role, blob),
             )
             if msg.role == "user":
                 db.execute("UPDATE sessions SET turns = turns + 1 WHERE id = ?", (session_id,))
+
+        idx = self._numbered(session_id, "messages", insert)
         return idx
 
     def replace_messages(self, session_id: str, messages: list[Message]) -> None:
@@ -544,6 +577,7 @@ class Store:
             self._require_session(session_id)
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             db.executemany("INSERT INTO messages (session_id, idx, role, data) VALUES (?, ?, ?, ?)", blobs)
+        self._next[(session_id, "messages")] = len(messages)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's model context, in order.

@@ -13,7 +13,6 @@ conversation, not this file: the transcript only grows.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
 from pathlib import Path
@@ -23,6 +22,8 @@ import msgspec
 from ..models.base import Message
 
 log = logging.getLogger(__name__)
+# One JSON line per message, by msgspec (json.dumps cost more than the rest of adding a message).
+_JSON = msgspec.json.Encoder()
 
 
 def path_for(state_dir: Path, session_id: str) -> Path:
@@ -41,15 +42,19 @@ def append(path: Path, session_id: str, msg: Message) -> None:
         "type": msg.role,
         "session_id": session_id,
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-        "message": msgspec.to_builtins(msg),
+        "message": msg,
     }
-    _append(path, json.dumps(record, ensure_ascii=False).encode() + b"\n")
+    _append(path, _JSON.encode(record) + b"\n")
 
 
 def _append(path: Path, data: bytes) -> None:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # the first write of all: the folder is made once
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
         try:
             os.write(fd, data)
         finally:

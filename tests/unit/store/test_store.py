@@ -485,3 +485,23 @@ def test_checkpoints_are_numbered_per_session_and_keep_their_files(store):
     assert (first.step, second.step) == (1, 2)
     assert [r.files for r in store.checkpoints(one.id)] == [files, []]
     assert [r.step for r in store.checkpoints(two.id)] == [1]
+
+
+def test_numbers_stay_consecutive_when_another_writer_took_the_next(tmp_path):
+    # The store remembers each session's next seq and index; a second writer on the same file
+    # (never the daemon's case, but a number must never be lost or doubled) is found by the key.
+    one, two = Store.open(tmp_path / "mm.db"), Store.open(tmp_path / "mm.db")
+    s = one.create_session(cwd="/w", agent=None, model="m")
+    assert one.append_event(s.id, "a", {}).seq == 1
+    assert two.append_event(s.id, "b", {}).seq == 2
+    assert one.append_event(s.id, "c", {}).seq == 3  # its remembered 2 was taken: read again
+    assert [e.kind for e in one.events_after(s.id)] == ["a", "b", "c"]
+    assert one.append_message(s.id, Message(role="user", content="x")) == 0
+    assert two.append_message(s.id, Message(role="user", content="y")) == 1
+    assert one.append_message(s.id, Message(role="assistant", content="z")) == 2
+    one.replace_messages(s.id, [Message(role="user", content="summary")])
+    assert one.append_message(s.id, Message(role="user", content="after")) == 1
+    assert [m.content for m in two.messages(s.id)] == ["summary", "after"]
+    assert one.get_session(s.id).turns == 3  # the replacement counts no turn, each user message one
+    with pytest.raises(NotFound):
+        one.append_event("nosuchsession", "a", {})
