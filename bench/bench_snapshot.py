@@ -29,6 +29,7 @@ from pathlib import Path
 
 import trio
 
+from mmd import procs
 from mmd.store import Store
 from mmd.undo import Recorder, Shadow, shadow_dir
 
@@ -167,9 +168,12 @@ def main() -> None:
     parser.add_argument("--first-runs", type=int, default=5, help="runs of the first snapshot (default 5)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="mm-bench-snapshot-", dir="/tmp"))
+    # As in the daemon: a subreaper, so the supervisor follows each git's children by the kernel's
+    # links (without it, each spawn would also pay a watcher thread and scans of /proc).
+    reaper = procs.become_subreaper()
     print(
         f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]}, "
-        f"{os.cpu_count()} CPUs; median ms over {args.runs} runs"
+        f"{os.cpu_count()} CPUs; median ms over {args.runs} runs; subreaper: {reaper}"
     )
     try:
         with Store.open(scratch / "mm.db") as store:

@@ -99,6 +99,21 @@ def git_missing() -> bool:
     return shutil.which("git") is None
 
 
+# The tree last written from each index file, by the index's checksum.
+_trees: dict[Path, tuple[bytes, str]] = {}
+
+
+def _checksum(index: Path) -> bytes | None:
+    """The SHA-1 trailer git ends an index with; None if unreadable or zero (index.skipHash)."""
+    try:
+        with open(index, "rb") as f:
+            f.seek(-20, os.SEEK_END)
+            trailer = f.read(20)
+    except OSError:
+        return None
+    return trailer if len(trailer) == 20 and any(trailer) else None
+
+
 @dataclass
 class Shadow:
     """The shadow repository *git_dir* of the working tree *project*."""
@@ -203,7 +218,18 @@ class Shadow:
         """The tree of the working tree now (ignored files left out). Errors: SnapshotError."""
         await self.ensure()
         await self.git("add", "--all", "--", ".")
-        return (await self.git("write-tree")).decode().strip()
+        # The same index gives the same tree: the index's own checksum (its last 20 bytes) says
+        # whether `git add` changed it, which saves one git process in most snapshots (the one
+        # before a call finds the tree as the one after the last call left it).
+        index = self.index or self.git_dir / "index"
+        checksum = _checksum(index)
+        known = _trees.get(index)
+        if checksum is not None and known is not None and known[0] == checksum:
+            return known[1]
+        tree = (await self.git("write-tree")).decode().strip()
+        if checksum is not None:
+            _trees[index] = (checksum, tree)
+        return tree
 
     async def changes(self, before: str, after: str) -> list[Change]:
         """The paths that differ between two trees, with how."""

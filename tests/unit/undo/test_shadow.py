@@ -261,3 +261,30 @@ async def test_a_call_that_changed_nothing_is_no_step_and_an_undo_with_nothing_t
     (project / "a.txt").write_text("a\n")  # someone put it back already
     row, first = await undo(store, tmp_path / "snapshots", rec.session_id, None, True)
     assert row is None and first == 1 and len(store.checkpoints(rec.session_id)) == 1
+
+
+async def test_an_unchanged_index_skips_write_tree_and_a_changed_one_never_does(project, shadow, monkeypatch):
+    # snapshot() keeps the tree of the last index by the index's checksum: one git (add) when
+    # nothing changed, and never a stale tree after a change, even one of the same size.
+    ran: list[str] = []
+    git = Shadow.git
+
+    async def counted(self, *args, **kw):
+        ran.append(args[0])
+        return await git(self, *args, **kw)
+
+    monkeypatch.setattr(Shadow, "git", counted)
+    first = await shadow.snapshot()
+    # git may rewrite a racily clean index again (files as new as the index); then it settles.
+    for _ in range(10):
+        ran.clear()
+        assert await shadow.snapshot() == first
+        if ran == ["add"]:
+            break
+        await trio.sleep(0.05)
+    assert ran == ["add"]
+    (project / "a.txt").write_text((project / "a.txt").read_text().upper())  # same size, new bytes
+    ran.clear()
+    second = await shadow.snapshot()
+    assert second != first and ran == ["add", "write-tree"]
+    assert [c.path for c in await shadow.changes(first, second)] == [b"a.txt"]
