@@ -11,6 +11,7 @@ Run ``python bench/bench_supervisor.py [--runs N]``. It prints:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 import psutil
 import trio
 
+from mmd import procs
 from mmd.procs import run_tool_process
 
 # Grace used for the stop figures: small, so that the TERM-ignoring tree costs little.
@@ -102,15 +104,24 @@ async def main(runs: int) -> None:
             return await trio.run_process(["true"])
 
         await median_ms(10, supervised)  # warm up the thread cache and imports
+        sup_scan = await median_ms(runs, supervised)  # without a subreaper: watcher and /proc scans
+        procs.become_subreaper()  # as the daemon runs it
+        await median_ms(10, supervised)
         sup = await median_ms(runs, supervised)
+        procs.become_subreaper(False)
         sub = await median_ms(runs, bare_subprocess)
         tri = await median_ms(runs, bare_trio)
 
     print(f"cancel-to-gone, grace {GRACE} s, {stops[0]} runs each (median / min / max, ms)")
     print(f"  {'TERM-respecting tree':<24}{_spread(polite)}")
     print(f"  {'TERM-ignoring tree':<24}{_spread(stubborn)}")
-    print(f"spawn overhead, median of {runs} runs of `true` (ms)")
-    print(f"  {'run_tool_process':<24}{sup:8.2f}")
+    print(
+        f"spawn overhead, median of {runs} runs of `true` ({len(os.listdir('/proc'))} entries in /proc; ms)"
+    )
+    print(f"  {'run_tool_process':<24}{sup:8.2f}   (as a subreaper, as the daemon runs it)")
+    print(
+        f"  {'  not a subreaper':<24}{sup_scan:8.2f}   (a watcher thread and scans of /proc: {sup_scan / sup:.1f}x)"
+    )
     print(f"  {'subprocess.run':<24}{sub:8.2f}   ratio {sup / sub:.1f}x")
     print(f"  {'trio.run_process':<24}{tri:8.2f}   ratio {sup / tri:.1f}x")
     print(f"  {'added per call':<24}{sup - tri:8.2f}   (vs trio.run_process)")
