@@ -50,6 +50,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
+from subprocess import DEVNULL
 from typing import Any, BinaryIO
 
 import msgspec
@@ -57,6 +58,9 @@ import trio
 
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
+from mmd.sandbox import Sandbox, confine_thread
+from mmd.sandbox.landlock import Unavailable
+from mmd.sandbox.links import HardLinkRefused, check_links
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +111,15 @@ async def run_tool_process(
     max_bytes: int = 30_000,
     max_lines: int = 400,
     pass_env: Collection[str] = (),
+    sandbox: Sandbox | None = None,
 ) -> ProcResult:
     """Run ``argv`` for one tool call and return how it ended and its output.
 
     The child runs in ``cwd`` with the daemon's environment less its secrets
     (see :mod:`mmd.procs.environ`; the names in ``pass_env`` are kept) updated
     by ``env`` (the caller passes MM_SESSION_ID and MM_TOOL_CALL_ID) and TAG_VAR, stdin from
-    /dev/null, in a new session and process group. Its stdout and stderr are
+    /dev/null, in a new session and process group, confined to ``sandbox`` (if
+    given and not off) from before exec on. Its stdout and stderr are
     read concurrently; each read, decoded as UTF-8 (invalid bytes as U+FFFD, NUL
     as ``\\0``), is passed to ``on_output(stream, text)`` and its raw bytes are
     written to ``spill_path`` in arrival order.
@@ -144,7 +150,7 @@ async def run_tool_process(
         try:
             capture = OutputCapture(spill, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
             try:
-                tree = await _spawn(argv, cwd=cwd, env=env, pass_env=pass_env, stdin=subprocess.DEVNULL)
+                tree = await _spawn(argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, stdin=DEVNULL)
             except (OSError, ValueError) as exc:
                 return _unstarted(_spawn_error(exc, argv, cwd), started)
             timed_out = await _collect(tree, capture, timeout, grace)
@@ -167,6 +173,7 @@ async def supervised_process(
     grace: float = 3.0,
     inherit_env: bool = True,
     pass_env: Collection[str] = (),
+    sandbox: Sandbox | None = None,
 ) -> AsyncIterator[trio.Process]:
     """Run a long-lived child (MCP stdio server, llama-server, hook) for the block.
 
@@ -178,10 +185,12 @@ async def supervised_process(
     when the block is left, the whole tree is stopped and the pipes closed. The
     child may exit, and be waited for, before that. With ``inherit_env=False``
     the child's environment is ``env`` alone (plus TAG_VAR and the ``pass_env``
-    names): a third-party server never sees the daemon's API keys.
+    names): a third-party server never sees the daemon's API keys. A
+    ``sandbox`` that is not off confines the child as :func:`run_tool_process` does.
 
     Errors: OSError (or ValueError for a NUL in ``argv``) if the child cannot
-    start; :func:`spawn_error_message` turns it into a sentence.
+    start (landlock.Unavailable, an OSError, if the sandbox cannot be
+    enforced); :func:`spawn_error_message` turns it into a sentence.
 
     Cancellation: leaving the block by Cancelled stops the tree in a shielded
     scope (up to ``grace`` seconds), then Cancelled goes on.
@@ -192,6 +201,7 @@ async def supervised_process(
         env=env,
         inherit_env=inherit_env,
         pass_env=pass_env,
+        sandbox=sandbox,
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
@@ -321,23 +331,26 @@ async def _spawn(
     env: dict[str, str],
     inherit_env: bool = True,
     pass_env: Collection[str] = (),
+    sandbox: Sandbox | None = None,
     **stdio: Any,
 ) -> _Tree:
     # The one place a child's environment is built: every child, present or future,
     # goes without the daemon's secrets unless its caller passes one on by name.
+    # And the one place a child is confined: every child given a sandbox is.
     if not argv:
         raise ValueError("empty command")
     global _spawning
     tag = f"{_owner}.{secrets.token_hex(8)}"
+    child_env = child_environment({**env, TAG_VAR: tag}, inherit=inherit_env, pass_env=pass_env)
+    stdio = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio}
     _spawning += 1  # until the new child is in _leaders, no zombie child is taken for an orphan
     try:
-        proc = await trio.lowlevel.open_process(
-            argv,
-            cwd=cwd,
-            env=child_environment({**env, TAG_VAR: tag}, inherit=inherit_env, pass_env=pass_env),
-            start_new_session=True,
-            **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio},
-        )
+        if sandbox is not None and sandbox.confined:
+            proc = await _open_confined(argv, sandbox, cwd=cwd, env=child_env, **stdio)
+        else:
+            proc = await trio.lowlevel.open_process(
+                argv, cwd=cwd, env=child_env, start_new_session=True, **stdio
+            )
         _leaders.add(proc.pid)
     finally:
         _spawning -= 1
@@ -348,6 +361,62 @@ async def _spawn(
         os.waitpid(proc.pid, 0)
         _leaders.discard(proc.pid)
         raise
+
+
+async def _open_confined(argv: list[str], sandbox: Sandbox, **options: Any) -> trio.Process:
+    """``trio.lowlevel.open_process``, the child confined to *sandbox* from its first instruction.
+
+    Landlock and no_new_privs belong to a thread, and a process inherits its
+    creator thread's: so a thread is made for this one spawn, confines itself,
+    starts the child (subprocess's vfork fast path kept, no Python code run in
+    the child) and ends. The daemon's other threads are never confined. The
+    pipes are made here as trio makes them, since trio's own open_process
+    starts the child in a pooled thread that would stay confined.
+
+    Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable,
+    OSError, ValueError.
+    """
+    parent_ends: list[trio.lowlevel.FdStream | None] = [None, None, None]
+    child_ends: list[int] = []
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        if options.get(name) == subprocess.PIPE:
+            r, w = os.pipe()
+            mine, theirs = (w, r) if i == 0 else (r, w)
+            parent_ends[i] = trio.lowlevel.FdStream(mine)
+            child_ends.append(theirs)
+            options[name] = theirs
+
+    def start() -> subprocess.Popen[bytes]:
+        check_links(sandbox.roots)
+        outcome: list[Any] = []
+
+        def confined() -> None:
+            try:
+                confine_thread(sandbox)
+                outcome.append(subprocess.Popen(argv, start_new_session=True, **options))
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append(exc)
+
+        thread = threading.Thread(target=confined, name="mm-sandbox-spawn")
+        thread.start()
+        thread.join()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    try:
+        popen = await trio.to_thread.run_sync(start)
+    except BaseException:
+        for stream in parent_ends:
+            if stream is not None:
+                await stream.aclose()
+        raise
+    finally:
+        for fd in child_ends:
+            os.close(fd)
+    # trio.Process has no public constructor for a Popen started elsewhere; tests/unit/procs
+    # checks this one, so a trio that drops it fails there rather than here.
+    return trio.Process._create(popen, *parent_ends)  # type: ignore[attr-defined]
 
 
 async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: float) -> bool:
@@ -481,6 +550,10 @@ def _unstarted(reason: str, started: float) -> ProcResult:
 
 
 def _spawn_error(exc: OSError | ValueError, argv: list[str], cwd: Path) -> str:
+    if isinstance(exc, HardLinkRefused):
+        return f"{argv[0]} was not started: {exc}"
+    if isinstance(exc, Unavailable):
+        return f"{argv[0]} was not started: the sandbox cannot be enforced: {exc}"
     if isinstance(exc, ValueError):
         return f"cannot start the command: {exc}"
     if exc.filename is not None and os.fsdecode(exc.filename) == os.fsdecode(cwd):

@@ -1,0 +1,154 @@
+"""The sandbox of what a turn runs: which folders its processes may write, and whether they reach the network.
+
+- :class:`Sandbox` is a policy: a mode (``workspace``, ``read-only``, ``off``),
+  the folders it may write besides the temp dir, and ``network``. The turn's
+  plan makes one (mmd/turn/plan.py); the supervisor applies it to every child
+  it starts with one (mmd/procs/supervisor.py).
+- :func:`support` says once per daemon whether this kernel can enforce one.
+- :mod:`.landlock` enforces it; :mod:`.links` refuses a spawn whose writable
+  folders hold a hard link Landlock could not confine; :mod:`.explain` turns a
+  refused write in a tool's output into what the model reads.
+
+Imports nothing else of mmd: the supervisor, the config and the policy all use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Literal
+
+from . import landlock
+
+Mode = Literal["workspace", "read-only", "off"]
+MODES: tuple[Mode, ...] = ("workspace", "read-only", "off")
+DEFAULT_MODE: Mode = "workspace"
+# Set (to anything but "" or 0) in the daemon's environment: behave as if the kernel had no
+# Landlock. The tests use it; so can a person who wants to see what mm does on such a machine.
+PRETEND_VAR = "MM_SANDBOX_UNAVAILABLE"
+# Device files every confined process may write: ordinary commands need them.
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/random", "/dev/urandom")
+# Folders of devices and shared memory that stay writable: terminals, POSIX semaphores.
+DEVICE_FOLDERS = ("/dev/pts", "/dev/shm")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What the processes of one call may do: write beneath ``roots`` and the temp dir, reach the network.
+
+    ``roots`` are absolute: the session's directory and ``sandbox.writable:`` in
+    ``workspace`` mode, none in ``read-only``. ``off`` confines nothing.
+    """
+
+    mode: Mode = DEFAULT_MODE
+    roots: tuple[str, ...] = ()
+    network: bool = True
+    # Where the policy was set, for the answer that says how to allow a path: the agent file, or "".
+    source: str = ""
+    temp: str = field(default_factory=tempfile.gettempdir)
+
+    @property
+    def confined(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def label(self) -> str:
+        """How the ask and ``mm tools list`` show it: ``workspace``, ``read-only, network off``, ``off``."""
+        if not self.confined:
+            return "off"
+        return self.mode if self.network else f"{self.mode}, network off"
+
+    def writable(self) -> tuple[str, ...]:
+        """Every folder a confined process may write beneath: ``roots``, then the temp dir."""
+        return (*self.roots, self.temp) if self.confined else ()
+
+    def allows(self, path: str) -> bool:
+        """Whether a confined process may write *path* (absolute, links resolved)."""
+        if not self.confined:
+            return True
+        return (
+            any(_inside(path, root) for root in (*self.writable(), *DEVICE_FOLDERS)) or path in DEVICE_FILES
+        )
+
+    def summary(self) -> str:
+        """One line for the model and the person: where this sandbox lets processes write."""
+        if not self.confined:
+            return "the sandbox is off"
+        where = ", ".join(self.writable()) if self.roots else f"the temp dir {self.temp}"
+        net = "" if self.network else "; no network (TCP)"
+        return f"sandbox {self.mode}: processes may write only under {where}{net}"
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether this kernel can enforce a sandbox, and why not."""
+
+    abi: int
+    reason: str = ""  # empty when available
+
+    @property
+    def available(self) -> bool:
+        return self.abi > 0
+
+    @property
+    def label(self) -> str:
+        """What ``mm daemon status`` prints."""
+        if self.available:
+            return (
+                f"Landlock ABI {self.abi} (network rules: {'yes' if self.abi >= 4 else 'no, ABI 4 needed'})"
+            )
+        return f"unavailable: {self.reason}"
+
+
+@functools.cache
+def support() -> Support:
+    """What this kernel offers, probed once per daemon (a system call). Errors: none."""
+    if os.environ.get(PRETEND_VAR, "") not in ("", "0"):
+        return Support(abi=0, reason=f"{PRETEND_VAR} is set in the daemon's environment")
+    version = landlock.abi()
+    if version < 1:
+        return Support(
+            abi=0,
+            reason="this kernel offers no Landlock (Linux 5.13+ with landlock in its lsm= list is needed)",
+        )
+    return Support(abi=version)
+
+
+def unavailable_reason(box: Sandbox) -> str | None:
+    """Why *box* cannot be enforced here, or None when it can (or is off)."""
+    if not box.confined:
+        return None
+    found = support()
+    if not found.available:
+        return found.reason
+    if not box.network and found.abi < 4:
+        return f"network: off needs Landlock ABI 4 (Linux 6.7); this kernel offers ABI {found.abi}"
+    return None
+
+
+def confine_thread(box: Sandbox) -> None:
+    """Confine the calling thread (one made for this spawn) to *box*; see :func:`landlock.restrict_thread`.
+
+    Errors: landlock.Unavailable, OSError.
+    """
+    folders = (*box.writable(), *DEVICE_FOLDERS)
+    landlock.restrict_thread(support().abi, folders, DEVICE_FILES, network=box.network)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+__all__ = [
+    "DEFAULT_MODE",
+    "MODES",
+    "PRETEND_VAR",
+    "Mode",
+    "Sandbox",
+    "Support",
+    "confine_thread",
+    "support",
+    "unavailable_reason",
+]

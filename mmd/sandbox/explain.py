@@ -1,0 +1,63 @@
+"""What the model reads when the sandbox refused something a confined process tried.
+
+The kernel answers a refused write with EACCES ("Permission denied"), a link
+into another folder with EXDEV ("Invalid cross-device link") and a refused TCP
+connection with EACCES too; the process prints that in its own words and
+fails. :func:`refusal_note` reads a failed confined process's output for those
+texts and the paths beside them, and says which the sandbox refused and how a
+person can allow them: the model then knows not to retry, and what to tell the
+user, instead of reading a bare "Permission denied".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from . import Sandbox
+
+# The kernel's texts for the errors a refusal gives, as libc and Python print them.
+_DENIED = re.compile(
+    r"Permission denied|Operation not permitted|Invalid cross-device link|Read-only file system"
+    r"|\[Errno (?:1|13|18)\]",
+)
+# A path on such a line: quoted, or a word with a slash before a colon ("bash: /etc/x: Permission denied").
+_PATH = re.compile(
+    r"""['"‘`]([^'"’`\n]*/[^'"’`\n]*)['"’`]|(?<![\w.])((?:~|\.{1,2})?/[^\s:'"]+|[\w.-]+/[^\s:'"]*)"""
+)
+# Paths named at most, in the note.
+_MAX_PATHS = 5
+
+
+def refusal_note(output: str, box: Sandbox, cwd: str, agent_file: str | None) -> tuple[str, list[str]] | None:
+    """The note to add to a failed confined call's answer, and the refused paths; None if no refusal shows.
+
+    Only lines with a refusal's text are read; a path on them that *box* does
+    not allow is named as refused. A refusal with no path outside (a network
+    connection, a path the tool did not print) still gets the note, worded as
+    "may have". Errors: none.
+    """
+    lines = [line for line in output.splitlines() if _DENIED.search(line)]
+    if not lines:
+        return None
+    refused: list[str] = []
+    for line in lines:
+        for quoted, bare in _PATH.findall(line):
+            path = os.path.realpath(os.path.join(cwd, os.path.expanduser(quoted or bare)))
+            if not box.allows(path) and path not in refused:
+                refused.append(path)
+    where = (
+        f"sandbox.writable: in {agent_file}"
+        if agent_file
+        else "sandbox.writable: in the agent file (mm.yaml)"
+    )
+    allow = f"A person can allow a folder by adding it to {where}, or run mm with --sandbox off."
+    if refused:
+        shown = ", ".join(refused[:_MAX_PATHS]) + (" …" if len(refused) > _MAX_PATHS else "")
+        head = f"[mm: the sandbox refused writing {shown}: {box.summary()}."
+    elif not box.network and any("Errno 13" in line or "Permission denied" in line for line in lines):
+        head = f"[mm: the sandbox may have refused this ({box.summary()})."
+        allow = "A person can allow network access by removing sandbox.network: off, or run mm with --sandbox off."
+    else:
+        head = f"[mm: the sandbox may have refused this: {box.summary()}."
+    return f"{head} Do not retry it; tell the user. {allow}]", refused
