@@ -10,17 +10,22 @@ confined spawn the writable folders (not the temp dir) are walked, and a
 regular file with more names than the walk found inside them refuses the
 spawn, naming the file.
 
-The walk stops after MAX_ENTRIES entries: what lies past it is not checked
-(docs/security.md says so). Its cost is measured by bench/bench_sandbox.py.
+A walk reads every entry's inode (about 8 µs each here: 60 ms for mm's own
+7,000 entries), so each folder's listing is kept and reused while the folder's
+mtime is unchanged: a later spawn costs one lstat per folder and per linked
+file. The walk stops after MAX_ENTRIES entries: what lies past it is not
+checked (docs/security.md says so). bench/bench_sandbox.py measures both.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-# Entries walked per spawn at most, all writable folders together: about 25 ms on a warm cache.
+# Entries walked per spawn at most, all writable folders together.
 MAX_ENTRIES = 20_000
 
 
@@ -28,46 +33,86 @@ class HardLinkRefused(OSError):
     """A writable folder holds a hard link to a file some of whose names lie outside."""
 
 
+@dataclass(frozen=True)
+class _Folder:
+    """What one walk of a folder found: kept until the folder's mtime changes."""
+
+    mtime: int  # st_mtime_ns, read before the folder was listed
+    entries: int
+    subfolders: tuple[str, ...]
+    linked: tuple[str, ...]  # regular files with more than one name
+
+
+# Folder path → what its last walk found. A name added, removed or renamed in a folder changes
+# the folder's mtime, so a folder whose mtime is unchanged holds the same names: only it needs
+# no listing. The daemon's spawns share it, from several worker threads.
+_walked: dict[str, _Folder] = {}
+_lock = threading.Lock()
+
+
 def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
     """Raise HardLinkRefused for the first file under *roots* with a name outside them.
 
     Symbolic links are not followed (Landlock checks where they lead). A folder
-    that cannot be read is skipped. Errors: HardLinkRefused.
+    that cannot be read is skipped. A folder walked before is listed again only
+    when its mtime changed; the link count of each linked file is read afresh.
+    Errors: HardLinkRefused.
     """
     names: dict[tuple[int, int], list[str]] = {}
-    links: dict[tuple[int, int], int] = {}
+    counts: dict[tuple[int, int], int] = {}
     left = max_entries
-    stack = [root for root in dict.fromkeys(roots) if os.path.isdir(root)]
-    while stack and left > 0:
-        folder = stack.pop()
-        try:
-            entries = os.scandir(folder)
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                left -= 1
-                if left <= 0:
-                    break
+    stack = list(dict.fromkeys(roots))
+    with _lock:
+        while stack and left > 0:
+            folder = _folder(stack.pop())
+            if folder is None:
+                continue
+            left -= folder.entries
+            stack.extend(folder.subfolders)
+            for path in folder.linked:
                 try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                        continue
-                    if not entry.is_file(follow_symlinks=False):
-                        continue
-                    st = entry.stat(follow_symlinks=False)
+                    st = os.lstat(path)
                 except OSError:
                     continue
                 if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
-                    key = (st.st_dev, st.st_ino)
-                    names.setdefault(key, []).append(entry.path)
-                    links[key] = st.st_nlink
+                    names.setdefault((st.st_dev, st.st_ino), []).append(path)
+                    counts[(st.st_dev, st.st_ino)] = st.st_nlink
     for key, found in names.items():
-        if len(found) < links[key]:
+        if len(found) < counts[key]:
             raise HardLinkRefused(
                 f"the sandbox cannot confine writes through {found[0]}: it is a hard link (the file has "
-                f"{links[key]} names, {len(found)} of them in the folders this call may write), so a write "
+                f"{counts[key]} names, {len(found)} of them in the folders this call may write), so a write "
                 "through it would change the file under its other names too. Break the link with a copy "
                 f"(cp -p {found[0]} {found[0]}.copy && mv {found[0]}.copy {found[0]}) or remove it; "
                 "or run mm with --sandbox off"
             )
+
+
+def _folder(path: str) -> _Folder | None:
+    """The walk of *path*: the cached one while its mtime holds, else a new listing."""
+    try:
+        mtime = os.lstat(path).st_mtime_ns
+    except OSError:
+        _walked.pop(path, None)
+        return None
+    cached = _walked.get(path)
+    if cached is not None and cached.mtime == mtime:
+        return cached
+    subfolders, linked, entries = [], [], 0
+    try:
+        listing = os.scandir(path)
+    except OSError:
+        return None
+    with listing:
+        for entry in listing:
+            entries += 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    subfolders.append(entry.path)
+                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
+                    linked.append(entry.path)
+            except OSError:
+                continue
+    walked = _Folder(mtime, entries, tuple(subfolders), tuple(linked))
+    _walked[path] = walked
+    return walked
