@@ -76,7 +76,8 @@ def describe(ask: dict[str, Any], view: View) -> None:
             f"{', '.join(paths)}"
         )
     else:
-        view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}")
+        box = f"  [sandbox: {ask['sandbox']}]" if ask.get("sandbox") else ""
+        view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}{box}")
 
 
 def decide(ask: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from . import style
 from .ask import Answer, answer_consent
 from .connection import Client, DaemonError, Untrusted
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
+from .options import sandbox_option
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, tool_table
 
 if TYPE_CHECKING:  # imported when used: mm must start fast
@@ -124,6 +125,7 @@ LAZY_COMMANDS = {
 )
 @click.option("--verbose", is_flag=True, help="Accepted as in Claude Code; mm needs it for nothing.")
 @click.option("--yolo", is_flag=True, help="Run write tools without asking (destructive tools still ask).")
+@sandbox_option
 @style.no_color_option
 @click.version_option(__version__, "-V", "--version", prog_name="mm")
 @click.pass_context
@@ -223,6 +225,8 @@ def _prompt_params(text: str, opts: dict[str, Any], session_id: str | None) -> d
         params["agent"] = os.path.abspath(agent)
     if opts.get("model"):
         params["model"] = opts["model"]
+    if opts.get("sandbox"):
+        params["sandbox"] = opts["sandbox"]
     if session_id:
         params["session_id"] = session_id
     elif opts.get("resume"):
@@ -314,6 +318,7 @@ def _chat(**opts: Any) -> int:
     "-r", "--resume", metavar="ID", shell_complete=_complete_sessions, help="Continue the session ID."
 )
 @click.option("--yolo", is_flag=True, help="Run write tools without asking.")
+@sandbox_option
 def chat(**opts: Any) -> None:
     """Chat with the model in this terminal.
 
@@ -435,7 +440,7 @@ def daemon_install_service(to_stdout: bool) -> None:
 
 def _print_status(status: dict[str, Any]) -> None:
     click.echo(f"mmd {status['version']} running, pid {status['pid']}, up {status['uptime']:.0f} s")
-    for key in ("socket", "store", "log", "clients", "sessions_loaded", "turns_running"):
+    for key in ("socket", "store", "log", "clients", "sessions_loaded", "turns_running", "sandbox"):
         click.echo(f"  {key.replace('_', ' ')}: {status[key]}")
 
 

@@ -285,7 +285,10 @@ def summary(result: dict[str, Any]) -> str:
 
 
 def tool_table(tools: list[dict[str, Any]], cut: int | None = None) -> list[str]:
-    """`tools.list`'s tools as lines, by source: name, tier, the description's first sentence (cut short)."""
+    """`tools.list`'s tools as lines, by source: name, tier, sandbox, the description's first sentence (cut short).
+
+    The sandbox is the one the tool's processes run under; ``-`` for a tool that runs inside mm.
+    """
     by_source: dict[str, list[dict[str, Any]]] = {}
     for tool in tools:
         by_source.setdefault(tool["source"], []).append(tool)
@@ -294,5 +297,6 @@ def tool_table(tools: list[dict[str, Any]], cut: int | None = None) -> list[str]
         lines.append(f"{source}:")
         for tool in group:
             first = tool["description"].split(". ")[0].rstrip(".")
-            lines.append(f"  {tool['name']:<18} {tool['tier']:<12} {first[:cut]}")
+            box = tool.get("sandbox") or "-"
+            lines.append(f"  {tool['name']:<18} {tool['tier']:<12} {box:<10} {first[:cut]}")
     return lines

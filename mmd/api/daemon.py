@@ -6,7 +6,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from .. import __version__
+from .. import __version__, sandbox
 from ..rpc import PROTOCOL_VERSION, RPCError
 from ..rpc.methods import Empty, Handshake
 from ..rpc.results import DaemonStatus, HandshakeResult, Stopping
@@ -45,6 +45,7 @@ async def status(daemon: Daemon, conn: Connection, p: Empty) -> DaemonStatus:
         clients=len(daemon.connections),
         sessions_loaded=len(daemon.sessions),
         turns_running=sum(1 for s in daemon.sessions.values() if s.running),
+        sandbox=sandbox.support().label,
     )
 
 

@@ -29,6 +29,7 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     registry, skills, warnings = plan.build_tools(agent, cwd, mcp_tools)
     warnings = [*mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}
+    box = plan.turn_sandbox(agent, cwd)
     tools = [
         ToolInfo(
             name=tool.name,
@@ -36,6 +37,7 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
             source=tool.source,
             description=specs[tool.name].description,
             parameters=specs[tool.name].parameters,
+            sandbox=tool.sandbox_label(box),
         )
         for tool in registry.tools.values()
     ]

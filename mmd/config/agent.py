@@ -18,8 +18,9 @@ from ..tools.builtin import BUILTIN_TOOLS
 from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
 from .hooks import HooksSpec, check_hooks
-from .loader import ConfigError, parse
+from .loader import ConfigError, Document, parse
 from .mcp import KEY_HINTS, McpServerSpec, check_servers
+from .sandbox import SandboxSpec, absolute, normalise
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 # A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
@@ -68,6 +69,8 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             ),
         ]
     ] = []
+    # What the processes of a turn may write and reach (docs/security.md#sandbox); --sandbox overrides the mode.
+    sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
     # The file this was loaded from, absolute; None for the defaults. Not a key of the file.
     path: str | None = None
     # The line of each skills: entry, for the warning about a folder that does not exist. Not a key.
@@ -117,6 +120,7 @@ def load_agent_file(path: Path) -> AgentFile:
     path = Path(path).absolute()
     doc = parse(path)
     check_tool_count(doc)
+    normalise_sandboxes(doc)
     agent = doc.convert(AgentFile)
     check_tools(doc, agent.tools, BUILTIN_TOOLS)
     check_servers(doc, agent.mcp)
@@ -124,4 +128,23 @@ def load_agent_file(path: Path) -> AgentFile:
     check_hooks(doc, agent.hooks)
     skills = [os.path.normpath(path.parent / Path(skill).expanduser()) for skill in agent.skills]
     lines = [doc.line(("skills", i)) for i in range(len(skills))]
-    return msgspec.structs.replace(agent, skills=skills, skills_lines=lines, path=str(path))
+    return msgspec.structs.replace(
+        agent,
+        skills=skills,
+        skills_lines=lines,
+        path=str(path),
+        sandbox=absolute(agent.sandbox, path.parent),
+        mcp={
+            name: msgspec.structs.replace(s, sandbox=absolute(s.sandbox, path.parent))
+            for name, s in agent.mcp.items()
+        },
+    )
+
+
+def normalise_sandboxes(doc: Document) -> None:
+    """The short ``sandbox: MODE`` of the file and of its MCP servers as maps (config/sandbox.py)."""
+    normalise(doc, ("sandbox",))
+    servers = doc.data.get("mcp") if isinstance(doc.data, dict) else None
+    if isinstance(servers, dict):
+        for name in servers:
+            normalise(doc, ("mcp", name, "sandbox"))

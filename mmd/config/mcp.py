@@ -37,6 +37,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 
 from .loader import Document
+from .sandbox import SandboxSpec
 
 Effects = Literal["read", "write", "destructive"]
 Transport = Literal["stdio", "http", "sse"]
@@ -107,6 +108,8 @@ class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefix: Annotated[bool | str, msgspec.Meta(description='true, false or a prefix like "gh_"')] = False
     # Tier per tool (the server's tool name), overriding its annotations.
     effects: dict[str, Effects] = {}
+    # A stdio server's sandbox (config/sandbox.py); its mode None means off, today's behaviour.
+    sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
     # Where the entry was read when it is not the file whose mcp: holds it (.mcp.json, mcp.json,
     # mcp-local.json: mmd/config/mcp_json.py), and the folder a stdio server runs in. Not keys.
     origin: str | None = None
@@ -376,7 +379,9 @@ def resolve(entry: ServerEntry, environ: dict[str, str] | None = None) -> Resolv
     env = {k: source[k] for k in (*INHERITED_ENV, *entry.pass_env) if k in source}
     env.update({k: x(v, f"env.{k}") for k, v in spec.env.items()})
     cwd = entry.base_dir / Path(x(spec.cwd, "cwd")).expanduser() if spec.cwd else entry.default_cwd
-    key = _digest({"argv": argv, "env": env, "cwd": str(cwd)})
+    box = spec.sandbox
+    sandbox = None if box.mode in (None, "off") else [box.mode, box.writable, box.network]
+    key = _digest({"argv": argv, "env": env, "cwd": str(cwd), **({"sandbox": sandbox} if sandbox else {})})
     return ResolvedServer(entry, "stdio", argv=argv, env=env, cwd=cwd, key=key)
 
 

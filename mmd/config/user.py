@@ -19,6 +19,7 @@ from ..models import PROVIDER_KINDS
 from .hooks import HooksSpec, check_hooks
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
 from .mcp import KEY_HINTS, McpServerSpec, check_servers
+from .sandbox import absolute, normalise
 
 # A kind of the providers' table (mmd/models/__init__.py): the API a provider speaks.
 ProviderKind = Literal[PROVIDER_KINDS]  # type: ignore[valid-type]
@@ -99,7 +100,15 @@ def load_user_config(path: Path | None = None) -> UserConfig:
         return UserConfig(path=str(path))
     doc = parse(path)
     _refuse_secrets(doc)
-    config = msgspec.structs.replace(doc.convert(UserConfig), path=str(path))
+    servers = doc.data.get("mcp") if isinstance(doc.data, dict) else None
+    for name in servers if isinstance(servers, dict) else ():
+        normalise(doc, ("mcp", name, "sandbox"))
+    config = doc.convert(UserConfig)
+    servers = {
+        name: msgspec.structs.replace(s, sandbox=absolute(s.sandbox, path.parent))
+        for name, s in config.mcp.items()
+    }
+    config = msgspec.structs.replace(config, path=str(path), mcp=servers)
     _check_references(doc, config)
     check_servers(doc, config.mcp)
     check_hooks(doc, config.hooks)

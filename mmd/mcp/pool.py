@@ -41,6 +41,7 @@ import trio
 from .. import __version__
 from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
+from ..sandbox import Sandbox
 from .errors import McpCallError, McpUnavailable
 from .stdio import stdio_transport
 from .tool import McpTool, make_tools
@@ -339,6 +340,7 @@ class McpConnection:
                 grace=self.pool.grace,
                 on_start=self._started,
                 on_exit=self._exited,
+                sandbox=server_sandbox(server),
             ) as streams:
                 yield streams
 
@@ -555,3 +557,21 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def server_sandbox(server: ResolvedServer) -> Sandbox | None:
+    """The sandbox a stdio server runs in: its entry's ``sandbox:``, off unless it says otherwise.
+
+    In ``workspace`` mode the server may write beneath its working directory
+    and its ``writable:`` folders (and the temp dir).
+    """
+    spec = server.spec.sandbox
+    if spec.mode in (None, "off"):
+        return None
+    roots = (server.cwd or Path.home(), *spec.writable) if spec.mode == "workspace" else ()
+    return Sandbox(
+        mode=spec.mode,
+        roots=tuple(os.path.realpath(root) for root in roots),
+        network=spec.network,
+        source=server.entry.origin,
+    )

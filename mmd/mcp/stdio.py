@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from ..procs import supervised_process
+from ..sandbox import Sandbox
 from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json
 
 log = logging.getLogger(__name__)
@@ -55,13 +56,15 @@ async def stdio_transport(
     grace: float,
     on_start: Callable[[int], None],
     on_exit: Callable[[int | None], None],
+    sandbox: Sandbox | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Run the server ``argv`` and yield ``(read_stream, write_stream)`` for an MCP ``Client``.
 
     The server's environment is ``env`` alone (see config.INHERITED_ENV);
     its stderr goes to ``stderr`` (a file descriptor). ``on_start(pid)`` is
     called once it runs; ``on_exit(returncode)`` as soon as it exits, whoever
-    asked (the server crashed, was killed, or the block ended).
+    asked (the server crashed, was killed, or the block ended). A ``sandbox``
+    confines the server and all it starts (mmd/procs/supervisor.py).
 
     Errors: OSError or ValueError if the server cannot start.
     Cancellation: the process tree is stopped in a shielded scope, then
@@ -80,6 +83,7 @@ async def stdio_transport(
         stdout=subprocess.PIPE,
         stderr=stderr,
         grace=grace,
+        sandbox=sandbox,
     ) as proc:
         on_start(proc.pid)
         read_send, read_recv = anyio.create_memory_object_stream[Any](0)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from ..config.mcp import McpServerSpec, ServerEntry
 from ..contract import closest
+from ..sandbox import Sandbox
 from ..tools.base import ErrorClass, Tier, Tool, ToolContext, ToolError, ToolResult
 from ..tools.builtin import BUILTIN_TOOLS
 from ..tools.process import capped_text
@@ -184,6 +185,8 @@ class McpTool(Tool):
     """One tool of an MCP server (or a resources/prompts helper), as the model sees and calls it."""
 
     idempotent = False  # never replayed by mm: the server owns its idempotency
+    # The sandbox its stdio server runs in ("off" by default); None for an HTTP server (not mm's process).
+    server_sandbox: str | None = None
 
     def __init__(
         self,
@@ -216,6 +219,9 @@ class McpTool(Tool):
 
     def echo(self, args: dict[str, Any]) -> str:
         return f"{self.server}: {self.remote_name} {json.dumps(args, ensure_ascii=False)}"
+
+    def sandbox_label(self, turn: Sandbox | None) -> str | None:
+        return self.server_sandbox
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         timeout = self.timeout or ctx.limits.timeout
@@ -445,7 +451,18 @@ def make_tools(entry: ServerEntry, conn: Server) -> tuple[list[McpTool], list[st
                 f"MCP server {name}: tool {tool.remote_name} is offered as {tool.name} (names are limited to 64 characters)"
             )
     helpers, missing = _helper_tools(entry, conn)
+    label = server_sandbox_label(spec)
+    for tool in (*tools, *helpers):
+        tool.server_sandbox = label
     return [*tools, *helpers], [*warnings, *missing]
+
+
+def server_sandbox_label(spec: McpServerSpec) -> str | None:
+    """How a server's ``sandbox:`` reads in the ask and ``mm tools list``; None for a URL server."""
+    if spec.transport != "stdio":
+        return None
+    mode = spec.sandbox.mode or "off"
+    return mode if mode == "off" or spec.sandbox.network else f"{mode}, network off"
 
 
 def _unoffered(name: str, spec: McpServerSpec, offered: list[str]) -> list[str]:

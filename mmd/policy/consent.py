@@ -228,6 +228,8 @@ def ask_request(req: Request, command: str | None, outside: list[str], access: s
         "arguments": req.args,
         "command": command,
         "options": options,
+        # The sandbox the call's processes will run under; None: the tool runs inside mm (file tools).
+        "sandbox": req.tool.sandbox_label(req.ctx.sandbox),
     }
     if outside:
         # A path ask: "always" remembers a folder (rule), by default the path itself.

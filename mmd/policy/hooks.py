@@ -47,6 +47,7 @@ import trio
 from .. import contract
 from ..config.hooks import DEFAULT_TIMEOUT, EVENTS, HookSpec, HooksSpec
 from ..procs.supervisor import spawn_error_message, supervised_process
+from ..sandbox import Sandbox, unavailable_reason
 from ..tools.base import ToolError, ToolResult
 from ..untrusted import MAX_DEPTH, MAX_DOCUMENT_DEPTH, TooDeep, check_json, check_value
 from . import hooks_claude
@@ -224,14 +225,20 @@ class _Bounded:
 
 
 async def run_hook(
-    hook: Hook, payload: dict[str, Any], *, cwd: Path, env: dict[str, str], grace: float = 3.0
+    hook: Hook,
+    payload: dict[str, Any],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    grace: float = 3.0,
+    sandbox: Sandbox | None = None,
 ) -> HookRun:
     """Run *hook* with *payload* as JSON on stdin; never raises for what the hook does.
 
     The hook runs in *cwd* with the daemon's environment less its secrets
     (``hook.pass_env`` kept; mmd/procs/environ.py) updated by *env*, in its own
-    process group; when it exits or its timeout passes, its whole tree is
-    stopped. stdout and stderr are kept up to MAX_CAPTURE bytes each.
+    process group, confined to *sandbox* like the turn's tools; when it exits or its timeout
+    passes, its whole tree is stopped. stdout and stderr are kept up to MAX_CAPTURE bytes each.
 
     Cancellation: the tree is stopped (up to *grace* seconds), then Cancelled goes on.
     """
@@ -252,14 +259,12 @@ async def run_hook(
                     stderr=subprocess.PIPE,
                     grace=grace,
                     pass_env=hook.pass_env,
+                    sandbox=sandbox,
                 ) as proc,
                 trio.open_nursery() as nursery,
             ):
                 drained = [trio.Event(), trio.Event()]
-                for sink, stream, done in (
-                    (out, proc.stdout, drained[0]),
-                    (err, proc.stderr, drained[1]),
-                ):
+                for sink, stream, done in ((out, proc.stdout, drained[0]), (err, proc.stderr, drained[1])):
                     nursery.start_soon(_pump, sink, stream, done)
                 await _feed(proc.stdin, data)
                 exit_code = await proc.wait()
@@ -398,16 +403,22 @@ class Site:
     transcript_path: str = ""  # the session's JSONL transcript (mmd/turn/transcript.py)
     # Claude Code's name of mm's mode: "default", or "bypassPermissions" under yolo.
     permission_mode: str = "default"
+    # The turn's sandbox: hooks run confined like its tools (mmd/sandbox); None: not confined.
+    sandbox: Sandbox | None = None
 
     @classmethod
-    def for_turn(cls, session: Any, *, yolo: bool) -> Site:
+    def for_turn(cls, session: Any, *, yolo: bool, sandbox: Sandbox | None = None) -> Site:
         """The site of a turn of *session* (its id, cwd and ``transcript``); under yolo calls run
-        without asking, which Claude Code calls bypassPermissions."""
+        without asking, which Claude Code calls bypassPermissions. Where the kernel cannot
+        enforce *sandbox*, hooks run unconfined (mm warned once): they are the agent's own policy."""
+        if sandbox is not None and unavailable_reason(sandbox) is not None:
+            sandbox = None
         return cls(
             session_id=session.id,
             cwd=session.cwd,
             transcript_path=str(getattr(session, "transcript", "") or ""),
             permission_mode="bypassPermissions" if yolo else "default",
+            sandbox=sandbox,
         )
 
     def common(self, event: str) -> dict[str, Any]:
@@ -531,7 +542,7 @@ async def _one(
     """Run one hook; its reports go to ``out.events``, a ``continue: false`` to ``out.stop``."""
     name = mm_event(hook.event)
     env = _env(hook, site, call, tool_name)
-    run = await run_hook(hook, payload, cwd=site.cwd, env=env, grace=grace)
+    run = await run_hook(hook, payload, cwd=site.cwd, env=env, grace=grace, sandbox=site.sandbox)
     verdict = read_verdict(run)
     if verdict.error is not None:
         log.warning(

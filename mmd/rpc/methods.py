@@ -30,6 +30,8 @@ class Prompt(_Params):
     agent: str | None = None  # agent file path, absolute
     model: str | None = None
     yolo: bool = False
+    # --sandbox: the mode of the turn's processes, over the agent file's (docs/security.md#sandbox).
+    sandbox: Literal["workspace", "read-only", "off"] | None = None
     # The caller can answer consent asks (a TTY or an editor). When no
     # attached client can, a call that needs consent is denied.
     interactive: bool = False

@@ -47,6 +47,7 @@ class DaemonStatus(_Result):
     clients: int
     sessions_loaded: int
     turns_running: int
+    sandbox: str = ""  # what this kernel can enforce: "Landlock ABI 7 (...)" or "unavailable: why"
 
 
 class Stopping(_Result):
@@ -190,6 +191,7 @@ class ToolInfo(_Result):
     source: str
     description: str  # exactly as sent to the model
     parameters: dict[str, Any]  # JSON Schema, exactly as sent to the model
+    sandbox: str | None = None  # the sandbox its processes run under; None: it runs inside mm
 
 
 class ToolsListed(_Result):

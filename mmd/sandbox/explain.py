@@ -21,9 +21,12 @@ _DENIED = re.compile(
     r"Permission denied|Operation not permitted|Invalid cross-device link|Read-only file system"
     r"|\[Errno (?:1|13|18)\]",
 )
-# A path on such a line: quoted, or a word with a slash before a colon ("bash: /etc/x: Permission denied").
+# A path on such a line: quoted ("touch: cannot touch '/etc/x'"), a word with a slash, or the
+# word right before the error's text ("bash: line 1: out.txt: Permission denied").
 _PATH = re.compile(
-    r"""['"‘`]([^'"’`\n]*/[^'"’`\n]*)['"’`]|(?<![\w.])((?:~|\.{1,2})?/[^\s:'"]+|[\w.-]+/[^\s:'"]*)"""
+    r"""['"‘`]([^'"’`\n]*/[^'"’`\n]*)['"’`]"""
+    r"""|(?<![\w.])((?:~|\.{1,2})?/[^\s:'"]+|[\w.-]+/[^\s:'"]*)"""
+    r"""|([^\s:'"]+): (?:Permission denied|Operation not permitted|Read-only file system)"""
 )
 # Paths named at most, in the note.
 _MAX_PATHS = 5
@@ -42,8 +45,8 @@ def refusal_note(output: str, box: Sandbox, cwd: str, agent_file: str | None) ->
         return None
     refused: list[str] = []
     for line in lines:
-        for quoted, bare in _PATH.findall(line):
-            path = os.path.realpath(os.path.join(cwd, os.path.expanduser(quoted or bare)))
+        for quoted, slashed, named in _PATH.findall(line):
+            path = os.path.realpath(os.path.join(cwd, os.path.expanduser(quoted or slashed or named)))
             if not box.allows(path) and path not in refused:
                 refused.append(path)
     where = (

@@ -307,7 +307,9 @@ class Daemon:
         agent = p.agent or (session.row.agent if session else None)
         # In a worker thread: parsing a big or hostile agent file must not stall other clients.
         resolved = await trio.to_thread.run_sync(
-            lambda: plan.resolve(cwd, agent=agent, model=p.model, yolo=p.yolo, config_path=self.config_path)
+            lambda: plan.resolve(
+                cwd, agent=agent, model=p.model, yolo=p.yolo, config_path=self.config_path, sandbox=p.sandbox
+            )
         )
         if session is None:
             row = self.store.create_session(

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..config.declared import VerifySpec
 from ..contract import ErrorClass, ToolError, ToolResult
+from ..sandbox import Sandbox
 
 # ToolResult, ToolError and ErrorClass are the contract's (mmd/contract.py); every tool module
 # imports them from here with Tool.
@@ -55,6 +56,10 @@ class ToolContext:
     # Variables of the daemon's environment handed on to the call's processes although
     # they look like secrets: the agent file's pass_env (mmd/procs/environ.py).
     pass_env: tuple[str, ...] = ()
+    # What the call's processes may write and reach; None: not confined (mmd/sandbox).
+    sandbox: Sandbox | None = None
+    # The agent file, named in the answer that says how to allow a path the sandbox refused.
+    agent_file: str | None = None
 
     def env(self) -> dict[str, str]:
         """Variables every child of this call gets on top of the daemon's environment (less its secrets)."""
@@ -90,6 +95,8 @@ class Tool(abc.ABC):
     idempotent: bool = False
     # dry_run can show what a call would do: the consent ask then offers it.
     has_dry_run: bool = False
+    # The call runs a process under the turn's sandbox (bash, declared tools): see sandbox_label.
+    turn_sandboxed: bool = False
 
     @abc.abstractmethod
     def echo(self, args: dict[str, Any]) -> str:
@@ -110,6 +117,16 @@ class Tool(abc.ABC):
         what they touch is theirs to say, and their tier asks for them).
         """
         return []
+
+    def sandbox_label(self, turn: Sandbox | None) -> str | None:
+        """The sandbox the call's processes run under, as the ask and ``mm tools list`` show it.
+
+        None for a tool that starts no process (the file tools run inside mm,
+        under its own path checks); an MCP tool says its server's.
+        """
+        if not self.turn_sandboxed:
+            return None
+        return turn.label if turn is not None else "off"
 
     async def dry_run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """What the call would do, without doing it; only when ``has_dry_run``."""

@@ -64,6 +64,7 @@ def partial_success(output: str) -> dict[str, Any] | None:
 class DeclaredTool(Tool):
     source = "declared"
     idempotent = True  # a repeated call in a session replays the stored first result
+    turn_sandboxed = True  # its command and its dry run run under the turn's sandbox
 
     def __init__(self, spec: DeclaredToolSpec, base_dir: Path) -> None:
         self.spec = spec
@@ -107,7 +108,7 @@ class DeclaredTool(Tool):
     async def _exec(self, argv: list[str], ctx: ToolContext) -> ToolResult:
         timeout = self.spec.timeout or COST_TIMEOUT.get(self.spec.cost, ctx.limits.timeout)
         result = await run_process(argv, ctx, timeout=timeout, cwd=self.cwd, env=self.spec.env)
-        answer = process_answer(result)
+        answer = process_answer(result, ctx)
         partial = partial_success(result.output)
         if partial is not None and answer.data is not None:
             answer.data["partial"] = partial

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..procs import OutputCapture, ProcResult, run_tool_process
+from ..sandbox.explain import refusal_note
 from .base import ToolContext, ToolResult
 
 # Echoed bytes per tool call; the rest is in the spill file.
@@ -71,11 +72,17 @@ async def run_process(
         max_bytes=ctx.limits.max_bytes,
         max_lines=ctx.limits.max_lines,
         pass_env=ctx.pass_env,
+        sandbox=ctx.sandbox,
     )
 
 
-def process_answer(result: ProcResult) -> ToolResult:
-    """What the model reads of a finished process: its output, then how it ended."""
+def process_answer(result: ProcResult, ctx: ToolContext | None = None) -> ToolResult:
+    """What the model reads of a finished process: its output, then how it ended.
+
+    A failed process of a confined call whose output shows a refusal (EACCES,
+    EXDEV...) gets a note saying the sandbox refused it and how a person allows
+    it (mmd/sandbox/explain.py), and ``data.sandbox``.
+    """
     data: dict[str, Any] = {
         "exit_code": result.exit_code,
         "signal": result.signal,
@@ -89,7 +96,15 @@ def process_answer(result: ProcResult) -> ToolResult:
         return ToolResult(ok=False, content=result.spawn_error, data=data)
     body = result.output if result.output.endswith("\n") or not result.output else result.output + "\n"
     ok = result.exit_code == 0 and not result.timed_out
-    return ToolResult(ok=ok, content=f"{body}{_status(result)}", data=data)
+    status = _status(result)
+    box = ctx.sandbox if ctx is not None else None
+    if box is not None and box.confined and not ok:
+        found = refusal_note(result.output, box, str(ctx.cwd), ctx.agent_file) if ctx else None
+        if found is not None:
+            note, refused = found
+            status = f"{status}\n{note}"
+            data["sandbox"] = {"mode": box.label, "refused": refused}
+    return ToolResult(ok=ok, content=f"{body}{status}", data=data)
 
 
 def _status(result: ProcResult) -> str:

@@ -39,6 +39,7 @@ from ..models.base import Message, ToolCall
 from ..policy import consent
 from ..policy.hooks import Outcome, PreOutcome, Site, run_post_hooks, run_pre_hooks
 from ..rpc.methods import Event
+from ..sandbox import Sandbox
 from ..store import Store
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 from ..tools.declared import fill_verify_args
@@ -205,6 +206,9 @@ class CallRunner:
         if c.result is not None:
             return
         assert c.tool is not None
+        if (refused := self._unconfinable(c.tool)) is not None:
+            c.denied, c.result = True, refused
+            return
         request = consent.Request(
             tool=c.tool,
             args=c.args,
@@ -316,7 +320,28 @@ class CallRunner:
             raise StopTurn("denied", outcome.stop)
 
     def _site(self) -> Site:
-        return Site.for_turn(self.session, yolo=self.setup.yolo)
+        return Site.for_turn(self.session, yolo=self.setup.yolo, sandbox=self.setup.sandbox)
+
+    def _unconfinable(self, tool: Tool) -> ToolResult | None:
+        """The answer to a write tool that would run a process the kernel cannot confine; None: it may run.
+
+        Where the kernel offers no sandbox, only ``sandbox: off`` (or ``--sandbox off``)
+        lets write tools run unconfined; read tools run unconfined, as mm says once per session.
+        """
+        box, missing = self.setup.sandbox, self.setup.sandbox_missing
+        if box is None or missing is None or not tool.turn_sandboxed or tool.tier == "read":
+            return None
+        text = (
+            f"{tool.name} was not run: it would run under the sandbox ({box.label}), which this machine "
+            f"cannot enforce: {missing}. Do not retry; tell the user. A person who accepts running it "
+            "unconfined can pass --sandbox off, or write sandbox: off in the agent file."
+        )
+        return ToolResult(ok=False, content=text, data={"denied": True, "reason": "sandbox unavailable"})
+
+    def _sandbox(self) -> Sandbox | None:
+        """The sandbox the call's processes run under: the turn's, unless the kernel cannot enforce it
+        (write tools were refused in the consent stage then; a read tool runs unconfined)."""
+        return self.setup.sandbox if self.setup.sandbox_missing is None else None
 
     def _roots(self) -> list[str]:
         folders = self.setup.skills.folders() if self.setup.skills else ()
@@ -324,6 +349,8 @@ class CallRunner:
 
     def _context(self, call: ToolCall, key: str | None, suffix: str = "") -> ToolContext:
         return ToolContext(
+            sandbox=self._sandbox(),
+            agent_file=(self.setup.sandbox.source or None) if self.setup.sandbox else None,
             session_id=self.session.id,
             call_id=call.id + suffix,
             cwd=self.session.cwd,

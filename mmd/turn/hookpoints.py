@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from ..policy.hooks import EventOutcome, Hooks, Site, run_event_hooks
 from ..rpc.methods import Event
+from ..sandbox import Sandbox
 from .calls import StopTurn
 from .plan import TurnSetup
 
@@ -60,7 +61,11 @@ async def prompt_content(session: Hooked, setup: TurnSetup, prompt: str, *, star
     Errors: StopTurn("denied") when a UserPromptSubmit hook blocks the prompt
     or a hook answers ``continue: false``.
     """
-    place, grace, contexts = Site.for_turn(session, yolo=setup.yolo), setup.limits.grace, []
+    place, grace, contexts = (
+        Site.for_turn(session, yolo=setup.yolo, sandbox=setup.sandbox),
+        setup.limits.grace,
+        [],
+    )
     if start is not None:
         fields = {"source": start, "model": setup.model_name}
         out = await run_event_hooks(
@@ -89,7 +94,7 @@ async def stop_blocked(session: Hooked, setup: TurnSetup, answer: str, active: i
     out = await run_event_hooks(
         setup.hooks,
         "Stop",
-        site=Site.for_turn(session, yolo=setup.yolo),
+        site=Site.for_turn(session, yolo=setup.yolo, sandbox=setup.sandbox),
         fields=fields,
         grace=setup.limits.grace,
     )
@@ -118,13 +123,20 @@ def _guarded(fn: Any) -> Any:
     return run
 
 
-async def notify(session: Hooked, hooks: Hooks | None, yolo: bool, grace: float, message: str) -> None:
+async def notify(
+    session: Hooked,
+    hooks: Hooks | None,
+    yolo: bool,
+    grace: float,
+    message: str,
+    sandbox: Sandbox | None = None,
+) -> None:
     """Run the Notification hooks: a consent ask waits (``permission_prompt``). Never stops the turn."""
     fields = {"message": message, "title": "Permission needed", "notification_type": "permission_prompt"}
     out = await run_event_hooks(
         hooks,
         "Notification",
-        site=Site.for_turn(session, yolo=yolo),
+        site=Site.for_turn(session, yolo=yolo, sandbox=sandbox),
         fields=fields,
         subject=("permission_prompt",),
         grace=grace,
@@ -132,12 +144,19 @@ async def notify(session: Hooked, hooks: Hooks | None, yolo: bool, grace: float,
     _publish(session, out, may_stop=False)
 
 
-async def session_end(session: Hooked, hooks: Hooks | None, yolo: bool, grace: float, reason: str) -> None:
+async def session_end(
+    session: Hooked,
+    hooks: Hooks | None,
+    yolo: bool,
+    grace: float,
+    reason: str,
+    sandbox: Sandbox | None = None,
+) -> None:
     """Run the SessionEnd hooks (they cannot block); their events are published."""
     out = await run_event_hooks(
         hooks,
         "SessionEnd",
-        site=Site.for_turn(session, yolo=yolo),
+        site=Site.for_turn(session, yolo=yolo, sandbox=sandbox),
         fields={"reason": reason},
         subject=(reason,),
         grace=grace,

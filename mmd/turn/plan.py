@@ -11,6 +11,7 @@ applies to the next turn without restarting the daemon.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ..models.factory import ModelRef
 from ..policy.hooks import Hooks, merged_hooks
 from ..procs.environ import withhold
 from ..rpc import RPCError
+from ..sandbox import DEFAULT_MODE, Sandbox, unavailable_reason
 from ..tools.allowed import Limit
 from ..tools.base import Limits
 from ..tools.builtin import make_builtins
@@ -66,6 +68,10 @@ class TurnSetup:
     hooks: Hooks | None = None  # the turn's hooks, by event (docs/hooks.md)
     # Secret-looking variables of the daemon's environment the agent hands on to its children.
     pass_env: tuple[str, ...] = ()
+    # What the turn's processes may write and reach (mmd/sandbox); None in setups made by hand (tests).
+    sandbox: Sandbox | None = None
+    # Why this kernel cannot enforce ``sandbox``: write tools that run a process are then refused.
+    sandbox_missing: str | None = None
     # The model's window and token counter (mmd/turn/context.py); None: no budget is kept.
     budget: Budget | None = None
     # Checkpoints of the working tree around write calls, for mm undo (mmd/undo): the most files a
@@ -134,6 +140,7 @@ class Plan:
     agent_path: str | None
     model: ModelRef
     yolo: bool = False
+    sandbox: str | None = None  # --sandbox: the mode, over the agent file's
     # Claude Code's settings files' hooks (`import: claude`), each with its folder, and what was skipped.
     claude_hooks: list[tuple[HooksSpec, Path]] = field(default_factory=list)
     hook_warnings: list[str] = field(default_factory=list)
@@ -167,7 +174,15 @@ def load(cwd: Path, agent_path: str | None, config_path: Path) -> tuple[AgentFil
     return agent, config, found
 
 
-def resolve(cwd: Path, *, agent: str | None, model: str | None, yolo: bool, config_path: Path) -> Plan:
+def resolve(
+    cwd: Path,
+    *,
+    agent: str | None,
+    model: str | None,
+    yolo: bool,
+    config_path: Path,
+    sandbox: str | None = None,
+) -> Plan:
     """Read the files and choose the model of a prompt in *cwd*.
 
     Blocking (YAML): run it in a worker thread. The secrets the config and the
@@ -200,6 +215,7 @@ def resolve(cwd: Path, *, agent: str | None, model: str | None, yolo: bool, conf
         agent_path=str(found) if found else None,
         model=chosen,
         yolo=yolo,
+        sandbox=sandbox,
     )
 
 
@@ -219,6 +235,25 @@ def _claude_hooks(
         if spec is not None:
             found.append((spec, path.parent.parent))  # the project root, or the home folder
     return found, warnings
+
+
+def turn_sandbox(agent: AgentFile, cwd: Path, override: str | None = None) -> Sandbox:
+    """The sandbox of a turn's processes in *cwd*: *override* (``--sandbox``), else the agent file's mode,
+    else workspace.
+
+    ``workspace`` may write beneath the session's directory and the agent's
+    ``sandbox.writable:`` folders; ``read-only`` beneath none of them (both: and
+    the temp dir).
+    """
+    spec = agent.sandbox
+    mode = override or spec.mode or DEFAULT_MODE
+    roots = (cwd, *spec.writable) if mode == "workspace" else ()
+    return Sandbox(
+        mode=mode,  # type: ignore[arg-type]  # checked by the agent file's type and by the RPC params
+        roots=tuple(dict.fromkeys(os.path.realpath(root) for root in roots)),
+        network=spec.network,
+        source=agent.path or "",
+    )
 
 
 def _local_default() -> str | None:
@@ -241,7 +276,10 @@ def assemble(
     max_bytes = budget.window.output_bytes(d.output_max_bytes) if budget else d.output_max_bytes
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     pass_env = tuple(agent.pass_env)
+    box = turn_sandbox(agent, cwd, plan.sandbox)
     return TurnSetup(
+        sandbox=box,
+        sandbox_missing=unavailable_reason(box),
         warnings=[*mcp_warnings, *warnings, *plan.hook_warnings],  # emitted by the turn: among its events
         hooks=merged_hooks(
             plan.config.hooks,

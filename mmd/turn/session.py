@@ -66,6 +66,7 @@ class Session:
         # The setup of the last turn (its hooks), and whether SessionStart ran since a client came.
         self._setup: TurnSetup | None = None
         self.hooks_started = False
+        self.sandbox_warned = False  # the warning that the kernel cannot enforce the sandbox was sent
         # Starts a task in the daemon's nursery (for SessionEnd hooks once the last client left).
         self._spawn = getattr(host, "spawn", None)
         # trio.current_time() when it last stopped being in use (a turn, a client), for unloading.
@@ -123,7 +124,15 @@ class Session:
             and setup.hooks.matching("Notification")
         ):
             message = f"mm needs your permission to use {request.get('tool', 'a tool')}"
-            self._spawn(hookpoints.notify_guarded, self, setup.hooks, setup.yolo, setup.limits.grace, message)
+            self._spawn(
+                hookpoints.notify_guarded,
+                self,
+                setup.hooks,
+                setup.yolo,
+                setup.limits.grace,
+                message,
+                setup.sandbox,
+            )
         request_id, answer = await self.asks.wait(
             pending, lambda rid: self.emit("consent_needed", {"request_id": rid, **request})
         )
@@ -220,6 +229,9 @@ class Session:
         self.emit("turn_started", {**started, **_offered(setup)})
         for warning in setup.warnings:
             self.emit("warning", {"message": warning})
+        if setup.sandbox is not None and setup.sandbox_missing is not None and not self.sandbox_warned:
+            self.sandbox_warned = True  # said once per session; `mm daemon status` says it too
+            self.emit("warning", {"message": sandbox_warning(setup.sandbox.mode, setup.sandbox_missing)})
         if not self.row.title:
             self.store.set_title(self.id, prompt)
             self.row.title = self.store.get_session(self.id).title
@@ -246,7 +258,13 @@ class Session:
         if self._spawn is None or setup is None or not (setup.hooks and setup.hooks.matching("SessionEnd")):
             return
         self._spawn(
-            hookpoints.session_end_guarded, self, setup.hooks, setup.yolo, setup.limits.grace, "other"
+            hookpoints.session_end_guarded,
+            self,
+            setup.hooks,
+            setup.yolo,
+            setup.limits.grace,
+            "other",
+            setup.sandbox,
         )
 
 
@@ -259,4 +277,14 @@ def _offered(setup: TurnSetup) -> dict[str, Any]:
         "skills": setup.skill_names(),
         "mcp_servers": servers,
         "yolo": setup.yolo,
+        "sandbox": setup.sandbox.label if setup.sandbox else "off",
     }
+
+
+def sandbox_warning(mode: str, missing: str) -> str:
+    """The one warning of a session whose sandbox this kernel cannot enforce."""
+    return (
+        f"the sandbox ({mode}) cannot be enforced here: {missing}. Write tools that run a process "
+        "(bash, declared tools) are refused; read tools and hooks run unconfined. To run them all "
+        "unconfined, pass --sandbox off or write sandbox: off in the agent file."
+    )

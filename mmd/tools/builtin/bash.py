@@ -30,6 +30,7 @@ class Bash(Tool):
         "required": ["command"],
     }
     tier = "write"
+    turn_sandboxed = True
     example: dict[str, Any] = {"command": "ls -la"}
 
     def echo(self, args: dict[str, Any]) -> str:
@@ -37,4 +38,4 @@ class Bash(Tool):
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         timeout = float(args.get("timeout") or ctx.limits.timeout)
-        return process_answer(await run_process(["bash", "-c", args["command"]], ctx, timeout=timeout))
+        return process_answer(await run_process(["bash", "-c", args["command"]], ctx, timeout=timeout), ctx)

@@ -73,14 +73,14 @@ AGENT_ERRORS = [
         "yolo: false\nmodle: x\n",
         2,
         "modle",
-        "2: modle: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tool_examples, tools, yolo"
+        "2: modle: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, sandbox, schema, skills, system, temperature, tool_examples, tools, yolo"
         ' — did you mean "model"?',
     ),
     (
         "zzz: 1\n",
         1,
         "zzz",
-        "1: zzz: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tool_examples, tools, yolo"
+        "1: zzz: unknown key; expected one of builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, sandbox, schema, skills, system, temperature, tool_examples, tools, yolo"
         " — remove it, or check its spelling",
     ),
     ("yolo: yes please\n", 1, "yolo", '1: yolo: expected true or false, found a string ("yes please")'),
@@ -117,7 +117,7 @@ AGENT_ERRORS = [
         "- model: x\n",
         1,
         "",
-        "1: expected a map with the keys builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, schema, skills, system, temperature, tool_examples, tools, yolo, found a list"
+        "1: expected a map with the keys builtins, hooks, loop, max_steps, mcp, model, pass_env, phases, sandbox, schema, skills, system, temperature, tool_examples, tools, yolo, found a list"
         " — write one `key: value` per line",
     ),
     ("just words\n", 1, "", None),

@@ -438,6 +438,9 @@ local function ask_consent(session_id, ask)
     end
   end
   local what = present(ask.echo) and ask.echo or ask.tool
+  if present(ask.sandbox) then
+    what = what .. '  [sandbox: ' .. ask.sandbox .. ']'
+  end
   vim.ui.select(items, { prompt = 'mm: ' .. ask.tool .. ' wants to run: ' .. what, kind = 'mm_consent' }, function(choice)
     answer_consent(session_id, ask, choice)
   end)

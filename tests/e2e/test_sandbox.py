@@ -1,0 +1,322 @@
+"""The sandbox end to end: real mm, real mmd, real processes trying to write where they may not.
+
+Every test runs its daemon with TMPDIR set to a folder of its own: the temp dir
+is writable in every mode, and the test's $HOME (under /tmp) must not be inside
+it. What a process managed to do is judged from the files, never from its exit
+code alone; what the model read from the requests the scripted server received.
+This machine runs the suite as root, which the file permissions never stop:
+only the sandbox can refuse these writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mmd.sandbox import PRETEND_VAR, support
+
+from .conftest import run_mm
+from .test_declared import call, connect, interactive_turn, of, session_events, tool_messages
+
+WRITER = Path(__file__).parent / "mcp_servers" / "write_server.py"
+
+pytestmark = pytest.mark.skipif(
+    not support().available, reason=f"the kernel cannot enforce a sandbox: {support().reason}"
+)
+
+
+@pytest.fixture
+def home(mm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """mm_home with a temp dir of the daemon's own, so that $HOME lies outside every writable folder."""
+    tmp = mm_home / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return mm_home
+
+
+@pytest.fixture
+def etc_probe() -> Iterator[Path]:
+    """A path in /etc no one has; removed after the test if a write got through."""
+    path = Path("/etc") / f"mm-sandbox-probe-{uuid.uuid4().hex}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def bash(command: str) -> dict[str, Any]:
+    return call("bash", {"command": command})
+
+
+def prompt(work: Path, *extra: str) -> Any:
+    return run_mm("--yolo", *extra, "-p", "go", cwd=work)
+
+
+def agent(work: Path, **keys: Any) -> Path:
+    path = work / "mm.yaml"
+    path.write_text(yaml.safe_dump(keys, sort_keys=False))
+    return path
+
+
+def test_workspace_writes_inside_the_project_and_nowhere_else_each_refusal_answered(
+    home, scripted, etc_probe
+):
+    work, outside = home / "work", home / "home"
+    (outside / "real.txt").write_text("untouched\n")
+    (work / "out-link").symlink_to(outside / "real.txt")
+    server = scripted(
+        [
+            bash("echo inside > inside.txt && cat inside.txt"),
+            bash(f"echo x > {outside}/new.txt"),
+            bash(f"echo x > {etc_probe}"),
+            bash("echo pwned > out-link"),
+            # A grandchild in a session of its own (setsid) is confined all the same.
+            bash(f"setsid -w bash -c 'echo x > {outside}/grandchild.txt'"),
+            {"text": "done"},
+        ]
+    )
+    result = prompt(work)
+    assert result.returncode == 0, result.stderr
+    assert (work / "inside.txt").read_text() == "inside\n"
+    assert not (outside / "new.txt").exists()
+    assert not etc_probe.exists()
+    assert (outside / "real.txt").read_text() == "untouched\n"
+    assert not (outside / "grandchild.txt").exists()
+    answers = tool_messages(server.requests()[-1])
+    assert answers[0].startswith("inside\n") and answers[0].endswith("[exit code 0]")
+    refused = {
+        1: f"{outside}/new.txt",
+        2: str(etc_probe),
+        3: f"{outside}/real.txt",  # where the link leads: the path Landlock judged
+        4: f"{outside}/grandchild.txt",
+    }
+    for i, path in refused.items():
+        assert "Permission denied" in answers[i]
+        assert (
+            f"[mm: the sandbox refused writing {path}: sandbox workspace: processes may write only under"
+            in (answers[i])
+        ), answers[i]
+        assert "adding it to sandbox.writable: in the agent file" in answers[i]
+        assert "--sandbox off" in answers[i]
+
+
+def test_a_hard_link_made_beforehand_refuses_the_call_and_the_file_outside_is_untouched(home, scripted):
+    work, outside = home / "work", home / "home"
+    victim = outside / "victim.txt"
+    victim.write_text("untouched\n")
+    os.link(victim, work / "hl.txt")  # made before the turn, by something unconfined
+    server = scripted([bash("echo pwned >> hl.txt"), {"text": "done"}])
+    result = prompt(work)
+    assert result.returncode == 0, result.stderr
+    assert victim.read_text() == "untouched\n"
+    [answer] = tool_messages(server.requests()[-1])
+    assert answer.startswith(f"bash was not started: the sandbox cannot confine writes through {work}/hl.txt")
+    assert "it is a hard link (the file has 2 names, 1 of them in the folders this call may write)" in answer
+    assert "--sandbox off" in answer
+
+
+def test_a_confined_process_cannot_link_a_file_from_outside_into_the_project(home, scripted):
+    work, outside = home / "work", home / "home"
+    (outside / "victim.txt").write_text("untouched\n")
+    server = scripted([bash(f"ln {outside}/victim.txt made.txt"), {"text": "done"}])
+    assert prompt(work).returncode == 0
+    assert not (work / "made.txt").exists()
+    [answer] = tool_messages(server.requests()[-1])
+    assert "Invalid cross-device link" in answer
+    assert "[mm: the sandbox refused writing" in answer
+
+
+def test_read_only_refuses_a_write_inside_the_project_but_not_the_temp_dir(home, scripted):
+    work = home / "work"
+    server = scripted([bash("echo x > inside.txt"), bash(f"echo x > {home}/tmp/scratch.txt"), {"text": "ok"}])
+    result = prompt(work, "--sandbox", "read-only")
+    assert result.returncode == 0, result.stderr
+    assert not (work / "inside.txt").exists()
+    assert (home / "tmp" / "scratch.txt").read_text() == "x\n"
+    refused, allowed = tool_messages(server.requests()[-1])
+    assert (
+        f"[mm: the sandbox refused writing {work}/inside.txt: sandbox read-only: processes may write only"
+        in (refused)
+    )
+    assert allowed.endswith("[exit code 0]")
+
+
+def test_writable_folders_of_the_agent_file_are_allowed(home, scripted):
+    work, shared = home / "work", home / "shared"
+    shared.mkdir()
+    agent(work, sandbox={"mode": "workspace", "writable": ["../shared"]})
+    scripted([bash(f"echo x > {shared}/ok.txt"), {"text": "ok"}])
+    assert prompt(work).returncode == 0
+    assert (shared / "ok.txt").read_text() == "x\n"
+
+
+def test_network_off_refuses_a_loopback_connection_to_a_server_of_the_test(home, scripted):
+    work = home / "work"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        connect = f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+        agent(work, sandbox={"network": False})
+        server = scripted([bash(connect), {"text": "no network"}])
+        result = prompt(work)
+        assert result.returncode == 0, result.stderr
+        [answer] = tool_messages(server.requests()[-1])
+        assert "PermissionError: [Errno 13] Permission denied" in answer
+        assert (
+            "[mm: the sandbox may have refused this (sandbox workspace: processes may write only under"
+            in answer
+        )
+        assert "no network (TCP)" in answer and "removing sandbox.network: off" in answer
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing connected
+            listener.accept()
+        # The same command with the network on reaches the server.
+        agent(work)
+        scripted([bash(connect), {"text": "connected"}])
+        assert prompt(work).returncode == 0
+        listener.setblocking(True)
+        conn, _ = listener.accept()
+        conn.close()
+
+
+def test_off_restores_todays_behaviour(home, scripted):
+    work, outside = home / "work", home / "home"
+    server = scripted([bash(f"echo x > {outside}/free.txt"), {"text": "ok"}])
+    result = prompt(work, "--sandbox", "off")
+    assert result.returncode == 0, result.stderr
+    assert (outside / "free.txt").read_text() == "x\n"
+    [answer] = tool_messages(server.requests()[-1])
+    assert "[mm:" not in answer
+
+
+def test_the_agent_files_off_restores_it_too(home, scripted):
+    work, outside = home / "work", home / "home"
+    agent(work, sandbox="off")
+    scripted([bash(f"echo x > {outside}/free.txt"), {"text": "ok"}])
+    assert prompt(work).returncode == 0
+    assert (outside / "free.txt").exists()
+
+
+def test_hooks_are_confined_like_the_tools(home, scripted):
+    work, outside = home / "work", home / "home"
+    hook = work / "hook.sh"
+    hook.write_text(f"#!/bin/sh\necho in > {work}/hook-in.txt\necho out > {outside}/hook-out.txt\nexit 0\n")
+    hook.chmod(0o755)
+    agent(work, hooks={"preToolCall": [{"matcher": "bash", "command": ["./hook.sh"]}]})
+    scripted([bash("true"), {"text": "ok"}])
+    assert prompt(work).returncode == 0
+    assert (work / "hook-in.txt").read_text() == "in\n"
+    assert not (outside / "hook-out.txt").exists()
+    _, events = session_events(work)
+    [ran] = of(events, "hook", event="preToolCall")
+    assert "Permission denied" in ran["stderr"]
+
+
+def test_a_declared_tool_is_confined_and_its_refusal_answered(home, scripted):
+    work, outside = home / "work", home / "home"
+    agent(
+        work,
+        tools=[
+            {
+                "name": "touch",
+                "description": "Create an empty file.",
+                "command": ["touch", "{{path}}"],
+                "parameters": {"path": {"type": "string", "required": True}},
+            }
+        ],
+    )
+    server = scripted(
+        [call("touch", {"path": "made.txt"}), call("touch", {"path": f"{outside}/made.txt"}), {"text": "ok"}]
+    )
+    assert prompt(work).returncode == 0
+    assert (work / "made.txt").exists()
+    assert not (outside / "made.txt").exists()
+    made, refused = tool_messages(server.requests()[-1])
+    assert made.endswith("[exit code 0]")
+    assert f"[mm: the sandbox refused writing {outside}/made.txt" in refused
+
+
+def test_an_mcp_stdio_server_with_sandbox_workspace_is_confined(home, scripted):
+    work, outside = home / "work", home / "home"
+    server_entry = {"command": sys.executable, "args": [str(WRITER)], "sandbox": "workspace"}
+    agent(work, mcp={"writer": server_entry})
+    server = scripted(
+        [
+            call("write_text", {"path": f"{work}/mcp-in.txt", "text": "in"}),
+            call("write_text", {"path": f"{outside}/mcp-out.txt", "text": "out"}),
+            {"text": "ok"},
+        ]
+    )
+    result = prompt(work)
+    assert result.returncode == 0, result.stderr
+    assert (work / "mcp-in.txt").read_text() == "in"
+    assert not (outside / "mcp-out.txt").exists()
+    wrote, refused = tool_messages(server.requests()[-1])
+    assert "wrote" in wrote
+    assert "Permission denied" in refused
+    listed = json.loads(run_mm("tools", "list", "--json", cwd=work).stdout)
+    assert {t["name"]: t["sandbox"] for t in listed}["write_text"] == "workspace"
+
+
+def test_an_mcp_stdio_server_is_not_confined_by_default(home, scripted):
+    work, outside = home / "work", home / "home"
+    agent(work, mcp={"writer": {"command": sys.executable, "args": [str(WRITER)]}})
+    scripted([call("write_text", {"path": f"{outside}/mcp-out.txt", "text": "out"}), {"text": "ok"}])
+    assert prompt(work).returncode == 0
+    assert (outside / "mcp-out.txt").read_text() == "out"
+
+
+def test_tools_list_and_the_consent_ask_show_the_sandbox(home, scripted):
+    work = home / "work"
+    agent(work, sandbox={"mode": "read-only", "network": False})
+    listed = run_mm("tools", "list", cwd=work)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if line.startswith("  ")}
+    assert "read-only, network off" in rows["bash"]
+    assert rows["read_file"].split()[2] == "-"  # runs inside mm
+    scripted([bash("true"), {"text": "ok"}])
+    asks = []
+
+    def deny(ask: dict[str, Any], session_id: str) -> dict[str, Any]:
+        asks.append(ask)
+        return {"decision": "deny"}
+
+    client = connect()
+    try:
+        interactive_turn(client, work, None, deny, yolo=False)
+    finally:
+        client.close()
+    [ask] = asks
+    assert (ask["tool"], ask["sandbox"]) == ("bash", "read-only, network off")
+
+
+def test_without_a_kernel_sandbox_write_tools_are_refused_and_mm_says_so_once(home, scripted, monkeypatch):
+    monkeypatch.setenv(PRETEND_VAR, "1")  # the daemon the first mm starts inherits it
+    work, outside = home / "work", home / "home"
+    server = scripted([bash("echo x > inside.txt"), bash("echo y > inside.txt"), {"text": "refused"}])
+    result = run_mm("--yolo", "--output-format", "events", "-p", "go", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert not (work / "inside.txt").exists()
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    warnings = [e["data"]["message"] for e in events if e["kind"] == "warning"]
+    assert len([w for w in warnings if "cannot be enforced here" in w]) == 1
+    first, second = tool_messages(server.requests()[-1])
+    assert second.startswith("bash was not run")
+    assert first.startswith(
+        "bash was not run: it would run under the sandbox (workspace), which this machine"
+    )
+    assert f"{PRETEND_VAR} is set" in first and "--sandbox off" in first
+    status = run_mm("daemon", "status")
+    assert f"sandbox: unavailable: {PRETEND_VAR} is set" in status.stdout
+    # --sandbox off runs it, unconfined.
+    scripted([bash(f"echo x > {outside}/free.txt"), {"text": "ran"}])
+    assert run_mm("--yolo", "--sandbox", "off", "-p", "go", cwd=work).returncode == 0
+    assert (outside / "free.txt").exists()

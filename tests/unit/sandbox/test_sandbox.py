@@ -1,0 +1,242 @@
+"""The sandbox with real processes: what a confined child may write, reach and link, and what the model reads.
+
+Each test gives its Sandbox a temp dir of its own (pytest's tmp_path lies under the system's
+temp dir, which every sandbox may write): the folders outside it are then truly outside.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+from mmd.config import ConfigError, load_agent_file
+from mmd.config.declared import DeclaredToolSpec
+from mmd.procs import run_tool_process
+from mmd.sandbox import Sandbox, support
+from mmd.sandbox.explain import refusal_note
+from mmd.sandbox.links import HardLinkRefused, check_links
+from mmd.tools.base import Limits, ToolContext
+from mmd.tools.declared import DeclaredTool
+from mmd.turn.plan import turn_sandbox
+
+needs_landlock = pytest.mark.skipif(not support().available, reason="the kernel offers no Landlock")
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(project, outside, temp) and the sandbox's temp dir made."""
+    project, outside, temp = tmp_path / "project", tmp_path / "outside", tmp_path / "temp"
+    for d in (project, outside, temp):
+        d.mkdir()
+    return project, outside, temp
+
+
+def box_for(project: Path, temp: Path, **kw: object) -> Sandbox:
+    return Sandbox(roots=(str(project),), temp=str(temp), **kw)  # type: ignore[arg-type]
+
+
+def sh(command: str, project: Path, box: Sandbox | None) -> object:
+    async def main() -> object:
+        return await run_tool_process(
+            ["bash", "-c", command], cwd=project, env={}, spill_path=project.parent / "spill.log", sandbox=box
+        )
+
+    return trio.run(main)
+
+
+# --- the kernel's part -------------------------------------------------------------------
+
+
+@needs_landlock
+def test_a_confined_child_writes_its_folders_and_devices_only_and_reads_everything(dirs) -> None:
+    project, outside, temp = dirs
+    (outside / "secret.txt").write_text("readable\n")
+    command = (
+        "echo in > in.txt; echo t > $T/t.txt; echo x > /dev/null && echo devnull-ok; "
+        "cat ../outside/secret.txt; echo out > ../outside/out.txt"
+    )
+    result = sh(command.replace("$T", str(temp)), project, box_for(project, temp))
+    assert (project / "in.txt").read_text() == "in\n"
+    assert (temp / "t.txt").read_text() == "t\n"
+    assert not (outside / "out.txt").exists()
+    assert "devnull-ok" in result.output and "readable" in result.output
+    assert "../outside/out.txt: Permission denied" in result.output
+
+
+@needs_landlock
+def test_the_daemons_own_threads_are_never_confined(dirs) -> None:
+    project, outside, temp = dirs
+    sh("true", project, box_for(project, temp))
+    (outside / "after.txt").write_text("the daemon still writes\n")  # this thread
+    done: list[bool] = []
+    thread = threading.Thread(target=lambda: done.append(bool((outside / "t.txt").write_text("x"))))
+    thread.start()
+    thread.join()
+    assert done == [True]
+
+
+@needs_landlock
+def test_read_only_writes_the_temp_dir_only(dirs) -> None:
+    project, _, temp = dirs
+    box = Sandbox(mode="read-only", temp=str(temp))
+    sh(f"echo x > in.txt; echo y > {temp}/t.txt", project, box)
+    assert not (project / "in.txt").exists()
+    assert (temp / "t.txt").exists()
+
+
+@needs_landlock
+def test_network_off_refuses_tcp_to_a_listening_loopback_server(dirs) -> None:
+    project, _, temp = dirs
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        connect = f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+        refused = sh(connect, project, box_for(project, temp, network=False))
+        allowed = sh(connect, project, box_for(project, temp))
+    assert "Permission denied" in refused.output and refused.exit_code == 1
+    assert allowed.exit_code == 0
+
+
+@needs_landlock
+def test_a_hard_link_made_beforehand_refuses_the_spawn(dirs) -> None:
+    project, outside, temp = dirs
+    (outside / "victim").write_text("untouched\n")
+    os.link(outside / "victim", project / "link")
+    result = sh("echo pwned >> link", project, box_for(project, temp))
+    assert result.exit_code is None
+    assert result.spawn_error.startswith(
+        f"bash was not started: the sandbox cannot confine writes through {project}/link"
+    )
+    assert (outside / "victim").read_text() == "untouched\n"
+
+
+def test_hard_links_whose_names_are_all_inside_are_fine(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("x")
+    (tmp_path / "sub").mkdir()
+    os.link(tmp_path / "a", tmp_path / "sub" / "b")
+    check_links([str(tmp_path)])
+    os.link(tmp_path / "a", tmp_path.parent / f"{tmp_path.name}-outside")
+    try:
+        with pytest.raises(HardLinkRefused, match="3 names, 2 of them"):
+            check_links([str(tmp_path)])
+    finally:
+        os.unlink(tmp_path.parent / f"{tmp_path.name}-outside")
+
+
+@needs_landlock
+def test_a_declared_tools_dry_run_is_confined_too(dirs) -> None:
+    project, outside, temp = dirs
+    spec = DeclaredToolSpec(
+        name="ship",
+        description="Ship it.",
+        command=["true"],
+        dry_run=["touch", f"{outside}/dry.txt"],
+    )
+    ctx = ToolContext(
+        session_id="s",
+        call_id="c",
+        cwd=project,
+        session_dir=project.parent / "session",
+        limits=Limits(),
+        sandbox=box_for(project, temp),
+    )
+    result = trio.run(DeclaredTool(spec, project).dry_run, {}, ctx)
+    assert not result.ok
+    assert not (outside / "dry.txt").exists()
+    assert f"[mm: the sandbox refused writing {outside}/dry.txt" in result.content
+
+
+def test_trio_still_lets_a_process_be_made_from_a_popen() -> None:
+    # mmd/procs/supervisor.py starts a confined child itself and wraps it with this private constructor.
+    assert callable(getattr(trio.Process, "_create", None))
+
+
+# --- what the model reads ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output", "refused"),
+    [
+        ("bash: line 1: /etc/x: Permission denied", ["/etc/x"]),
+        ("touch: cannot touch '/etc/y': Permission denied", ["/etc/y"]),
+        ("PermissionError: [Errno 13] Permission denied: '/root/z'", ["/root/z"]),
+        ("bash: line 1: inside.txt: Permission denied", []),  # inside the project: not named
+        ("all good", None),
+    ],
+)
+def test_refusals_are_read_from_the_output_with_their_paths(output: str, refused: list[str] | None) -> None:
+    box = Sandbox(roots=("/p",), temp="/t")
+    note = refusal_note(output, box, "/p", "/p/mm.yaml")
+    if refused is None:
+        assert note is None
+        return
+    assert note is not None
+    text, paths = note
+    assert paths == refused
+    assert "sandbox.writable: in /p/mm.yaml" in text and "--sandbox off" in text
+
+
+# --- the agent file ---------------------------------------------------------------------
+
+
+def load(tmp_path: Path, text: str) -> object:
+    path = tmp_path / "mm.yaml"
+    path.write_text(text)
+    return load_agent_file(path)
+
+
+def error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text)
+    return str(info.value)
+
+
+def test_the_short_and_the_long_form_and_yamls_bare_off(tmp_path: Path) -> None:
+    assert load(tmp_path, "sandbox: read-only\n").sandbox.mode == "read-only"
+    assert load(tmp_path, "sandbox: off\n").sandbox.mode == "off"  # YAML reads a bare off as false
+    agent = load(tmp_path, "sandbox:\n  mode: off\n  writable: [../shared, ~/cache]\n  network: off\n")
+    assert agent.sandbox.mode == "off" and agent.sandbox.network is False
+    assert agent.sandbox.writable == [str(tmp_path.parent / "shared"), os.path.expanduser("~/cache")]
+    assert load(tmp_path, "model: x/y\n").sandbox.mode is None  # the default: workspace, chosen by the plan
+    server = "mcp:\n  w:\n    command: ./w.py\n    sandbox: workspace\n"
+    assert load(tmp_path, server).mcp["w"].sandbox.mode == "workspace"
+
+
+def test_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
+    file = tmp_path / "mm.yaml"
+    assert error(tmp_path, "model: x/y\nsandbox: wrkspace\n") == (
+        f'{file}:2: sandbox: expected "workspace", "read-only" or "off" (or a map with mode:, writable:, '
+        'network:), found a string ("wrkspace") — did you mean "workspace"?'
+    )
+    assert error(tmp_path, "sandbox: true\n").startswith(f"{file}:1: sandbox: expected")
+    assert error(tmp_path, "sandbox:\n  netwrok: off\n").startswith(f"{file}:2: sandbox.netwrok: unknown key")
+    assert error(tmp_path, "sandbox:\n  writable: /x\n").startswith(
+        f"{file}:2: sandbox.writable: expected a list"
+    )
+
+
+def test_the_command_line_wins_over_the_agent_file(tmp_path: Path) -> None:
+    agent = load(tmp_path, "sandbox:\n  mode: read-only\n  writable: [shared]\n")
+    assert turn_sandbox(agent, tmp_path).mode == "read-only"
+    assert turn_sandbox(agent, tmp_path).roots == ()
+    box = turn_sandbox(agent, tmp_path, "workspace")
+    assert box.roots == (os.path.realpath(tmp_path), os.path.realpath(tmp_path / "shared"))
+    assert turn_sandbox(agent, tmp_path, "off").label == "off"
+
+
+def test_a_link_made_into_a_folder_walked_before_is_found(tmp_path: Path) -> None:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (outside / "victim").write_text("x")
+    check_links([str(project)])  # walked and kept: nothing linked
+    os.link(outside / "victim", project / "link")  # the folder's mtime changes
+    with pytest.raises(HardLinkRefused, match="2 names, 1 of them"):
+        check_links([str(project)])
