@@ -58,7 +58,7 @@ import trio
 
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
-from mmd.sandbox import Sandbox, confine_thread
+from mmd.sandbox import Sandbox, confine_thread, unavailable_reason
 from mmd.sandbox.landlock import Unavailable
 from mmd.sandbox.links import HardLinkRefused, check_links
 
@@ -387,6 +387,8 @@ async def _open_confined(argv: list[str], sandbox: Sandbox, **options: Any) -> t
             options[name] = theirs
 
     def start() -> subprocess.Popen[bytes]:
+        if (missing := unavailable_reason(sandbox)) is not None:
+            raise Unavailable(missing)
         check_links(sandbox.roots)
         outcome: list[Any] = []
 
