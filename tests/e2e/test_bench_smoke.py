@@ -49,3 +49,20 @@ def test_bench_load_runs_every_session_and_prints_each_figure():
     for heading in ("== 1. 5 mm -p at once", "== 2. the daemon", "== 3. the store, per session"):
         assert heading in done.stdout, done.stdout
     assert "completed: 5/5" in done.stdout
+
+
+def test_bench_sandbox_runs_and_prints_each_figure():
+    from mmd.sandbox import support
+
+    if not support().available:
+        return  # it exits saying why: nothing to measure without a kernel sandbox
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_sandbox.py"), "--runs", "2"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in ("unconfined", "confined, real project", "hard-link walk", "an exec shim", "preexec_fn"):
+        assert line in done.stdout, done.stdout
