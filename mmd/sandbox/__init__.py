@@ -137,11 +137,34 @@ def confine_thread(box: Sandbox) -> None:
     landlock.restrict_thread(support().abi, folders, DEVICE_FILES, network=box.network)
 
 
+def no_new_privs(pid: int) -> bool:
+    """Whether process *pid* runs with no_new_privs, as every process of a confined turn does.
+
+    The daemon asks it of a client that sends a prompt: a confined command that
+    runs ``mm -p`` must not get a turn with more rights than its own. A process
+    that is gone, or whose status cannot be read, counts as not. Errors: none.
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            return any(line.split() == [b"NoNewPrivs:", b"1"] for line in status)
+    except OSError:
+        return False
+
+
+# What a prompt from a client with no_new_privs gets: writes to the temp dir only, no network.
+CONFINED_CLIENT_WARNING = (
+    "this prompt comes from a process that runs with no_new_privs, as every process of a sandboxed turn "
+    "does: its turn runs read-only with no network, so that a sandboxed command cannot start a turn with "
+    "more rights than its own. Run mm from your own terminal for the agent file's sandbox"
+)
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 __all__ = [
+    "CONFINED_CLIENT_WARNING",
     "DEFAULT_MODE",
     "MODES",
     "PRETEND_VAR",
@@ -149,6 +172,7 @@ __all__ = [
     "Sandbox",
     "Support",
     "confine_thread",
+    "no_new_privs",
     "support",
     "unavailable_reason",
 ]

@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from .. import __version__, paths, procs
+from .. import __version__, paths, procs, sandbox
 from ..config import ConfigError, DaemonConfig, load_user_config
 from ..config.secrets import secret_variables
 from ..local.server import LocalServers
@@ -311,6 +311,7 @@ class Daemon:
                 cwd, agent=agent, model=p.model, yolo=p.yolo, config_path=self.config_path, sandbox=p.sandbox
             )
         )
+        resolved.confined_client = sandbox.no_new_privs(conn.peer_pid)
         if session is None:
             row = self.store.create_session(
                 cwd=str(cwd), agent=resolved.agent_path, model=resolved.model.label

@@ -28,7 +28,7 @@ from ..models.factory import ModelRef
 from ..policy.hooks import Hooks, merged_hooks
 from ..procs.environ import withhold
 from ..rpc import RPCError
-from ..sandbox import DEFAULT_MODE, Sandbox, unavailable_reason
+from ..sandbox import CONFINED_CLIENT_WARNING, DEFAULT_MODE, Sandbox, unavailable_reason
 from ..tools.allowed import Limit
 from ..tools.base import Limits
 from ..tools.builtin import make_builtins
@@ -141,6 +141,9 @@ class Plan:
     model: ModelRef
     yolo: bool = False
     sandbox: str | None = None  # --sandbox: the mode, over the agent file's
+    # The client that sent the prompt runs with no_new_privs (a sandboxed command, most likely):
+    # its turn is read-only with no network, whatever the agent file and --sandbox say.
+    confined_client: bool = False
     # Claude Code's settings files' hooks (`import: claude`), each with its folder, and what was skipped.
     claude_hooks: list[tuple[HooksSpec, Path]] = field(default_factory=list)
     hook_warnings: list[str] = field(default_factory=list)
@@ -277,6 +280,9 @@ def assemble(
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     pass_env = tuple(agent.pass_env)
     box = turn_sandbox(agent, cwd, plan.sandbox)
+    if plan.confined_client:
+        box = Sandbox(mode="read-only", network=False, source=box.source)
+        warnings.append(CONFINED_CLIENT_WARNING)
     return TurnSetup(
         sandbox=box,
         sandbox_missing=unavailable_reason(box),

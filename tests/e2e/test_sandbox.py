@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -320,3 +321,23 @@ def test_without_a_kernel_sandbox_write_tools_are_refused_and_mm_says_so_once(ho
     scripted([bash(f"echo x > {outside}/free.txt"), {"text": "ran"}])
     assert run_mm("--yolo", "--sandbox", "off", "-p", "go", cwd=work).returncode == 0
     assert (outside / "free.txt").exists()
+
+
+def test_a_prompt_from_a_process_with_no_new_privs_runs_read_only_without_network(home, scripted):
+    # Every process of a confined turn has no_new_privs: `mm -p --sandbox off` run by one must not
+    # get an unconfined turn. setpriv gives the client (only: the daemon is started first) the flag.
+    work, outside = home / "work", home / "home"
+    assert run_mm("daemon", "start").returncode == 0
+    server = scripted([bash(f"echo x > {outside}/escape.txt; echo y > inside.txt"), {"text": "ok"}])
+    argv = ["setpriv", "--no-new-privs", sys.executable, "-m", "mm.cli", "--yolo", "--sandbox", "off"]
+    result = subprocess.run(
+        [*argv, "--output-format", "events", "-p", "go"], cwd=work, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (outside / "escape.txt").exists() and not (work / "inside.txt").exists()
+    warnings = [
+        json.loads(line)["data"]["message"] for line in result.stdout.splitlines() if '"warning"' in line
+    ]
+    assert any("runs with no_new_privs" in w and "read-only with no network" in w for w in warnings)
+    [answer] = tool_messages(server.requests()[-1])
+    assert "sandbox read-only" in answer
