@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from mmd.procs import supervised_process
+from mmd.sandbox import Sandbox
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
 
@@ -281,8 +282,18 @@ async def _run_rg(cmd: list[str], ctx: ToolContext) -> tuple[int | None, bytes, 
         while chunk := await stream.receive_some(1 << 16):
             out[name] += chunk
 
+    # rg only reads: in a turn that has a sandbox it runs read-only with no network, whatever the turn's mode.
+    box = (
+        Sandbox(mode="read-only", network=False) if ctx.sandbox is not None and ctx.sandbox.confined else None
+    )
     async with supervised_process(
-        cmd, cwd=ctx.cwd, env={}, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_env=ctx.pass_env
+        cmd,
+        cwd=ctx.cwd,
+        env={},
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        pass_env=ctx.pass_env,
+        sandbox=box,
     ) as proc:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read, proc.stdout, "stdout")
