@@ -88,6 +88,17 @@ def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
             )
 
 
+def _git_objects(parent: str, name: str) -> bool:
+    """Whether *parent*/*name* is a git object store (``.git/objects``), which the walk skips.
+
+    ``git clone`` of a path on the same file system hard-links the objects of the repository it
+    clones, so nearly every local clone would be refused otherwise. Objects are read-only files
+    named by their hash, never written through by git; what a confined write through one could do
+    is corrupt the same object of the other repository (docs/security.md says so).
+    """
+    return name == "objects" and os.path.basename(parent) == ".git"
+
+
 def _folder(path: str) -> _Folder | None:
     """The walk of *path*: the cached one while its mtime holds, else a new listing."""
     try:
@@ -108,7 +119,8 @@ def _folder(path: str) -> _Folder | None:
             entries += 1
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    subfolders.append(entry.path)
+                    if not _git_objects(path, entry.name):
+                        subfolders.append(entry.path)
                 elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
                     linked.append(entry.path)
             except OSError:

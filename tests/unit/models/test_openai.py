@@ -236,8 +236,8 @@ async def test_timeout_is_a_model_error(start: Any) -> None:
     server, provider = await start({"delay": 5, "text": "late"}, timeout=0.2, max_retries=0)
     with pytest.raises(ModelError, match=r"no answer within 0\.2 s"):
         await complete(provider, Recorder())
-    with trio.fail_after(5):
-        while not server.requests[0]["client_closed"]:
+    with trio.fail_after(5):  # the server may record the request after the client gave up (a loaded machine)
+        while not (server.requests and server.requests[0]["client_closed"]):
             await trio.sleep(0.01)
 
 

@@ -240,3 +240,22 @@ def test_a_link_made_into_a_folder_walked_before_is_found(tmp_path: Path) -> Non
     os.link(outside / "victim", project / "link")  # the folder's mtime changes
     with pytest.raises(HardLinkRefused, match="2 names, 1 of them"):
         check_links([str(project)])
+
+
+def test_a_local_git_clone_whose_objects_are_hard_links_is_not_refused(tmp_path: Path) -> None:
+    # `git clone /path` hard-links .git/objects; every such clone would be refused otherwise.
+    import subprocess
+
+    origin, clone = tmp_path / "origin", tmp_path / "clone"
+    origin.mkdir()
+    (origin / "f").write_text("x\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    for argv in (["init", "-q"], ["add", "f"], ["commit", "-q", "-m", "f"]):
+        subprocess.run([*git, *argv], cwd=origin, check=True)
+    subprocess.run([*git, "clone", "-q", str(origin), str(clone)], check=True)
+    linked = [p for p in (clone / ".git" / "objects").rglob("*") if p.is_file() and p.stat().st_nlink > 1]
+    assert linked  # the clone's objects are the origin's files
+    check_links([str(clone)])
+    os.link(origin / "f", clone / "f-link")  # a hard link elsewhere in the clone is still refused
+    with pytest.raises(HardLinkRefused, match="f-link"):
+        check_links([str(clone)])
