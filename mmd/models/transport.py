@@ -186,7 +186,7 @@ class LoopbackClient:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
-        head = _request_head(method, target, f"{parts.hostname}:{address[1]}", headers, content)
+        head = _request_head(method, target, parts.netloc.rpartition("@")[2], headers, content)
         conn, status, response_headers = await self._send(address, head + (content or b""))
         response = LoopbackResponse(self, conn, status, response_headers, method)
         try:
@@ -207,6 +207,9 @@ class LoopbackClient:
                 return (conn, *await self._read_head(conn))
             except _Stale:
                 await _close(conn)
+            except BaseException:
+                await _close(conn)
+                raise
         conn = await self._connect(address)
         try:
             await self._write(conn, request)

@@ -243,3 +243,24 @@ async def test_httpx_errors_come_out_as_transport_errors() -> None:
         await transport.fetch(client, "GET", "gopher://mm-test.invalid/")
     assert caught.value.kind == "url"
     await client.aclose()
+
+
+async def test_a_server_on_ipv6_loopback_gets_a_bracketed_host(nursery: trio.Nursery) -> None:
+    seen: list[bytes] = []
+
+    async def handle(stream: trio.SocketStream) -> None:
+        buffer = bytearray()
+        if (request := await read_request(stream, buffer)) is not None:
+            seen.append(request)
+            await stream.send_all(sized(b"six"))
+        await stream.aclose()
+
+    try:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="::1"))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    port = listeners[0].socket.getsockname()[1]
+    client = LoopbackClient(timeout=5)
+    assert await body_of(client, f"http://[::1]:{port}/x") == (200, b"six")
+    assert f"host: [::1]:{port}\r\n".encode() in seen[0]
+    await client.aclose()
