@@ -10,7 +10,7 @@ Layers, bottom up:
   and stops the whole tree (SIGTERM, grace, SIGKILL, reap, sweep) on exit,
   timeout or cancel; as a subreaper (the daemon) it finds them by the kernel's
   children links instead of scanning /proc. ``run_tool_process`` for one tool call,
-  ``supervised_process`` for a long-lived child.
+  ``supervised_process`` for a long-lived child (``communicate`` feeds and reads it).
 
 The public surface is what this module re-exports.
 """
@@ -20,6 +20,7 @@ from mmd.procs.supervisor import (
     TAG_VAR,
     ProcResult,
     become_subreaper,
+    communicate,
     reap_orphans,
     run_tool_process,
     set_owner,
@@ -35,6 +36,7 @@ __all__ = [
     "OutputCapture",
     "ProcResult",
     "become_subreaper",
+    "communicate",
     "reap_orphans",
     "run_tool_process",
     "set_owner",

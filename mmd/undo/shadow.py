@@ -34,7 +34,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from ..procs import supervised_process
+from ..procs import communicate, supervised_process
 
 # The tree of an empty project: what ``git write-tree`` gives for an empty index.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -168,7 +168,7 @@ class Shadow:
                     stderr=subprocess.PIPE,
                     grace=1.0,
                 ) as proc:
-                    return await _exchange(proc, stdin, stop)
+                    return await communicate(proc, stdin, stop=stop, max_stderr=MAX_STDERR)
         except trio.TooSlowError:
             what = " ".join(a for a in argv[1:] if not a.startswith("-"))[:60]
             raise SnapshotError(f"git {what} took over {self.timeout:.0f} s in {self.project}") from None
@@ -317,40 +317,6 @@ def _bytes_over(most: int) -> Stop:
         return total > most
 
     return over
-
-
-async def _exchange(
-    proc: trio.Process, stdin: bytes | None, stop: Stop | None
-) -> tuple[bytes, bytes, int | None]:
-    """Feed *stdin*, read stdout and stderr at once, wait for the exit; the exit code is None when
-    *stop* ended the reading (the process is then stopped with its group as the block is left)."""
-    out, err = bytearray(), bytearray()
-    assert proc.stdout is not None and proc.stderr is not None
-    async with trio.open_nursery() as nursery:
-        if stdin is not None:
-            nursery.start_soon(_feed, proc, stdin)
-        nursery.start_soon(_read, proc.stderr, err, MAX_STDERR, None)
-        if await _read(proc.stdout, out, None, stop):
-            nursery.cancel_scope.cancel()
-            return bytes(out), bytes(err), None
-    return bytes(out), bytes(err), await proc.wait()
-
-
-async def _feed(proc: trio.Process, stdin: bytes) -> None:
-    assert proc.stdin is not None
-    async with proc.stdin:
-        with contextlib.suppress(trio.BrokenResourceError):  # git stopped reading: its exit says why
-            await proc.stdin.send_all(stdin)
-
-
-async def _read(stream: trio.abc.ReceiveStream, into: bytearray, keep: int | None, stop: Stop | None) -> bool:
-    """Read *stream* to its end, keeping at most *keep* bytes; True when *stop* ended it first."""
-    while chunk := await stream.receive_some(1 << 16):
-        if keep is None or len(into) < keep:
-            into += chunk
-        if stop is not None and stop(chunk):
-            return True
-    return False
 
 
 def _mode(project: Path, path: bytes) -> int | None:

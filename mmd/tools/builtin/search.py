@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from mmd.procs import supervised_process
+from mmd.procs import communicate, supervised_process
 from mmd.sandbox import Sandbox
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
@@ -276,12 +276,6 @@ async def _grep_rg(rg: str, args: dict[str, Any], ctx: ToolContext) -> tuple[lis
 
 async def _run_rg(cmd: list[str], ctx: ToolContext) -> tuple[int | None, bytes, bytes]:
     """Run rg under the supervisor, as every child of the daemon; its exit code, stdout and stderr."""
-    out: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
-
-    async def read(stream: Any, name: str) -> None:
-        while chunk := await stream.receive_some(1 << 16):
-            out[name] += chunk
-
     # rg only reads: in a turn that has a sandbox it runs read-only with no network, whatever the turn's mode.
     box = (
         Sandbox(mode="read-only", network=False) if ctx.sandbox is not None and ctx.sandbox.confined else None
@@ -295,11 +289,8 @@ async def _run_rg(cmd: list[str], ctx: ToolContext) -> tuple[int | None, bytes, 
         pass_env=ctx.pass_env,
         sandbox=box,
     ) as proc:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read, proc.stdout, "stdout")
-            nursery.start_soon(read, proc.stderr, "stderr")
-        await proc.wait()
-    return proc.returncode, bytes(out["stdout"]), bytes(out["stderr"])
+        stdout, stderr, code = await communicate(proc)
+    return code, stdout, stderr
 
 
 def _grep_python(root: Path, args: dict[str, Any]) -> list[str]:

@@ -49,6 +49,7 @@ def test_public_surface() -> None:
         "OutputCapture",
         "ProcResult",
         "become_subreaper",
+        "communicate",
         "reap_orphans",
         "run_tool_process",
         "set_owner",
