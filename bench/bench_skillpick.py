@@ -127,9 +127,16 @@ async def measure(port: int, folder: Path, only: list[str] | None = None) -> Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument(
+        "--shows",
+        choices=["none", "programs", "templates"],
+        default=skillpick.CHOICE_SHOWS,
+        help="what the choice shows of each skill's commands (skillpick.CHOICE_SHOWS)",
+    )
     opts = parser.parse_args()
+    skillpick.CHOICE_SHOWS = "" if opts.shows == "none" else opts.shows
     with llama_server(opts.model) as port, tempfile.TemporaryDirectory() as tmp:
-        print(opts.model)
+        print(f"{opts.model}, the choice shows the skills' commands: {opts.shows}")
         folder = skills_folder(Path(tmp))
         trio.run(measure, port, folder)  # all skills: the choice is one of five
         for skill in FIXTURES.values():  # each fixture's own skill alone, as in its eval's skill mode

@@ -48,6 +48,8 @@ from . import grounding, skilluse
 from .context import cap_output
 from .plan import TurnSetup
 
+BASH = "bash"  # the built-in whose commands a skill in use checks (skill_commands, skill_hint)
+
 
 class StopTurn(Exception):
     """End the turn now with *status*; *text* tells the user why."""
@@ -114,8 +116,11 @@ class CallRunner:
         self.setup = setup
         self.store = session.store
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
-        # Where a value may come from (grounding.py): the session so far, then each result that really ran.
-        self._heard = grounding.corpus(session.messages) + "\n" + setup.system.lower()
+        # Where a value may come from (grounding.py): the session so far, then each result that really ran;
+        # the system message too for grounding, but not for a skill's example values (skill_commands).
+        self._said = grounding.corpus(session.messages)
+        self._system = setup.system.lower()
+        self._request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
         self.checkpoints = Recorder(
             store=session.store,
@@ -139,7 +144,7 @@ class CallRunner:
             await stage(self, c)
         result = c.answer or c.pre.with_context(c.result or _NOTHING)
         if c.answer is None and c.result is not None and not c.denied:
-            self._heard += "\n" + c.result.content.lower()
+            self._said += "\n" + c.result.content.lower()
         # Within its share of the model's window (the whole in the spill file), as the model reads it.
         result = await cap_output(
             result, self.setup.budget, self.setup.limits, self._context(c.call, None).spill_path
@@ -175,11 +180,23 @@ class CallRunner:
         assert c.tool is not None
         if not self.setup.ground_values or c.tool.source == "builtin":
             return
-        missing = grounding.ungrounded(c.args, c.tool.parameters, self._heard)
+        missing = grounding.ungrounded(c.args, c.tool.parameters, f"{self._said}\n{self._system}")
         if missing:
-            content = grounding.answer(c.call.name, missing)
+            content = grounding.answer(c.call.name, missing, self._request)
             data = {"error": {"code": "ungrounded_value", "values": [v for _, v in missing]}}
             c.answer = ToolResult(ok=False, content=content, data=data)
+
+    async def skill_commands(self, c: Call) -> None:
+        """A small model's bash call under a skill: no placeholder left in, no example value run as asked for."""
+        commands = self.setup.skill_commands
+        if commands is None or not self.setup.ground_values or c.tool is None or c.tool.name != BASH:
+            return
+        if (why := commands.refusal(str(c.args.get("command", "")), self._said)) is not None:
+            # grounding's opening, so that the quoted value never grounds a later turn (grounding.corpus)
+            content = (
+                f"{c.call.name} was not run: {why} The user's request: {grounding.quote(self._request)}."
+            )
+            c.answer = ToolResult(ok=False, content=content, data={"error": {"code": "skill_command"}})
 
     async def pre_hooks(self, c: Call) -> None:
         assert c.tool is not None
@@ -284,6 +301,15 @@ class CallRunner:
         )
         self._publish(post, c.call)
         c.result = post.result
+
+    async def skill_hint(self, c: Call) -> None:
+        """A bash call under a skill failed without running any of the skill's commands: say which they are."""
+        commands = self.setup.skill_commands
+        if commands is None or c.tool is None or c.tool.name != BASH or c.result is None or c.result.ok:
+            return
+        if c.denied or (hint := commands.hint(str(c.args.get("command", "")))) is None:
+            return
+        c.result = ToolResult(ok=False, content=f"{c.result.content.rstrip()}\n{hint}", data=c.result.data)
 
     async def skill_read(self, c: Call) -> None:
         if c.tool is not None and c.tool.name == "read_skill" and not c.denied and c.result and c.result.ok:
@@ -456,6 +482,7 @@ STAGES: tuple[Stage, ...] = (
     CallRunner.contract,
     CallRunner.skill_limit,
     CallRunner.grounding,
+    CallRunner.skill_commands,
     CallRunner.pre_hooks,
     CallRunner.replay,
     CallRunner.consent,
@@ -463,6 +490,7 @@ STAGES: tuple[Stage, ...] = (
     CallRunner.verify,
     CallRunner.remember,
     CallRunner.post_hooks,
+    CallRunner.skill_hint,
     CallRunner.skill_read,
 )
 

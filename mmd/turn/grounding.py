@@ -20,6 +20,8 @@ from ..models.base import Message
 
 # Longer single words are taken as text the model composes (a message, a hash it was given whole).
 _MAX_WORD = 80
+# The most characters of the user's request a refusal quotes back.
+QUOTE = 300
 
 
 def ungrounded(args: dict[str, Any], schema: dict[str, Any], corpus: str) -> list[tuple[str, str]]:
@@ -60,11 +62,20 @@ def _refusal(message: Message) -> bool:
     return message.content.startswith(f"{message.name} was not run: ")
 
 
-def answer(tool: str, missing: list[tuple[str, str]]) -> str:
+def answer(tool: str, missing: list[tuple[str, str]], request: str = "") -> str:
+    """The refusal the model reads; it quotes the user's *request* back, where the values are to be found
+    (the 0.5B repeated a refused ``checkout-service`` or ``OPS-4821`` when told only that it was wrong)."""
     values = ", ".join(f'{name} "{value}"' for name, value in missing)
+    said = f" The user's request: {quote(request)}." if request.strip() else ""
     return (
         f"{tool} was not run: {values} appears nowhere in the user's request or in any tool result, so it "
-        "was not given to you (an example in a description is not a value to use). Call it again only with "
-        "values the user gave. If what the user asked for is already done, do not call anything: answer "
-        "the user in plain words now."
+        f"was not given to you (an example in a description is not a value to use).{said} Call it again "
+        "only with values the user gave, written as the user wrote them. If what the user asked for is "
+        "already done, do not call anything: answer the user in plain words now."
     )
+
+
+def quote(request: str) -> str:
+    """The user's request as a refusal quotes it: one line, at most QUOTE characters."""
+    line = " ".join(request.split())
+    return f"«{line if len(line) <= QUOTE else line[: QUOTE - 1] + '…'}»"

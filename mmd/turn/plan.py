@@ -34,6 +34,7 @@ from ..tools.base import Limits
 from ..tools.builtin import make_builtins
 from ..tools.declared import declared_tools
 from ..tools.registry import Registry
+from ..tools.skillcmds import Commands
 from ..tools.skilldirs import missing_configured, skill_dirs
 from ..tools.skills import Catalogue, load_skills
 from .budget import Budget
@@ -80,6 +81,8 @@ class TurnSetup:
     # The allowed-tools of the skill in use, and the registry before it narrowed it (mmd/turn/skilluse.py).
     skill_limit: Limit | None = None
     unlimited: Registry | None = None
+    # The commands the skill in use names, which its bash calls are checked against (mmd/tools/skillcmds.py).
+    skill_commands: Commands | None = None
 
     def request_messages(self, history: list[Message]) -> list[Message]:
         return [Message(role="system", content=self.system), *history]

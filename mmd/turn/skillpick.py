@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 
 from ..models.base import Chooser, Message, ModelError
+from ..tools.skillcmds import commands
 from ..tools.skills import Catalogue, Skill
 from . import skilluse
 from .calls import Conversation
@@ -30,6 +31,9 @@ SKILL_CHOSEN = "skill_chosen"
 # The model's probability for the chosen skill's name above which the turn's first step must be a call
 # (bench/bench_skillpick.py; docs/loops-and-recovery.md#skills-chosen-for-the-model).
 ACT_CONFIDENCE = 0.5
+# What the choice shows of each skill's commands besides its description (mmd/tools/skillcmds.py):
+# "" nothing, "programs" their names, "templates" the whole commands (bench/bench_skillpick.py --shows).
+CHOICE_SHOWS = "programs"
 
 
 def choice_messages(skills: Catalogue, names: list[str], prompt: str) -> list[Message]:
@@ -44,7 +48,7 @@ def choice_messages(skills: Catalogue, names: list[str], prompt: str) -> list[Me
         skill = skills.get(name)
         if skill is not None:
             keywords = f" (keywords: {', '.join(skill.keywords)})" if skill.keywords else ""
-            lines.append(f"- {name}: {skill.description.strip()}{keywords}")
+            lines.append(f"- {name}: {skill.description.strip()}{keywords}{_commands_note(skill)}")
     lines.append(
         f"- {NONE}: no skill is needed: a greeting, a question of general knowledge, "
         "something to write, explain or compute without acting on this project."
@@ -96,6 +100,17 @@ async def begin(session: Conversation, setup: TurnSetup) -> None:
     # that no skill covers ("Hi, who are you?") was given the only skill in 3 of 6 cases, and a forced
     # call there would act on nothing asked for. Below ACT_CONFIDENCE the step stays free.
     setup.act_first = choice.probability is not None and choice.probability >= ACT_CONFIDENCE
+
+
+def _commands_note(skill: Skill) -> str:
+    """What the choice shows of the commands a skill names (CHOICE_SHOWS; bench/bench_skillpick.py)."""
+    templates = commands(skill.name, skill.body).templates[:8] if CHOICE_SHOWS else ()
+    if not templates:
+        return ""
+    if CHOICE_SHOWS == "templates":
+        return " Commands: " + ", ".join(t.text for t in templates) + "."
+    names = dict.fromkeys(t.program.rsplit("/", 1)[-1] for t in templates)
+    return f" Commands: {', '.join(names)}."
 
 
 def skill_text(skill: Skill) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from ..tools.allowed import ALWAYS, limit_of
 from ..tools.base import Tool, ToolContext, ToolError
 from ..tools.registry import Registry
+from ..tools.skillcmds import commands
 from ..tools.skills import Skill
 from .plan import TurnSetup
 
@@ -29,6 +30,7 @@ class Conversation(Protocol):
 
 def use(session: Conversation, setup: TurnSetup, skill: Skill) -> None:
     """*skill* is now in use: narrow the turn's tools to its allowed-tools, or lift an earlier limit."""
+    setup.skill_commands = commands(skill.name, skill.body)
     base = setup.unlimited or setup.registry
     if skill.allowed_tools is None:
         if setup.skill_limit is not None:

@@ -127,3 +127,31 @@ def test_a_request_the_model_would_rather_answer_itself_gets_no_skill_and_a_free
     assert root_rule(step["grammar"]) == "root ::= [ \\t\\n]* (block | prose)?"  # words or a call
     assert '"read_skill"' in step["prompt"]  # the model may still read a skill itself
     assert not (work / "released.txt").exists()
+
+
+def test_under_the_chosen_skill_its_example_value_is_not_run_and_a_guessed_command_hears_the_skills(
+    mm_home: Path, scripted: Any
+) -> None:
+    """The checks of mmd/tools/skillcmds.py through a real daemon and real bash."""
+    work = mm_home / "work"
+    agent = project(work)
+    skill = work / "skills" / "release-ops" / "SKILL.md"
+    skill.write_text(skill.read_text() + "Example: `./actions/release 2.0.1`\n")
+    server = scripted(
+        [
+            {"text": "release-ops", "probabilities": {"release": 0.9, "none": 0.05}},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "./actions/release 2.0.1"}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "release 1.4.2"}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "./actions/release 1.4.2"}}]},
+            {"text": "Released 1.4.2."},
+        ],
+        default=False,
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Publish version 1.4.2.", "--agent", str(agent), "--yolo", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert (work / "released.txt").read_text() == "1.4.2\n"  # 2.0.1, the skill's example, never ran
+    _, _, refused, guessed, _ = completions(server)
+    assert 'bash was not run: "2.0.1" is the example value for VERSION' in refused["prompt"]
+    assert "release: command not found" in guessed["prompt"]
+    assert "The skill release-ops runs this as `./actions/release VERSION`" in guessed["prompt"]

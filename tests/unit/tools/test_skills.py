@@ -170,16 +170,27 @@ async def test_read_skill_unknown_name_lists_the_skills(tmp_path: Path) -> None:
     skill(tmp_path / "skills", "release", RELEASE_MD)
     skill(tmp_path / "skills", "status", front("status"))
     catalogue, _ = load_skills([tmp_path / "skills"])
+    # The names are an enum of read_skill's schema: the contract answers, and a grammar can hold to it.
+    assert ReadSkill(catalogue).parameters["properties"]["name"]["enum"] == ["release", "status"]
+    assert ReadSkill(catalogue).example == {"name": "release"}
     with pytest.raises(ToolError) as info:
         await read_skill(catalogue, tmp_path, name="relase")
     err = info.value
     assert (err.code, err.field, err.cls, err.reason, err.fix) == (
-        "unknown_skill",
+        "not_in_enum",
         "name",
         "fix_and_retry",
-        "There is no skill named relase. Did you mean release?",
-        "Use one of: release, status.",
+        'name "relase" is not one of release, status. Did you mean release?',
+        "Send name as one of: release, status.",
     )
+    # The class's own schema is left as it was: another session's catalogue has other names.
+    assert "enum" not in ReadSkill.parameters["properties"]["name"]
+    # A tool that reaches run with a name the catalogue lost in between still answers with the list.
+    tool = ReadSkill(catalogue)
+    ctx = ToolContext(session_id="s", call_id="c", cwd=tmp_path, session_dir=tmp_path)
+    with pytest.raises(ToolError) as info:
+        await tool.run({"name": "relase"}, ctx)
+    assert (info.value.code, info.value.fix) == ("unknown_skill", "Use one of: release, status.")
 
 
 @pytest.mark.parametrize("catalogue", [None, Catalogue()])

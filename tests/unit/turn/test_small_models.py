@@ -318,3 +318,105 @@ async def test_a_choice_the_model_is_unsure_of_gives_the_skill_but_leaves_the_fi
     [first] = provider.requests
     assert "The skill release-ops applies" in first.messages[0].content
     assert first.lead == "free"  # a wrong choice must not force a call on a request nobody asked to act on
+
+
+# --- the commands of the skill in use (mmd/tools/skillcmds.py) ----------------------------------------------
+
+
+class FakeBash(Tool):
+    """bash as the turn sees it: runs nothing, knows one program, fails like bash for any other."""
+
+    name = "bash"
+    description = "Run a command."
+    parameters = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+    tier = "read"
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return f"$ {args['command']}"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.ran.append(args["command"])
+        if args["command"].startswith("./release "):
+            return ToolResult(ok=True, content="Released.\n[exit code 0]", data={"exit_code": 0})
+        program = args["command"].split()[0]
+        return ToolResult(
+            ok=False, content=f"bash: {program}: command not found\n[exit code 127]", data={"exit_code": 127}
+        )
+
+
+def release_skill(tmp_path: Path) -> Catalogue:
+    body = "Publish a release: `./release VERSION`.\nExample: `./release 2.0.1`"
+    folder = tmp_path / "skills" / "release-ops"
+    folder.mkdir(parents=True)
+    skill = Skill(name="release-ops", description="Releases.", keywords=(), folder=folder, body=body)
+    return Catalogue({"release-ops": skill})
+
+
+async def test_under_a_chosen_skill_an_example_value_is_refused_and_a_guessed_command_is_told_the_skills(
+    turn: Turn, tmp_path: Path
+) -> None:
+    skills, bash = release_skill(tmp_path), FakeBash()
+    provider = await run(
+        turn,
+        [ReadSkill(skills), bash],
+        call("bash", {"command": "./release 2.0.1"}),  # the skill's example, not the user's version
+        call("bash", {"command": "release 1.4.2"}),  # a guess: not on PATH
+        call("bash", {"command": "./release 1.4.2"}),
+        answer("Released 1.4.2."),
+        prompt="Publish version 1.4.2, please.",
+        choose_skills=True,
+        ground_values=True,
+        skills=skills,
+        choices=("release-ops",),
+    )
+    assert bash.ran == ["release 1.4.2", "./release 1.4.2"]  # the example value never ran
+    refused = provider.requests[1].messages[-1].content
+    assert refused.startswith(
+        'bash was not run: "2.0.1" is the example value for VERSION in the skill release-ops'
+    )
+    assert refused.endswith("The user's request: «Publish version 1.4.2, please.».")
+    guessed = provider.requests[2].messages[-1].content
+    assert guessed.startswith("bash: release: command not found\n[exit code 127]\n")
+    assert guessed.endswith(
+        "The skill release-ops runs this as `./release VERSION`, from the working directory, "
+        "with the values from the user's request in place of the placeholders."
+    )
+    assert turn.ended()["status"] == "ok"
+    # The refusal quoted "2.0.1" back, and the skill's text holds it: neither grounds it in the next turn.
+    provider = await run(
+        turn,
+        [ReadSkill(skills), bash],
+        call("bash", {"command": "./release 2.0.1"}),
+        answer("Not released."),
+        prompt="And again.",
+        choose_skills=True,
+        ground_values=True,
+        skills=skills,
+        choices=("release-ops",),
+    )
+    assert bash.ran == ["release 1.4.2", "./release 1.4.2"]
+
+
+async def test_a_model_that_routes_itself_runs_what_it_asks_and_still_hears_the_skills_commands(
+    turn: Turn, tmp_path: Path
+) -> None:
+    skills, bash = release_skill(tmp_path), FakeBash()
+    provider = await run(
+        turn,
+        [ReadSkill(skills), bash],
+        call("read_skill", {"name": "release-ops"}),
+        call("bash", {"command": "./release 2.0.1"}),  # a large model's choice is its own
+        call("bash", {"command": "make release"}),
+        answer("Done."),
+        prompt="Publish the version after 2.0.0.",
+        skills=skills,
+    )
+    assert bash.ran == ["./release 2.0.1", "make release"]
+    hinted = provider.requests[3].messages[-1].content
+    assert hinted.endswith(
+        "This is not a command the skill release-ops names. Its commands, run from the "
+        "working directory: `./release VERSION`."
+    )
