@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument(
         "--shows",
         choices=["none", "programs", "templates"],
-        default=skillpick.CHOICE_SHOWS,
+        default=skillpick.CHOICE_SHOWS or "none",
         help="what the choice shows of each skill's commands (skillpick.CHOICE_SHOWS)",
     )
     opts = parser.parse_args()

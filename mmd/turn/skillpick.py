@@ -33,7 +33,7 @@ SKILL_CHOSEN = "skill_chosen"
 ACT_CONFIDENCE = 0.5
 # What the choice shows of each skill's commands besides its description (mmd/tools/skillcmds.py):
 # "" nothing, "programs" their names, "templates" the whole commands (bench/bench_skillpick.py --shows).
-CHOICE_SHOWS = "programs"
+CHOICE_SHOWS = ""
 
 
 def choice_messages(skills: Catalogue, names: list[str], prompt: str) -> list[Message]:
