@@ -9,13 +9,16 @@ only the current phase's tools are offered (mmd/turn/phases.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from ..contract import ToolResult
 from ..models.base import Completion, Lead, Message, ModelError, ToolCall
 from ..models.recovery import HeldText, recover_completion
+from ..tools.base import Tool
 from ..untrusted import MAX_ARGUMENTS_BYTES
 from . import answers, context, hookpoints, phases, skillpick
 from .calls import CallRunner, Conversation, StopTurn
@@ -81,13 +84,53 @@ class Progress:
                 self.wrote = True
             self.succeeded[key] = result
 
+    def repeats(self, key: Key, tool: Tool | None) -> Key | None:
+        """The call that already succeeded which *key* repeats: the same call, or — measured with the 0.5B
+        on MCP tools, which then called ``backup {"database": "orders", "file": "backups/orders-0412.dump",
+        "size": "2.3 GB"}`` for up to 139 s — the same call with fields of its result added as arguments
+        (fields the tool does not have, whose names or values its result holds). None: not a repeat."""
+        if key in self.succeeded:
+            return key
+        name, text = key
+        props = tool.parameters.get("properties") if tool is not None else None
+        args = _object(text)
+        if not isinstance(props, dict) or args is None:
+            return None
+        added = {k: v for k, v in args.items() if k not in props}
+        given = {k: v for k, v in args.items() if k in props}
+        if not added:
+            return None
+        for (done_name, done_text), result in self.succeeded.items():
+            done = _object(done_text)
+            if done_name != name or done is None or any(done.get(k) != v for k, v in given.items()):
+                continue
+            content = result.content.lower()
+            if any(k.lower() in content or _scalar(v).lower() in content for k, v in added.items()):
+                return done_name, done_text
+        return None
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    try:  # the canonical text of arguments that parsed (loops.call_key), else the raw text: any depth
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _scalar(value: Any) -> str:
+    """A value as a result's text would show it ("" for a structure: it matches only through its key)."""
+    if isinstance(value, str):
+        return value.strip() or "\0"
+    return "\0" if isinstance(value, dict | list) else json.dumps(value)
+
 
 async def _one_call(session: Conversation, runner: CallRunner, progress: Progress, call: ToolCall) -> None:
     """Run one call and add its result to the conversation, with a loop nudge when one is seen."""
     key = call_key(call.name, call.arguments)
     try:
-        if key in progress.succeeded:
-            content = _repeat_after_success(session, progress, key, call)
+        if (done := progress.repeats(key, runner.setup.registry.get(call.name))) is not None:
+            content = _repeat_after_success(session, progress, done, call, echoed=done != key)
         else:
             content = await _run(session, runner, progress, key, call)
     except StopTurn as stop:  # the call's own answer, before the turn ends
@@ -113,7 +156,9 @@ async def _run(
     return result.content
 
 
-def _repeat_after_success(session: Conversation, progress: Progress, key: Key, call: ToolCall) -> str:
+def _repeat_after_success(
+    session: Conversation, progress: Progress, key: Key, call: ToolCall, *, echoed: bool = False
+) -> str:
     """A call that already succeeded is not run again: answered once, then the turn ends as done."""
     first = progress.succeeded[key]
     data = {
@@ -125,8 +170,14 @@ def _repeat_after_success(session: Conversation, progress: Progress, key: Key, c
     if key in progress.told:
         raise StopTurn("ok", f"{call.name} succeeded:\n{first.content}")
     progress.told.add(key)
+    what = (
+        f"this {call.name} call already succeeded in this turn, and the fields you added are from its "
+        "result, not parameters"
+        if echoed
+        else f"this exact {call.name} call already succeeded in this turn"
+    )
     return (
-        f"Not run again: this exact {call.name} call already succeeded in this turn (its result is above). "
+        f"Not run again: {what} (its result is above). "
         "Do not call it again; give the user your answer now, in plain words."
     )
 

@@ -408,6 +408,33 @@ async def test_a_call_repeated_after_it_succeeded_is_not_run_and_then_ends_the_t
     assert len(tool_messages(turn.session.messages)) == 3
 
 
+async def test_a_call_that_succeeded_sent_again_with_its_result_as_arguments_is_a_repeat(turn: Turn) -> None:
+    """Seen with the 0.5B: after `backup {"database": "orders"}` it sent the result's fields back as
+    arguments, again and again. Fields the tool lacks whose names or values its result holds: a repeat."""
+    provider = await turn.run(
+        call("put", {"key": "a"}),
+        call("put", {"key": "a", "color": "blue"}),  # not from the result: the contract answers it
+        call("put", {"key": "b", "status": "set"}),  # another key: not the call that succeeded
+        call("put", {"key": "a", "status": "set"}),  # the result's "set" added: a repeat
+        call("put", {"status": "a set"}),  # the result alone, the key left out: still a repeat
+        answer("never reached"),
+        yolo=True,
+    )
+    assert turn.put.ran == ["a"]
+    answers = [r.messages[-1].content for r in provider.requests[2:5]]
+    assert "color" in answers[0] and "already succeeded" not in answers[0]
+    assert "already succeeded" not in answers[1]
+    assert answers[2].startswith(
+        "Not run again: this put call already succeeded in this turn, and the fields you added are from its "
+        "result, not parameters (its result is above)."
+    )
+    assert turn.ended() == {"status": "ok", "text": "put succeeded:\na set", "error": None}
+    assert [(e["kind"], e["action"]) for e in turn.events("loop_detected")][-2:] == [
+        ("after_success", "nudge"),
+        ("after_success", "stop"),
+    ]
+
+
 async def test_a_read_repeated_after_a_write_runs_again(turn: Turn) -> None:
     await turn.run(
         call("lookup", {"key": "a"}),
