@@ -32,6 +32,14 @@ _STATUS_LINE = re.compile(r'\[exit code -?\d+\]|\{\s*"exit[ _]code"\s*:\s*-?\d+\
 # (seen: the 0.5B ended MCP turns with `>` then the error object, or with the whole "You sent: …" answer).
 _MM_ERROR = re.compile(r'\{\s*"ok"\s*:\s*false\s*,\s*"error"\s*:')
 _MM_INVALID_CALL = re.compile(r"^You sent: [\w.-]+\(")
+# The openings of mm's other fixed messages to the model (this module's request for words, the loop and
+# repeat answers, refusals), which the 0.5B also ended turns with: "Your last reply was not an answer …".
+_MM_WORDS = re.compile(
+    r"Your last reply was not an answer in words|^Not run again: |^[\w.-]+ was not run: |^Loop: you |"
+    r"^Stopped: the model called |^The model gave no answer in words"
+)
+# A fenced block's opening line, closed or not (a call cut short by the token limit has no closing fence).
+_OPEN_FENCE = re.compile(r"^```[\w-]*[ \t]*\n")
 # Longest result text quoted in a summary.
 _QUOTE = 300
 
@@ -43,14 +51,14 @@ def unusable(text: str) -> str | None:
         return "empty"
     if set(stripped) <= _PUNCTUATION:
         return "only punctuation"
-    body = fence.group(1).strip() if (fence := _FENCE.match(stripped)) else stripped
+    body = fence.group(1).strip() if (fence := _FENCE.match(stripped)) else _OPEN_FENCE.sub("", stripped)
     if set(body) <= _PUNCTUATION:
         return "only punctuation"
     if _STATUS_LINE.search(body) and set(_STATUS_LINE.sub("", body)) <= _PUNCTUATION:
         return "only a tool's status line"
     if _CALL_TAG.search(body) or _CALL_JSON.match(body):
         return "a tool call or error written as text"
-    if _MM_ERROR.search(body) or _MM_INVALID_CALL.match(body):
+    if _MM_ERROR.search(body) or _MM_INVALID_CALL.match(body) or _MM_WORDS.search(body):
         return "mm's answer to a failed call, repeated"
     return None  # other JSON may be just what was asked for: an answer
 

@@ -56,8 +56,7 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
         # Measured: after a call that worked, small models repeat it rather than answer. Their next step
         # must open with words; a call may still follow them.
         ran = progress.ran[before:]
-        after_success = setup.words_after_success and all(r.ok for _, r in ran)  # repeats only: all ok too
-        lead = "words" if after_success else "free"
+        lead = _next_lead(setup, ran)
     raise StopTurn(
         "max_steps",
         f"Stopped after {setup.max_steps} model steps (max_steps). "
@@ -154,6 +153,19 @@ async def _run(
         session.emit("loop_detected", loop.data("nudge"))
         return f"{result.content}\n\n{loop.message}"  # read right after the call
     return result.content
+
+
+def _next_lead(setup: TurnSetup, ran: list[tuple[str, ToolResult]]) -> Lead:
+    """How the step after calls that ran opens (for the models mm constrains; others are free)."""
+    if not setup.words_after_success or not all(r.ok for _, r in ran):  # repeats only: all ok too
+        return "free"
+    # Reading a skill is not the job done: the step after it acts, as after a skill chosen with confidence
+    # (skillpick.py), when the skill names commands. Words first there made the 0.5B describe the skill or
+    # make the result up ("the billing service is running") in 5 of 5 runs that had read the right skill.
+    if all(name == skillpick.READ_SKILL for name, _ in ran):
+        commands = setup.skill_commands
+        return "call" if commands is not None and commands.templates else "free"
+    return "words"
 
 
 def _repeat_after_success(

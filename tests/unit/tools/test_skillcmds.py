@@ -94,8 +94,11 @@ def test_a_failed_guess_is_told_the_skills_commands() -> None:
         "`./tools/backup <database> --to {{bucket}}`" in other
         and "`./actions/release VERSION CHANNEL`" in other
     )
-    # The skill's own command failed: its output says why; nothing is added.
+    # The skill's own command failed: its output says why; nothing is added. "actions/release" is the same
+    # path as "./actions/release"; a bare "release" is not (bash looks it up on PATH).
     assert found.hint("./actions/release 1.4.2 beta") is None
+    assert found.hint("actions/release 1.4.2 beta") is None
+    assert commands("s", "`./run NAME`, e.g. `./run x`").hint("run y") is not None
     assert commands("s", "Be kind.").hint("ls") is None  # a skill that names no command adds nothing
 
 

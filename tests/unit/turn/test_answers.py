@@ -30,6 +30,25 @@ from mmd.turn.answers import summary, unusable
             "mm's answer to a failed call, repeated",
         ),
         ("You sent: status({})\nFix: Add service (string).", "mm's answer to a failed call, repeated"),
+        # Cut short by the token limit: no closing fence (seen with the 0.5B, 52 s, status ok).
+        (
+            '```json\n{"name": "bash", "arguments": {"command": "sudo apt-get update && sudo',
+            "a tool call or error written as text",
+        ),
+        # mm's own messages to the model, echoed back as the "answer" (seen with the 0.5B).
+        (
+            "Your last reply was not an answer in words. In one or two plain sentences, tell the user what",
+            "mm's answer to a failed call, repeated",
+        ),
+        (
+            "Not run again: this exact bash call already succeeded in this turn.",
+            "mm's answer to a failed call, repeated",
+        ),
+        (
+            'bash was not run: "parser" is the example value for PACKAGE',
+            "mm's answer to a failed call, repeated",
+        ),
+        ("Loop: you have called bash with {} 3 times", "mm's answer to a failed call, repeated"),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
@@ -49,6 +68,8 @@ def test_not_an_answer(text: str, reason: str) -> None:
         "The tests ran: [exit code 0], all 42 passed.",
         'The API answers {"ok": true} when healthy.',
         "You sent the release to the beta channel.",
+        "The backup was not run: the database is locked.",
+        "```\nls -la\n```\nlists the files.",
     ],
 )
 def test_an_answer(text: str) -> None:

@@ -420,3 +420,29 @@ async def test_a_model_that_routes_itself_runs_what_it_asks_and_still_hears_the_
         "This is not a command the skill release-ops names. Its commands, run from the "
         "working directory: `./release VERSION`."
     )
+
+
+@pytest.mark.parametrize(("body", "lead"), [(None, "call"), ("Be careful with releases.", "free")])
+async def test_the_step_after_reading_a_skill_acts_when_the_skill_names_commands(
+    turn: Turn, tmp_path: Path, body: str | None, lead: str
+) -> None:
+    skills, bash = release_skill(tmp_path), FakeBash()
+    if body is not None:
+        skills = Catalogue({"release-ops": with_body(skills.get("release-ops"), body)})
+    provider = await run(
+        turn,
+        [ReadSkill(skills), bash],
+        call("read_skill", {"name": "release-ops"}),
+        call("bash", {"command": "./release 1.4.2"}),
+        answer("Released 1.4.2."),
+        prompt="Publish version 1.4.2.",
+        words_after_success=True,
+        skills=skills,
+    )
+    # Reading know-how is not the job done: no words-first step after it (the 0.5B then made results up).
+    assert [r.lead for r in provider.requests] == ["free", lead, "words"]
+    assert bash.ran == ["./release 1.4.2"]
+
+
+def with_body(skill: Skill, body: str) -> Skill:
+    return Skill(name=skill.name, description=skill.description, keywords=(), folder=skill.folder, body=body)
