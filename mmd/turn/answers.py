@@ -33,10 +33,12 @@ _STATUS_LINE = re.compile(r'\[exit code -?\d+\]|\{\s*"exit[ _]code"\s*:\s*-?\d+\
 _MM_ERROR = re.compile(r'\{\s*"ok"\s*:\s*false\s*,\s*"error"\s*:')
 _MM_INVALID_CALL = re.compile(r"^You sent: [\w.-]+\(")
 # The openings of mm's other fixed messages to the model (this module's request for words, the loop and
-# repeat answers, refusals), which the 0.5B also ended turns with: "Your last reply was not an answer …".
+# repeat answers, refusals, a skill's commands after a failed guess), which small models also ended turns
+# with: "Your last reply was not an answer …" (0.5B), "This is not a command the skill … names" (1.5B).
 _MM_WORDS = re.compile(
     r"Your last reply was not an answer in words|^Not run again: |^[\w.-]+ was not run: |^Loop: you |"
-    r"^Stopped: the model called |^The model gave no answer in words"
+    r"^Stopped: the model called |^The model gave no answer in words|^This is not a command the skill |"
+    r"^The skill [\w.-]+ runs this as "
 )
 # A fenced block's opening line, closed or not (a call cut short by the token limit has no closing fence).
 _OPEN_FENCE = re.compile(r"^```[\w-]*[ \t]*\n")

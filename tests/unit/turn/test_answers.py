@@ -49,6 +49,10 @@ from mmd.turn.answers import summary, unusable
             "mm's answer to a failed call, repeated",
         ),
         ("Loop: you have called bash with {} 3 times", "mm's answer to a failed call, repeated"),
+        (
+            "This is not a command the skill release-ops names. Its commands, run from the working directory:",
+            "mm's answer to a failed call, repeated",
+        ),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
