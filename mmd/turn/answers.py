@@ -61,7 +61,7 @@ def unusable(text: str) -> str | None:
     if _CALL_TAG.search(body) or _CALL_JSON.match(body):
         return "a tool call or error written as text"
     if _MM_ERROR.search(body) or _MM_INVALID_CALL.match(body) or _MM_WORDS.search(body):
-        return "mm's answer to a failed call, repeated"
+        return "mm's own words to the model, repeated"
     return None  # other JSON may be just what was asked for: an answer
 
 

@@ -23,13 +23,13 @@ from mmd.turn.answers import summary, unusable
         ('<tool_call>\n{"name": "status"}\n</tool_call>', "a tool call or error written as text"),
         (
             '>\n{"ok": false, "error": {"code": "unknown_field", "field": "errors"}}\n',
-            "mm's answer to a failed call, repeated",
+            "mm's own words to the model, repeated",
         ),
         (
             'You sent: status({})\nFix: Add service (string).\n{"ok": false, "error": {"code": "missing"}}',
-            "mm's answer to a failed call, repeated",
+            "mm's own words to the model, repeated",
         ),
-        ("You sent: status({})\nFix: Add service (string).", "mm's answer to a failed call, repeated"),
+        ("You sent: status({})\nFix: Add service (string).", "mm's own words to the model, repeated"),
         # Cut short by the token limit: no closing fence (seen with the 0.5B, 52 s, status ok).
         (
             '```json\n{"name": "bash", "arguments": {"command": "sudo apt-get update && sudo',
@@ -38,20 +38,20 @@ from mmd.turn.answers import summary, unusable
         # mm's own messages to the model, echoed back as the "answer" (seen with the 0.5B).
         (
             "Your last reply was not an answer in words. In one or two plain sentences, tell the user what",
-            "mm's answer to a failed call, repeated",
+            "mm's own words to the model, repeated",
         ),
         (
             "Not run again: this exact bash call already succeeded in this turn.",
-            "mm's answer to a failed call, repeated",
+            "mm's own words to the model, repeated",
         ),
         (
             'bash was not run: "parser" is the example value for PACKAGE',
-            "mm's answer to a failed call, repeated",
+            "mm's own words to the model, repeated",
         ),
-        ("Loop: you have called bash with {} 3 times", "mm's answer to a failed call, repeated"),
+        ("Loop: you have called bash with {} 3 times", "mm's own words to the model, repeated"),
         (
             "This is not a command the skill release-ops names. Its commands, run from the working directory:",
-            "mm's answer to a failed call, repeated",
+            "mm's own words to the model, repeated",
         ),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
