@@ -333,7 +333,7 @@ class _Tree:
         for pid in _pids():
             if pid == self.proc.pid or (ticks := _start_ticks(pid) or -1) < self.since:
                 continue
-            if needle in _read_proc(pid, "environ").split(b"\0"):
+            if _carries(pid, needle):
                 found.add((pid, ticks))
         with self._lock:
             self.seen |= found
@@ -531,9 +531,9 @@ async def _off_thread(tree: _Tree, fn: Callable[..., None], *args: Any) -> None:
 
 
 def _record_all(tree: _Tree) -> None:
-    # Twice over for a subreaper too (record_tagged is record then): a process in the middle of an
-    # exec can show an empty environment, so one look may miss an orphan's tag. The supervisor's
-    # test of a reaped child's background job fails about one run in three with a single look.
+    # The tree by its links (record), then by its tag (record_tagged; for a subreaper, record again: an
+    # orphan re-parented to the daemon in between is found by its tag). An environment that reads empty
+    # in the middle of an exec is looked at again (_carries), not taken for an untagged one.
     tree.record()
     tree.record_tagged()
 
@@ -706,6 +706,30 @@ def _read_proc(pid: int, name: str) -> bytes:
         os.close(fd)
 
 
+def _carries(pid: int, needle: bytes) -> bool:
+    """Whether process *pid*'s environment holds the entry *needle* (``MM_TOOL_TAG=...``).
+
+    A process in the middle of an exec shows an empty environment for a moment, so one look could take a
+    tagged process for an untagged one (the supervisor's test of a reaped child's background job left its
+    ``sleep`` behind about one run in three). An empty environment of a live process is therefore undecided
+    and looked at again, a few times over about 5 ms; a zombie's is empty for good, and so is that of a
+    process that cleared its own (``env -i``): after the last look it counts as untagged.
+    """
+    for pause in _RELOOK:
+        env = _read_proc(pid, "environ")
+        if env:
+            return needle in env.split(b"\0")
+        stat = _stat(pid)
+        if stat is None or stat[0] in "ZX":
+            return False
+        time.sleep(pause)
+    return needle in _read_proc(pid, "environ").split(b"\0")
+
+
+# The pauses between looks at an environment that reads empty (_carries).
+_RELOOK = (0.0002, 0.0005, 0.001, 0.0015, 0.002)
+
+
 def _stat(pid: int) -> tuple[str, int, int, int] | None:
     """State, parent pid, process group and start time (ticks after boot) of ``pid``; None if gone."""
     stat = _read_proc(pid, "stat")
@@ -791,7 +815,7 @@ def _tagged_orphans(tag: str, exclude: int) -> list[int]:
     return [
         pid
         for pid in _children(os.getpid())
-        if pid != exclude and pid not in _leaders and needle in _read_proc(pid, "environ").split(b"\0")
+        if pid != exclude and pid not in _leaders and _carries(pid, needle)
     ]
 
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import mmd.procs
-from mmd.procs import ProcResult, environ, supervised_process
+from mmd.procs import ProcResult, environ, supervised_process, supervisor
 
 from ...process_trees import GRACE, cancel_tree_once, gone, run, tree_command, tree_pids
 
@@ -344,3 +344,40 @@ async def test_supervised_process_spawn_error_raises(tmp_path: Path) -> None:
 
 def test_no_tag_leaks_into_the_test_process() -> None:
     assert "MM_PROC_TAG" not in os.environ
+
+
+def test_an_environment_that_reads_empty_is_looked_at_again_before_it_counts_as_untagged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process in the middle of an exec shows an empty environment for a moment (mmd.procs.supervisor:
+    _carries). A tagged one is found; one whose environment stays empty (``env -i``), or a zombie, is not,
+    and the re-looks stop there: they cost about 5 ms at most."""
+    needle = f"{supervisor.TAG_VAR}=t-1".encode()
+    tagged = psutil.Popen(["sleep", "30"], env={supervisor.TAG_VAR: "t-1", "PATH": os.environ["PATH"]})
+    bare = psutil.Popen(["env", "-i", "sleep", "30"])
+    zombie = psutil.Popen(["true"])
+    try:
+        while zombie.status() != psutil.STATUS_ZOMBIE:
+            pass
+        trio.run(trio.sleep, 0.05)  # env has exec'd sleep with no environment
+        assert supervisor._read_proc(bare.pid, "environ") == b""
+        assert supervisor._carries(tagged.pid, needle)
+        assert not supervisor._carries(tagged.pid, f"{supervisor.TAG_VAR}=t-2".encode())
+        looks: list[int] = []
+        real = supervisor._read_proc
+
+        def counted(pid: int, name: str) -> bytes:
+            if name == "environ":
+                looks.append(pid)
+            return real(pid, name)
+
+        monkeypatch.setattr(supervisor, "_read_proc", counted)
+        assert not supervisor._carries(bare.pid, needle)
+        assert looks.count(bare.pid) == len(supervisor._RELOOK) + 1  # undecided: looked at again
+        looks.clear()
+        assert not supervisor._carries(zombie.pid, needle)
+        assert looks == [zombie.pid]  # a zombie's environment is empty for good: one look
+    finally:
+        for p in (tagged, bare, zombie):
+            p.kill()
+            p.wait()
