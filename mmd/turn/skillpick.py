@@ -26,7 +26,7 @@ from .plan import TurnSetup
 NONE = "none"
 # Characters of a chosen skill's body put in the system message: about 2,000 tokens, a quarter of an 8k window.
 MAX_BODY = 8_000
-READ_SKILL = "read_skill"
+READ_SKILL = skilluse.READ_SKILL
 SKILL_CHOSEN = "skill_chosen"
 # The model's probability for the chosen skill's name above which the turn's first step must be a call
 # (bench/bench_skillpick.py; docs/loops-and-recovery.md#skills-chosen-for-the-model).

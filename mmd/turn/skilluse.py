@@ -18,6 +18,7 @@ from ..tools.skillcmds import commands
 from ..tools.skills import Skill
 from .plan import TurnSetup
 
+READ_SKILL = "read_skill"
 # The event that says which tools a skill in use leaves the turn (docs/protocol.md).
 SKILL_TOOLS = "skill_tools"
 
@@ -47,10 +48,18 @@ def use(session: Conversation, setup: TurnSetup, skill: Skill) -> None:
 
 
 def after_read(session: Conversation, setup: TurnSetup, name: str) -> None:
-    """A read_skill call of *name* succeeded: that skill is in use."""
+    """A read_skill call of *name* succeeded: that skill is in use.
+
+    For the small models mm constrains (``words_after_success``), read_skill then leaves the turn, as after
+    a skill chosen for them (skillpick.py): the step after a read must act (loop.py), and the 0.5B's one
+    call then was read_skill again, in 4 of the 5 runs in which it had read the right skill."""
     skill = setup.skills.get(name) if setup.skills else None
     if skill is not None:
         use(session, setup, skill)
+        if setup.words_after_success:
+            setup.registry = setup.registry.without(READ_SKILL)
+            if setup.unlimited is not None:
+                setup.unlimited = setup.unlimited.without(READ_SKILL)
 
 
 def refusal(setup: TurnSetup, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> str | None:

@@ -439,8 +439,10 @@ async def test_the_step_after_reading_a_skill_acts_when_the_skill_names_commands
         words_after_success=True,
         skills=skills,
     )
-    # Reading know-how is not the job done: no words-first step after it (the 0.5B then made results up).
+    # Reading know-how is not the job done: no words-first step after it (the 0.5B then made results up),
+    # and read_skill leaves the turn (the 0.5B's one call was read_skill again).
     assert [r.lead for r in provider.requests] == ["free", lead, "words"]
+    assert [r.tools for r in provider.requests] == [["read_skill", "bash"], ["bash"], ["bash"]]
     assert bash.ran == ["./release 1.4.2"]
 
 
