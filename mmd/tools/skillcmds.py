@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass, field
+
+from ..config.declared import PLACEHOLDER, DeclaredToolSpec, ParamSpec
 
 _FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1", re.MULTILINE | re.DOTALL)
 _SPAN = re.compile(r"`([^`\n]+)`")
@@ -37,6 +40,7 @@ _WRAPPERS = {"sudo", "env", "exec", "time", "nohup", "command"}
 _JOINTS = {";", "&&", "||", "|", "&", "(", ")"}
 # The most templates read from one skill, and the longest line taken for a command.
 MAX_TEMPLATES = 40
+MAX_CODE_LINES = 400
 _MAX_LINE = 300
 
 
@@ -45,6 +49,7 @@ class Template:
     words: tuple[str, ...]  # the command as the skill writes it, program first
     slots: dict[int, str]  # position → placeholder
     examples: dict[int, frozenset[str]] = field(default_factory=dict)  # position → values its examples show
+    said: str = ""  # the prose the skill writes the command with ("Take a backup of one database now")
 
     @property
     def text(self) -> str:
@@ -101,14 +106,61 @@ class Commands:
         return f"This is not a command the skill {self.skill} names. Its commands, run from the working directory: {named}."
 
 
+def tool_specs(found: Commands, taken: Collection[str]) -> list[DeclaredToolSpec]:
+    """The skill's templates as declared tools: the program and its literal words as the skill writes
+    them, each placeholder a required string parameter filling one argv entry, no shell (mmd/tools/
+    declared.py runs them: a value never starts an option with "-", never holds a NUL). Named after the
+    program (``./actions/backup`` → ``backup``), else after the skill and the program; a template whose
+    name is *taken* twice over, or whose literal words look like placeholders of declared tools, is left to
+    bash."""
+    specs: list[DeclaredToolSpec] = []
+    names = set(taken)
+    for t in found.templates:
+        base = _tool_name(t.program.rsplit("/", 1)[-1])
+        name = next((n for n in (base, _tool_name(f"{found.skill}_{base}")) if n not in names), None)
+        if name is None or any(PLACEHOLDER.search(w) for i, w in enumerate(t.words) if i not in t.slots):
+            continue
+        params: dict[str, ParamSpec] = {}
+        command = [t.program]
+        for i, word in enumerate(t.words[1:], 1):
+            if i not in t.slots:
+                command.append(word)
+                continue
+            param = _param_name(t.slots[i], len(params))
+            command.append("{{" + param + "}}")
+            params[param] = ParamSpec(required=True, description=f"{t.slots[i]} in `{t.text}`")
+        what = t.said or f"Run {t.text}"
+        specs.append(
+            DeclaredToolSpec(
+                name=name,
+                description=f"{what} (the skill {found.skill}'s command `{t.text}`).",
+                command=command,
+                parameters=params,
+                effects="write",
+            )
+        )
+        names.add(name)
+    return specs
+
+
+def _tool_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-")[:64]
+    return name if name[:1].isalpha() else f"run_{name}"[:64]
+
+
+def _param_name(placeholder: str, index: int) -> str:
+    name = re.sub(r"[^a-z0-9_]+", "_", placeholder.strip("<>{} ").lower()).strip("_")
+    return name if name[:1].isalpha() or name[:1] == "_" else f"value_{index + 1}"
+
+
 def commands(skill: str, body: str) -> Commands:
     """The command templates of a skill's *body*, each with the values its examples give its placeholders."""
-    lines = _code_lines(body)
     prose = _SPAN.sub(" ", _FENCE.sub(" ", body))
     named = set(re.findall(r"\b[A-Z][A-Z0-9_]{1,39}\b", prose))
-    parsed = [w for w in (_split(line) for line in lines) if w]
+    found = [(words, said) for line, said in _code_lines(body) if (words := _split(line))]
+    parsed = [words for words, _ in found]
     templates: list[Template] = []
-    for words in parsed:
+    for words, said in found:
         slots = {i: w for i, w in enumerate(words) if i > 0 and _placeholder(w, named, i, words, parsed)}
         if not slots or any(t.words == tuple(words) for t in templates):
             continue
@@ -118,7 +170,8 @@ def commands(skill: str, body: str) -> Commands:
                 for i in slots:
                     if not _placeholder_shape(other[i]):
                         examples.setdefault(i, set()).add(other[i])
-        templates.append(Template(tuple(words), slots, {i: frozenset(v) for i, v in examples.items()}))
+        frozen = {i: frozenset(v) for i, v in examples.items()}
+        templates.append(Template(tuple(words), slots, frozen, said))
         if len(templates) >= MAX_TEMPLATES:
             break
     return Commands(skill, tuple(templates))
@@ -148,13 +201,30 @@ def _placeholder_shape(word: str) -> bool:
     return bool(_BRACKETED.match(word) or _CAPITALS.match(word))
 
 
-def _code_lines(body: str) -> list[str]:
-    """Each line of code in *body*: inline spans, and the lines of fenced blocks (a shell prompt cut off)."""
-    out: list[str] = []
-    for fence in _FENCE.finditer(body):
-        out += [_PROMPT.sub("", line) for line in fence.group(2).splitlines()]
-    out += _SPAN.findall(_FENCE.sub(" ", body))
-    return [line.strip() for line in out if line.strip() and len(line) <= _MAX_LINE]
+def _code_lines(body: str) -> list[tuple[str, str]]:
+    """Each line of code in *body* (inline spans, and the lines of fenced blocks with a shell prompt cut
+    off), with the prose it stands in: its own line's words, else the last line of prose before it. At
+    most MAX_CODE_LINES: templates and examples are compared with each other."""
+    out: list[tuple[str, str]] = []
+    fence, said = "", ""
+    for raw in body.splitlines():
+        line = raw.strip()
+        if fence:
+            if line.startswith(fence):
+                fence = ""
+            elif line:
+                out.append((_PROMPT.sub("", line).strip(), said))
+        elif line.startswith(("```", "~~~")):
+            fence = line[:3]
+        else:
+            words = " ".join(_SPAN.sub(" ", line).split()).strip(" -*:.,;").strip()
+            out += [(span.strip(), words or said) for span in _SPAN.findall(line)]
+            said = words or said
+        if len(out) >= MAX_CODE_LINES:
+            break
+    return [
+        (code, said[:_MAX_LINE]) for code, said in out[:MAX_CODE_LINES] if code and len(code) <= _MAX_LINE
+    ]
 
 
 def _split(command: str) -> list[str]:

@@ -83,6 +83,9 @@ class TurnSetup:
     unlimited: Registry | None = None
     # The commands the skill in use names, which its bash calls are checked against (mmd/tools/skillcmds.py).
     skill_commands: Commands | None = None
+    # Offer those commands as typed tools (the models mm constrains), and the names of the ones offered.
+    skill_tools: bool = False
+    skill_tool_names: tuple[str, ...] = ()
 
     def request_messages(self, history: list[Message]) -> list[Message]:
         return [Message(role="system", content=self.system), *history]
@@ -316,6 +319,8 @@ def assemble(
         choose_skills=plan.model.constrain_calls,  # a server that takes a grammar can make the choice
         ground_values=plan.model.constrain_calls,  # the small models mm serves itself
         words_after_success=plan.model.constrain_calls,
+        # The skill in use's commands as typed tools (mmd/tools/skillcmds.py); MM_SKILL_TOOLS=0 measures without.
+        skill_tools=plan.model.constrain_calls and os.environ.get("MM_SKILL_TOOLS", "1") != "0",
         loop=agent.loop,
         phases=agent.phases,
     )

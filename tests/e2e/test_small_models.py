@@ -155,3 +155,31 @@ def test_under_the_chosen_skill_its_example_value_is_not_run_and_a_guessed_comma
     assert 'bash was not run: "2.0.1" is the example value for VERSION' in refused["prompt"]
     assert "release: command not found" in guessed["prompt"]
     assert "The skill release-ops runs this as `./actions/release VERSION`" in guessed["prompt"]
+
+
+def test_the_chosen_skills_command_is_a_typed_tool_the_model_calls(mm_home: Path, scripted: Any) -> None:
+    """mmd/tools/skillcmds.py through a real daemon: `./actions/release VERSION` offered as `release`."""
+    work = mm_home / "work"
+    agent = project(work)
+    skill = work / "skills" / "release-ops" / "SKILL.md"
+    skill.write_text(skill.read_text() + "VERSION looks like 2.0.1.\n")  # named in the prose: a placeholder
+    server = scripted(
+        [
+            {"text": "release-ops", "probabilities": {"release": 0.9, "none": 0.05}},
+            {"tool_calls": [{"name": "release", "arguments": {"version": "1.4.2"}}]},
+            {"text": "Released 1.4.2."},
+        ],
+        default=False,
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Publish version 1.4.2.", "--agent", str(agent), "--yolo", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Released 1.4.2."
+    assert (work / "released.txt").read_text() == "1.4.2\n"
+    _, act, _ = completions(server)
+    # The model's own template renders the tool, described by the skill's words.
+    assert (
+        '"release"' in act["prompt"]
+        and "the skill release-ops's command `./actions/release VERSION`" in act["prompt"]
+    )
+    assert '"\\"release\\""' in act["grammar"]  # a call of it is valid by construction

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmd.tools.skillcmds import commands
+from mmd.tools.skillcmds import commands, tool_specs
 
 OPS = """# Operations
 
@@ -24,11 +24,13 @@ $ ./tools/backup inventory --to s3-main
 
 def test_templates_come_from_inline_code_and_fenced_blocks_with_their_examples() -> None:
     found = commands("ops", OPS)
-    assert [t.text for t in found.templates] == [
-        "./tools/backup <database> --to {{bucket}}",
+    assert [t.text for t in found.templates] == [  # in the order the skill names them
         "./actions/release VERSION CHANNEL",
+        "./tools/backup <database> --to {{bucket}}",
     ]
-    backup, release = found.templates
+    release, backup = found.templates
+    # The prose each is written with: its own line's, or the line before its fenced block.
+    assert (release.said, backup.said) == ("Publish a release", "Back up a database")
     assert backup.slots == {1: "<database>", 3: "{{bucket}}"}
     assert backup.examples == {1: frozenset({"inventory"}), 3: frozenset({"s3-main"})}
     assert release.slots == {1: "VERSION", 2: "CHANNEL"}
@@ -105,3 +107,30 @@ def test_a_failed_guess_is_told_the_skills_commands() -> None:
 def test_a_hostile_skill_is_bounded() -> None:
     body = "\n".join(f"`./run{i} ARG{i}` ARG{i} is a thing" for i in range(500)) + "\n`" + "x" * 10_000 + "`"
     assert len(commands("big", body).templates) == 40
+
+
+def test_templates_become_declared_tools_named_after_their_programs() -> None:
+    found = commands("ops", OPS + "\nUpload: `./bin/my-tool.sh <file>`; clean: `3d-clean {{what}}`\n")
+    specs = {s.name: s for s in tool_specs(found, taken={"bash", "release"})}
+    # "release" is taken (another tool has that name): the skill's name goes before it.
+    assert list(specs) == ["ops_release", "backup", "my-tool_sh", "run_3d-clean"]
+    release = specs["ops_release"]
+    assert release.command == ["./actions/release", "{{version}}", "{{channel}}"]
+    assert (
+        release.description
+        == "Publish a release (the skill ops's command `./actions/release VERSION CHANNEL`)."
+    )
+    assert {n: (p.type, p.required, p.allow_dash) for n, p in release.parameters.items()} == {
+        "version": ("string", True, False),
+        "channel": ("string", True, False),
+    }
+    assert release.effects == "write"  # what a command does is unknown: consent as for bash
+    assert specs["backup"].command == ["./tools/backup", "{{database}}", "--to", "{{bucket}}"]
+    # Taken under both names: left to bash.
+    assert "ops_release" not in {s.name for s in tool_specs(found, taken={"release", "ops_release"})}
+
+
+def test_a_literal_word_that_reads_as_a_declared_placeholder_is_not_made_a_tool() -> None:
+    found = commands("s", "`./run {{a}}-{{b}} NAME` where NAME is a name")
+    assert [t.slots for t in found.templates] == [{2: "NAME"}]
+    assert tool_specs(found, taken=()) == []  # "{{a}}-{{b}}" would be filled from parameters nobody declared

@@ -448,3 +448,61 @@ async def test_the_step_after_reading_a_skill_acts_when_the_skill_names_commands
 
 def with_body(skill: Skill, body: str) -> Skill:
     return Skill(name=skill.name, description=skill.description, keywords=(), folder=skill.folder, body=body)
+
+
+async def test_the_chosen_skills_commands_are_offered_as_typed_tools_and_run_without_a_shell(
+    turn: Turn, tmp_path: Path
+) -> None:
+    """For the models mm constrains, `./release VERSION` becomes a tool `release {version}` (skillcmds.py)."""
+    work = Path(turn.session.cwd)
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "release"
+    script.write_text('#!/bin/sh\necho "$@" >> released.txt\necho "Released $1."\n')
+    script.chmod(0o755)
+    skills, bash = release_skill(tmp_path), FakeBash()
+    provider = await run(
+        turn,
+        [ReadSkill(skills), bash],
+        call("release", {"version": "2.0.1"}),  # the skill's example: a value from nowhere
+        call("release", {"version": "1.4.2; rm -rf ."}),  # one argv entry, no shell
+        call("release", {"version": "1.4.2"}),
+        answer("Released 1.4.2."),
+        prompt="Publish version 1.4.2 (not 1.4.2; rm -rf . — that is a test).",
+        choose_skills=True,
+        ground_values=True,
+        skill_tools=True,
+        yolo=True,
+        skills=skills,
+        choices=("release-ops",),
+    )
+    assert provider.requests[0].tools == ["bash", "release"]  # read_skill gone, the command a tool
+    assert [e for e in turn.events("skill_commands")] == [{"skill": "release-ops", "tools": ["release"]}]
+    assert (work / "released.txt").read_text() == "1.4.2; rm -rf .\n1.4.2\n"
+    assert provider.requests[1].messages[-1].content.startswith('release was not run: version "2.0.1"')
+    assert bash.ran == [] and turn.ended()["status"] == "ok"
+
+
+async def test_a_skill_with_allowed_tools_keeps_to_them_and_no_command_is_added(
+    turn: Turn, tmp_path: Path
+) -> None:
+    skills = release_skill(tmp_path)
+    skill = skills.get("release-ops")
+    limited = Skill(
+        name=skill.name,
+        description="x",
+        keywords=(),
+        folder=skill.folder,
+        body=skill.body,
+        allowed_tools=("Bash",),
+    )
+    provider = await run(
+        turn,
+        [ReadSkill(skills), FakeBash()],
+        answer("Nothing to do."),
+        prompt="Publish 1.4.2",
+        choose_skills=True,
+        skill_tools=True,
+        skills=Catalogue({"release-ops": limited}),
+        choices=("release-ops",),
+    )
+    assert provider.requests[0].tools == ["bash"] and turn.events("skill_commands") == []
