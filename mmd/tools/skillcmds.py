@@ -38,6 +38,8 @@ _PROMPT = re.compile(r"^\s*[$#>]\s+")
 # Words that run the next word as the command, and the shell's joints between commands.
 _WRAPPERS = {"sudo", "env", "exec", "time", "nohup", "command"}
 _JOINTS = {";", "&&", "||", "|", "&", "(", ")"}
+# Programs that run the script named next: a template's tool is named after the script.
+_RUNNERS = {"python", "python3", "node", "bash", "sh", "ruby", "perl", "php", "deno", "bun", "npx", "uvx"}
 # The most templates read from one skill, and the longest line taken for a command.
 MAX_TEMPLATES = 40
 MAX_CODE_LINES = 400
@@ -116,7 +118,7 @@ def tool_specs(found: Commands, taken: Collection[str]) -> list[DeclaredToolSpec
     specs: list[DeclaredToolSpec] = []
     names = set(taken)
     for t in found.templates:
-        base = _tool_name(t.program.rsplit("/", 1)[-1])
+        base = _tool_name(_named_by(t))
         name = next((n for n in (base, _tool_name(f"{found.skill}_{base}")) if n not in names), None)
         if name is None or any(PLACEHOLDER.search(w) for i, w in enumerate(t.words) if i not in t.slots):
             continue
@@ -141,6 +143,15 @@ def tool_specs(found: Commands, taken: Collection[str]) -> list[DeclaredToolSpec
         )
         names.add(name)
     return specs
+
+
+def _named_by(t: Template) -> str:
+    """What names a template's tool: its program, or the script an interpreter runs (``python
+    scripts/fill_form.py IN OUT`` → ``fill_form``)."""
+    program = t.program.rsplit("/", 1)[-1]
+    if program in _RUNNERS and len(t.words) > 1 and 1 not in t.slots and not t.words[1].startswith("-"):
+        return t.words[1].rsplit("/", 1)[-1].split(".", 1)[0] or program
+    return program
 
 
 def _tool_name(text: str) -> str:

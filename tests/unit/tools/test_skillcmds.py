@@ -126,6 +126,16 @@ def test_templates_become_declared_tools_named_after_their_programs() -> None:
     }
     assert release.effects == "write"  # what a command does is unknown: consent as for bash
     assert specs["backup"].command == ["./tools/backup", "{{database}}", "--to", "{{bucket}}"]
+    # An interpreter's template is named after its script.
+    runner = commands(
+        "forms",
+        "Fill it: `python scripts/fill_form.py INPUT OUTPUT`, e.g. `python scripts/fill_form.py a.pdf b.pdf`",
+    )
+    [spec] = tool_specs(runner, taken=())
+    assert (spec.name, spec.command) == (
+        "fill_form",
+        ["python", "scripts/fill_form.py", "{{input}}", "{{output}}"],
+    )
     # Taken under both names: left to bash.
     assert "ops_release" not in {s.name for s in tool_specs(found, taken={"release", "ops_release"})}
 
