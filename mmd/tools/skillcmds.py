@@ -90,6 +90,10 @@ class Commands:
                         )
         return None
 
+    def example_values(self) -> frozenset[str]:
+        """Every value the skill's examples put in a placeholder's place."""
+        return frozenset(v for t in self.templates for values in t.examples.values() for v in values)
+
     def hint(self, command: str) -> str | None:
         """What to tell the model after *command* failed: the skill's own commands, when it used none."""
         if not self.templates:

@@ -49,6 +49,7 @@ from .context import cap_output
 from .plan import TurnSetup
 
 BASH = "bash"  # the built-in whose commands a skill in use checks (skill_commands, skill_hint)
+READ_SKILL = "read_skill"
 
 
 class StopTurn(Exception):
@@ -117,8 +118,10 @@ class CallRunner:
         self.store = session.store
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
         # Where a value may come from (grounding.py): the session so far, then each result that really ran;
-        # the system message too for grounding, but not for a skill's example values (skill_commands).
+        # the system message too for grounding. A skill's example values count only where someone other than
+        # the skill said them (_told: no read_skill result; skill_commands, grounding).
         self._said = grounding.corpus(session.messages)
+        self._told = grounding.corpus(session.messages, skip=(READ_SKILL,))
         self._system = setup.system.lower()
         self._request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
@@ -145,6 +148,8 @@ class CallRunner:
         result = c.answer or c.pre.with_context(c.result or _NOTHING)
         if c.answer is None and c.result is not None and not c.denied:
             self._said += "\n" + c.result.content.lower()
+            if c.call.name != READ_SKILL:
+                self._told += "\n" + c.result.content.lower()
         # Within its share of the model's window (the whole in the spill file), as the model reads it.
         result = await cap_output(
             result, self.setup.budget, self.setup.limits, self._context(c.call, None).spill_path
@@ -181,6 +186,14 @@ class CallRunner:
         if not self.setup.ground_values or c.tool.source == "builtin":
             return
         missing = grounding.ungrounded(c.args, c.tool.parameters, f"{self._said}\n{self._system}")
+        # Read in a skill only as one of its examples (`./actions/status search`): the 0.5B ran `status
+        # search` for "the status of billing" after reading the skill, in 4 of 5 runs.
+        if (commands := self.setup.skill_commands) is not None and (examples := commands.example_values()):
+            missing += [
+                (name, value)
+                for name, value in grounding.ungrounded(c.args, c.tool.parameters, self._told)
+                if value in examples and (name, value) not in missing
+            ]
         if missing:
             content = grounding.answer(c.call.name, missing, self._request)
             data = {"error": {"code": "ungrounded_value", "values": [v for _, v in missing]}}
@@ -191,7 +204,7 @@ class CallRunner:
         commands = self.setup.skill_commands
         if commands is None or not self.setup.ground_values or c.tool is None or c.tool.name != BASH:
             return
-        if (why := commands.refusal(str(c.args.get("command", "")), self._said)) is not None:
+        if (why := commands.refusal(str(c.args.get("command", "")), self._told)) is not None:
             # grounding's opening, so that the quoted value never grounds a later turn (grounding.corpus)
             content = (
                 f"{c.call.name} was not run: {why} The user's request: {grounding.quote(self._request)}."
@@ -312,7 +325,7 @@ class CallRunner:
         c.result = ToolResult(ok=False, content=f"{c.result.content.rstrip()}\n{hint}", data=c.result.data)
 
     async def skill_read(self, c: Call) -> None:
-        if c.tool is not None and c.tool.name == "read_skill" and not c.denied and c.result and c.result.ok:
+        if c.tool is not None and c.tool.name == READ_SKILL and not c.denied and c.result and c.result.ok:
             skilluse.after_read(self.session, self.setup, c.args["name"])  # its allowed-tools apply now
 
     # -- what the stages share ----------------------------------------------------

@@ -48,12 +48,17 @@ def _words(value: Any, prop: dict[str, Any]) -> Iterable[str]:
             yield from _words(item, items)
 
 
-def corpus(messages: list[Message]) -> str:
-    """What the user wrote and what tools answered in the session, lower-cased: where values may come from.
+def corpus(messages: list[Message], skip: tuple[str, ...] = ()) -> str:
+    """What the user wrote and what tools answered in the session, lower-cased: where values may come from;
+    the results of the tools named in *skip* left out.
 
     The turn's own calls add only results that really ran (mmd/turn/calls.py): an answer that quotes a
     refused value back must not make it a value the user gave."""
-    heard = [m.content for m in messages if m.role == "user" or (m.role == "tool" and not _refusal(m))]
+    heard = [
+        m.content
+        for m in messages
+        if m.role == "user" or (m.role == "tool" and not _refusal(m) and m.name not in skip)
+    ]
     return "\n".join(heard).lower()
 
 

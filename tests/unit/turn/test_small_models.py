@@ -506,3 +506,34 @@ async def test_a_skill_with_allowed_tools_keeps_to_them_and_no_command_is_added(
         choices=("release-ops",),
     )
     assert provider.requests[0].tools == ["bash"] and turn.events("skill_commands") == []
+
+
+async def test_a_skill_read_by_the_model_does_not_make_its_own_examples_values_the_user_gave(
+    turn: Turn, tmp_path: Path
+) -> None:
+    """read_skill's result holds the skill's examples (`./release 2.0.1`); they must not ground a value, for
+    the skill's typed tools as for bash (the 0.5B ran `status search` for "the status of billing")."""
+    work = Path(turn.session.cwd)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "release").write_text('#!/bin/sh\necho "$@" >> released.txt\n')
+    (work / "release").chmod(0o755)
+    skills, bash = release_skill(tmp_path), FakeBash()
+    provider = await run(
+        turn,
+        [ReadSkill(skills), bash],
+        call("read_skill", {"name": "release-ops"}),
+        call("release", {"version": "2.0.1"}),
+        call("bash", {"command": "./release 2.0.1"}),
+        call("release", {"version": "1.4.2"}),
+        answer("Released 1.4.2."),
+        prompt="Publish version 1.4.2.",
+        ground_values=True,
+        words_after_success=True,
+        skill_tools=True,
+        yolo=True,
+        skills=skills,
+    )
+    assert (work / "released.txt").read_text() == "1.4.2\n" and bash.ran == []
+    refused = [r.messages[-1].content for r in provider.requests[2:4]]
+    assert refused[0].startswith('release was not run: version "2.0.1" appears nowhere')
+    assert refused[1].startswith('bash was not run: "2.0.1" is the example value for VERSION')
