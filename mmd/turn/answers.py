@@ -46,6 +46,12 @@ _OPEN_FENCE = re.compile(r"^```[\w-]*[ \t]*\n")
 _QUOTE = 300
 
 
+def mm_words(text: str) -> bool:
+    """Whether *text* opens with one of mm's own messages to the model (or holds its error object)."""
+    stripped = text.strip()
+    return bool(_MM_ERROR.search(stripped) or _MM_INVALID_CALL.match(stripped) or _MM_WORDS.search(stripped))
+
+
 def unusable(text: str) -> str | None:
     """Why *text* is not an answer a person can use, or None when it is one."""
     stripped = text.strip()
@@ -60,7 +66,7 @@ def unusable(text: str) -> str | None:
         return "only a tool's status line"
     if _CALL_TAG.search(body) or _CALL_JSON.match(body):
         return "a tool call or error written as text"
-    if _MM_ERROR.search(body) or _MM_INVALID_CALL.match(body) or _MM_WORDS.search(body):
+    if mm_words(body):
         return "mm's own words to the model, repeated"
     return None  # other JSON may be just what was asked for: an answer
 

@@ -44,7 +44,7 @@ from ..store import Store
 from ..tools.base import Tool, ToolContext, ToolError, ToolResult
 from ..tools.declared import fill_verify_args
 from ..undo import Recorder
-from . import grounding, skilluse
+from . import answers, grounding, skilluse
 from .context import cap_output
 from .plan import TurnSetup
 
@@ -186,6 +186,8 @@ class CallRunner:
         if not self.setup.ground_values or c.tool.source == "builtin":
             return
         missing = grounding.ungrounded(c.args, c.tool.parameters, f"{self._said}\n{self._system}")
+        # mm's own answer sent back as a value (seen: ticket {"id": "Not run again: this exact ticket call …"}).
+        missing += [(n, v) for n, v in c.args.items() if isinstance(v, str) and answers.mm_words(v)]
         # Read in a skill only as one of its examples (`./actions/status search`): the 0.5B ran `status
         # search` for "the status of billing" after reading the skill, in 4 of 5 runs.
         if (commands := self.setup.skill_commands) is not None and (examples := commands.example_values()):

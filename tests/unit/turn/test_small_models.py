@@ -537,3 +537,19 @@ async def test_a_skill_read_by_the_model_does_not_make_its_own_examples_values_t
     refused = [r.messages[-1].content for r in provider.requests[2:4]]
     assert refused[0].startswith('release was not run: version "2.0.1" appears nowhere')
     assert refused[1].startswith('bash was not run: "2.0.1" is the example value for VERSION')
+
+
+async def test_mms_own_answer_sent_back_as_a_value_is_not_run(turn: Turn) -> None:
+    """Seen with the 0.5B: ticket {"id": "Not run again: this exact ticket call already succeeded …"}."""
+    status = Status()
+    echoed = "Not run again: this exact status call already succeeded in this turn"
+    provider = await run(
+        turn,
+        [status],
+        call("status", {"service": echoed}),
+        answer("I could not tell."),
+        prompt=f"What is the status of billing? ({echoed})",  # even where the user's words hold it
+        ground_values=True,
+    )
+    assert status.ran == []
+    assert provider.requests[1].messages[-1].content.startswith(f'status was not run: service "{echoed}"')
