@@ -347,6 +347,15 @@ class FakeBash(Tool):
         )
 
 
+def release_script(turn: Turn) -> Path:
+    """The skill's `./release` in the session's folder: a real program that logs its arguments."""
+    work = Path(turn.session.cwd)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "release").write_text('#!/bin/sh\necho "$@" >> released.txt\necho "Released $1."\n')
+    (work / "release").chmod(0o755)
+    return work
+
+
 def release_skill(tmp_path: Path) -> Catalogue:
     body = "Publish a release: `./release VERSION`.\nExample: `./release 2.0.1`"
     folder = tmp_path / "skills" / "release-ops"
@@ -454,11 +463,7 @@ async def test_the_chosen_skills_commands_are_offered_as_typed_tools_and_run_wit
     turn: Turn, tmp_path: Path
 ) -> None:
     """For the models mm constrains, `./release VERSION` becomes a tool `release {version}` (skillcmds.py)."""
-    work = Path(turn.session.cwd)
-    work.mkdir(parents=True, exist_ok=True)
-    script = work / "release"
-    script.write_text('#!/bin/sh\necho "$@" >> released.txt\necho "Released $1."\n')
-    script.chmod(0o755)
+    work = release_script(turn)
     skills, bash = release_skill(tmp_path), FakeBash()
     provider = await run(
         turn,
@@ -513,10 +518,7 @@ async def test_a_skill_read_by_the_model_does_not_make_its_own_examples_values_t
 ) -> None:
     """read_skill's result holds the skill's examples (`./release 2.0.1`); they must not ground a value, for
     the skill's typed tools as for bash (the 0.5B ran `status search` for "the status of billing")."""
-    work = Path(turn.session.cwd)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "release").write_text('#!/bin/sh\necho "$@" >> released.txt\n')
-    (work / "release").chmod(0o755)
+    work = release_script(turn)
     skills, bash = release_skill(tmp_path), FakeBash()
     provider = await run(
         turn,
