@@ -86,8 +86,11 @@ class Progress:
     def repeats(self, key: Key, tool: Tool | None) -> Key | None:
         """The call that already succeeded which *key* repeats: the same call, or — measured with the 0.5B
         on MCP tools, which then called ``backup {"database": "orders", "file": "backups/orders-0412.dump",
-        "size": "2.3 GB"}`` for up to 139 s — the same call with fields of its result added as arguments
-        (fields the tool does not have, whose names or values its result holds). None: not a repeat."""
+        "size": "2.3 GB"}`` for up to 139 s — the same call, every argument as it was, with fields of its
+        result added (fields the tool does not have, whose names or values its result holds). A call that
+        leaves an argument out or changes one is not a repeat: the contract answers its unknown fields
+        (``echo {"text": "hi"}`` after ``echo {"message": "hi"}`` is a wrong name, not an echo). None: not
+        a repeat."""
         if key in self.succeeded:
             return key
         name, text = key
@@ -101,7 +104,7 @@ class Progress:
             return None
         for (done_name, done_text), result in self.succeeded.items():
             done = _object(done_text)
-            if done_name != name or done is None or any(done.get(k) != v for k, v in given.items()):
+            if done_name != name or done != given:
                 continue
             content = result.content.lower()
             if any(k.lower() in content or _scalar(v).lower() in content for k, v in added.items()):

@@ -415,16 +415,18 @@ async def test_a_call_that_succeeded_sent_again_with_its_result_as_arguments_is_
         call("put", {"key": "a"}),
         call("put", {"key": "a", "color": "blue"}),  # not from the result: the contract answers it
         call("put", {"key": "b", "status": "set"}),  # another key: not the call that succeeded
-        call("put", {"key": "a", "status": "set"}),  # the result's "set" added: a repeat
-        call("put", {"status": "a set"}),  # the result alone, the key left out: still a repeat
+        call("put", {"status": "a set"}),  # the key left out: a wrong call, not an echo (the contract's)
+        call("put", {"key": "a", "status": "set"}),  # the result's "set" added to the same call: a repeat
+        call("put", {"key": "a", "status": "set"}),
         answer("never reached"),
         yolo=True,
     )
     assert turn.put.ran == ["a"]
-    answers = [r.messages[-1].content for r in provider.requests[2:5]]
+    answers = [r.messages[-1].content for r in provider.requests[2:6]]
     assert "color" in answers[0] and "already succeeded" not in answers[0]
     assert "already succeeded" not in answers[1]
-    assert answers[2].startswith(
+    assert "already succeeded" not in answers[2] and "status" in answers[2]
+    assert answers[3].startswith(
         "Not run again: this put call already succeeded in this turn, and the fields you added are from its "
         "result, not parameters (its result is above)."
     )
