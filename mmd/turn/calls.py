@@ -49,7 +49,7 @@ from .context import cap_output
 from .plan import TurnSetup
 
 BASH = "bash"  # the built-in whose commands a skill in use checks (skill_commands, skill_hint)
-READ_SKILL = "read_skill"
+READ_SKILL = skilluse.READ_SKILL
 
 
 class StopTurn(Exception):
