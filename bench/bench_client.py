@@ -564,6 +564,7 @@ def memory(env: Env, runs: int) -> Memory:
 def print_figure4(
     version: float,
     python: float,
+    trio: float,
     cold: Rows,
     bash: tuple[Turn, float],
     plain: tuple[Turn, float],
@@ -594,8 +595,14 @@ def print_figure4(
         (
             "mm -p, no daemon: spawn → model request",
             f"{ms(statistics.median(r[1] for r in cold)):.0f} ms",
-            f"{statistics.median(r[1] for r in cold) / python:.1f}x python -c pass",
+            f"{statistics.median(r[1] for r in cold) / (python + trio):.1f}x the floor below",
             "≤ 300 ms",
+        ),
+        (
+            "  floor: python -c pass, then python -c 'import trio'",
+            f"{ms(python + trio):.0f} ms",
+            "the client's interpreter, the daemon's",
+            "",
         ),
         ("daemon RSS idle", f"{mem.idle / mib:.1f} MiB", "", "≤ 30 MiB"),
         (
@@ -706,7 +713,10 @@ def main(argv: list[str] | None = None) -> int:
         true_spawn = [wall(["true"]) for _ in range(max(calls, 20))]
         print_figure3(calls, bash, read, small, bare)
         python = statistics.median(wall([PY, "-c", "pass"]) for _ in range(runs))
-        print_figure4(version, python, cold_rows, (bash, cpu), (plain, plain_cpu), true_spawn, mem)
+        # A cold `mm -p` starts two interpreters, the client's and the daemon's, and the daemon cannot
+        # serve before trio is imported: that is its floor.
+        trio = statistics.median(wall([PY, "-c", "import trio"]) for _ in range(runs))
+        print_figure4(version, python, trio, cold_rows, (bash, cpu), (plain, plain_cpu), true_spawn, mem)
     except KeyboardInterrupt:
         print("\ninterrupted; stopping what the bench started", file=sys.stderr)
         return 130

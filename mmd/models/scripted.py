@@ -440,6 +440,7 @@ class _Connection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
         self.peer_closed = False
         self.record: dict[str, Any] | None = None  # of the request being answered
+        self.last_read = 0.0  # time.time() when bytes last came from the socket
 
     def hung_up(self) -> None:
         self.peer_closed = True
@@ -448,6 +449,7 @@ class _Connection:
 
     async def receive(self) -> None:
         data = await self.stream.receive_some(RECEIVE_SIZE)
+        self.last_read = time.time()
         if not data:
             self.hung_up()
         self.h11.receive_data(data)
@@ -531,8 +533,8 @@ class ScriptedServer:
 
     ``requests`` holds one record per request received (except
     ``/_mm/requests`` itself): ``path``, ``method``, ``headers`` (secret
-    values redacted), ``body`` (parsed JSON, else text), ``t_received``,
-    ``t_responded`` (time the last byte was sent, None until then or if the
+    values redacted), ``body`` (parsed JSON, else text), ``t_received`` (time its last bytes were
+    read from the socket), ``t_responded`` (time the last byte was sent, None until then or if the
     response never finished), ``client_closed`` (the client hung up before
     the response finished) and ``connection`` (a number per connection).
     """
@@ -604,7 +606,9 @@ class ScriptedServer:
             "method": method,
             "headers": _redacted_headers(request),
             "body": _parse_body(body),
-            "t_received": time.time(),
+            # When the request's last bytes came in: this server's own parsing (h11, the JSON body) is no
+            # part of the client's time to send it.
+            "t_received": conn.last_read,
             "t_responded": None,
             "client_closed": False,
             "connection": conn.number,
