@@ -45,6 +45,29 @@ READ_SIZE = 65_536
 _ids = itertools.count(1)
 
 
+# Bytes the writer joins into one send at most (a frame larger than this goes alone).
+SEND_BATCH = 262_144
+
+
+def _queued(first: bytes | None, outbox: trio.MemoryReceiveChannel[bytes | None]) -> tuple[list[bytes], bool]:
+    """*first* and the frames queued behind it, up to SEND_BATCH bytes; True when the end (None) came."""
+    frames: list[bytes] = []
+    size = 0
+    frame = first
+    while frame is not None:
+        frames.append(frame)
+        size += len(frame)
+        if size >= SEND_BATCH:
+            return frames, False
+        try:
+            frame = outbox.receive_nowait()
+        except trio.WouldBlock:
+            return frames, False
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            return frames, True
+    return frames, True
+
+
 class Host(Protocol):
     """What a connection needs of the daemon that accepted it (mmd.server.daemon.Daemon)."""
 
@@ -108,11 +131,16 @@ class Connection:
         self._out_send.close()
 
     async def _writer(self) -> None:
+        # The frames queued by the time the writer runs go out in one send: a tool call's events
+        # (its call, its result, the next step's start) are queued together, and one syscall each
+        # cost the daemon more than the rest of their way to the client.
         async with self._out_recv:
             async for frame in self._out_recv:
-                if frame is None:
+                frames, last = _queued(frame, self._out_recv)
+                if frames:
+                    await self.stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+                if last:
                     break
-                await self.stream.send_all(frame)
         await self.stream.aclose()
 
     # -- receiving ---------------------------------------------------------

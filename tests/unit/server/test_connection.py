@@ -271,3 +271,50 @@ async def test_a_client_too_slow_to_read_is_dropped_and_never_blocks_a_handler(
                 seqs.append(decode_notification_arg(msg.params)["seq"])
         # What was queued before the outbox filled still arrives, in order; the rest never does.
         assert seqs == list(range(len(seqs))) and 0 < len(seqs) <= 1 + 4
+
+
+async def test_frames_queued_together_go_out_in_one_send_whole_and_in_order() -> None:
+    sends: list[bytes] = []
+
+    async def burst(daemon: Any, conn: Connection, params: Empty) -> Done:
+        for i in range(30):  # a tool call's events, queued before the writer runs
+            conn.notify("event", {"seq": i, "pad": "x" * (i * 7)})
+        return Done()
+
+    def counted() -> tuple[Any, Any]:
+        client, server = trio.testing.memory_stream_pair()
+        send_all = server.send_all
+
+        async def recording(data: bytes) -> None:
+            sends.append(bytes(data))
+            await send_all(data)
+
+        server.send_all = recording  # type: ignore[method-assign]
+        return client, server
+
+    async with serving(table(**{"daemon.status": Method(Empty, burst)}), counted) as (peer, _, _):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        before = len(sends)
+        await peer.send(request(2, "daemon.status"))
+        seqs = []
+        while len(seqs) < 30:
+            msg = await peer.receive()
+            if isinstance(msg, Notification):
+                seqs.append(decode_notification_arg(msg.params)["seq"])
+        assert (await peer.response()).msgid == 2
+    assert seqs == list(range(30))  # every frame whole, in the order queued
+    assert len(sends) - before <= 2  # the 30 events and the reply: not one send each
+
+
+async def test_a_batch_stops_at_send_batch_bytes_and_the_rest_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection, "SEND_BATCH", 100)
+    send, recv = trio.open_memory_channel[bytes | None](10)
+    for frame in (b"a" * 60, b"b" * 60, b"c" * 10, None):
+        send.send_nowait(frame)
+    first, ended = connection._queued(recv.receive_nowait(), recv)
+    assert first == [b"a" * 60, b"b" * 60] and not ended  # over 100 bytes: sent, the rest waits
+    rest, ended = connection._queued(recv.receive_nowait(), recv)
+    assert rest == [b"c" * 10] and ended  # then the end of the outbox
