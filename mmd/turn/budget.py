@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..models.base import Message
+from ..models.base import Message, ToolSpec
 from ..models.tokens import Counter
 
 # A tool output may take 1/OUTPUT_SHARE of the window: three such outputs, the system prompt and
@@ -102,6 +102,10 @@ class Budget:
     window: Window
     counter: Counter
     source: str = "default"  # where the window comes from: "server", "config", "catalog" or "default"
+    # What mmd/turn/context.py counted at the last step: each message's tokens (by id, the message
+    # kept with its count), and the tool block's.
+    sizes: dict[int, tuple[Message, int]] = field(default_factory=dict, repr=False)
+    tools: tuple[list[ToolSpec], int] | None = field(default=None, repr=False)
 
 
 def window_tokens(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,17 @@ async def measure(setup: TurnSetup, messages: list[Message]) -> Measure:
     counter = setup.budget.counter
     fixed = await counter.count(setup.system) + budget.MESSAGE_OVERHEAD
     fixed += await _tools_tokens(setup.budget, setup.registry.specs())
-    return Measure(fixed=fixed, sizes=[await message_tokens(setup.budget, m) for m in messages])
+    # Each message is counted once: a step measures the whole history, which grows by a call and its
+    # result each time. The cache holds the message itself, so an id is never taken for another's.
+    known, sizes = setup.budget.sizes, []
+    kept: dict[int, tuple[Message, int]] = {}
+    for m in messages:
+        hit = known.get(id(m))
+        size = hit[1] if hit is not None and hit[0] is m else await message_tokens(setup.budget, m)
+        kept[id(m)] = (m, size)
+        sizes.append(size)
+    setup.budget.sizes = kept  # only this history's messages: stubs and summaries drop the old
+    return Measure(fixed=fixed, sizes=sizes)
 
 
 async def message_tokens(b: Budget, message: Message) -> int:
@@ -91,6 +102,8 @@ async def message_tokens(b: Budget, message: Message) -> int:
 async def _tools_tokens(b: Budget, specs: list[ToolSpec]) -> int:
     if not specs:
         return 0
+    if b.tools is not None and len(b.tools[0]) == len(specs) and all(map(operator.is_, b.tools[0], specs)):
+        return b.tools[1]  # the same tools as the last step: the JSON is not written again
     block = [
         {
             "type": "function",
@@ -98,7 +111,9 @@ async def _tools_tokens(b: Budget, specs: list[ToolSpec]) -> int:
         }
         for t in specs
     ]
-    return await b.counter.count(json.dumps(block, ensure_ascii=False)) + budget.TOOLS_OVERHEAD
+    tokens = await b.counter.count(json.dumps(block, ensure_ascii=False)) + budget.TOOLS_OVERHEAD
+    b.tools = (list(specs), tokens)
+    return tokens
 
 
 # -- one tool output --------------------------------------------------------------------

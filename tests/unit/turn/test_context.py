@@ -273,3 +273,22 @@ async def test_compact_of_an_empty_session_does_nothing(turns: Turns) -> None:
     done = await context.compact(turns.session, turns.setup(ScriptedProvider(), 8192))
     assert done["summarised"] == 0 and done["summary"] == "none"
     assert turns.stored() == []
+
+
+async def test_each_message_is_counted_once_however_many_steps_measure_it(turns: Turns) -> None:
+    asked: list[str] = []
+
+    class Counting(Counter):
+        async def count(self, text: str) -> int:
+            asked.append(text)
+            return await super().count(text)
+
+    steps = [dump(f"f{i}", 100) for i in range(20)]
+    await turns.run(*steps, answer("done"), window=32_768, counter=Counting())
+    assert turns.events("turn_ended")[0]["status"] == "ok" and not turns.events("context_compacted")
+    messages = len(turns.stored())
+    assert messages == 42  # the prompt, 20 calls and their results, the answer
+    # Each step measures the whole history; a message is counted when it is new, not at every step
+    # (which asked over 700 times). Besides each message once: each call's arguments and each output's
+    # cap once, the system prompt and the tool block once a step.
+    assert len(asked) <= messages + 20 + 20 + 2 * 21, len(asked)
