@@ -26,7 +26,6 @@ import difflib
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Literal, Protocol
 
@@ -112,8 +111,7 @@ _EFFECTS = {
 _CLOSING = "Give each parameter as its own field."
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(msgspec.Struct, frozen=True):
     """One thing wrong with a call's arguments."""
 
     code: str
@@ -585,7 +583,7 @@ def answer(
     data = err.fields()
     lines.append(json.dumps(data, ensure_ascii=False))
     if invalid and len(err.problems) > 1:  # in data only: the text already says each one
-        data["error"]["problems"] = [asdict(p) for p in err.problems]
+        data["error"]["problems"] = [msgspec.structs.asdict(p) for p in err.problems]
     return ToolResult(ok=False, content="\n".join(lines), data=data)
 
 

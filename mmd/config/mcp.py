@@ -30,7 +30,6 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -238,8 +237,7 @@ def _token_name(server: Any) -> str:
 # -- which servers a turn uses -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ServerEntry:
+class ServerEntry(msgspec.Struct, frozen=True):
     """One configured server: its spec and where it was configured."""
 
     name: str
@@ -286,8 +284,7 @@ class ExpansionError(Exception):
     """A ``${VAR}`` names a variable the daemon's environment does not have."""
 
 
-@dataclass(frozen=True)
-class ResolvedServer:
+class ResolvedServer(msgspec.Struct, frozen=True):
     """A server entry with its ``${VAR}`` references expanded: what a connection needs.
 
     ``key`` is a digest of everything that makes the connection (transport,
@@ -300,9 +297,9 @@ class ResolvedServer:
     entry: ServerEntry
     transport: str  # "http", "sse" or "stdio"
     url: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    argv: list[str] = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: Path | None = None
     key: str = ""
 

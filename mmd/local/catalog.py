@@ -11,8 +11,9 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from .. import paths
 
@@ -36,8 +37,7 @@ DEFAULT_CTX = 8192
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class LocalModel:
+class LocalModel(msgspec.Struct, frozen=True):
     name: str  # the model part of "local/NAME"
     short: str  # --model choice of `mm local setup`
     package: str  # part package name with {n}

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 # ggml's CMake option → the /proc/cpuinfo flags the compiler flags it adds need (GCC/Clang, x86).
 X86_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -41,8 +42,7 @@ V3 = ("SSE42", "AVX", "AVX2", "FMA", "F16C", "BMI2")
 NEVER = ("AMX_TILE", "AMX_INT8", "AMX_BF16")
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """What to build with: the variant's name, its CMake flags, and the CPU flags the binary will need."""
 
     variant: str  # "tuned" or "portable"

@@ -11,9 +11,10 @@ each metadata entry: key (u64 length + UTF-8), value type (u32), value.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+import msgspec
 
 MAGIC = b"GGUF"
 # Value types: id → (struct format, size) for the fixed-size ones.
@@ -51,8 +52,7 @@ class GGUFError(ValueError):
     """The file is not a GGUF file mm can read; the message says what was found and where."""
 
 
-@dataclass(frozen=True)
-class GGUFInfo:
+class GGUFInfo(msgspec.Struct, frozen=True):
     version: int
     architecture: str | None
     name: str | None

@@ -21,8 +21,9 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import msgspec
 
 from .. import paths
 from ..untrusted import check_json
@@ -35,8 +36,7 @@ ANSWER_TIMEOUT = 300.0  # seconds for the answer (16 tokens at most)
 REBUILD = "mm local setup --rebuild --portable"
 
 
-@dataclass
-class Result:
+class Result(msgspec.Struct):
     outcome: str  # ok | wrong_answer | crashed | no_answer | cpu | error
     detail: str  # one line a person can act on
     answer: str | None = None
@@ -49,7 +49,7 @@ class Result:
         return self.outcome == "ok"
 
     def record(self) -> dict:
-        return {**asdict(self), "ok": self.ok, "source": "self-test"}
+        return {**msgspec.structs.asdict(self), "ok": self.ok, "source": "self-test"}
 
 
 def describe_exit(returncode: int) -> tuple[str, str | None]:

@@ -13,9 +13,9 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import trio
 
 from ..models import transport
@@ -39,11 +39,10 @@ class LocalServerError(Exception):
     pass
 
 
-@dataclass
-class _Running:
+class _Running(msgspec.Struct):
     url: str
     last_used: float
-    stop: trio.Event = field(default_factory=trio.Event)
+    stop: trio.Event = msgspec.field(default_factory=trio.Event)
     dead: bool = False
 
 

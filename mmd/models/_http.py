@@ -14,7 +14,6 @@ import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
@@ -173,11 +172,10 @@ def status_failure(status: int, body: str, headers: Mapping[str, str], label: st
     return ModelError(f"{label}: HTTP {status}: {message}. {HINTS.get(status, DEFAULT_HINT)}", status=status)
 
 
-@dataclass
-class _PartialCall:
+class _PartialCall(msgspec.Struct):
     id: str | None = None
     name: str | None = None
-    parts: list[str] = field(default_factory=list)
+    parts: list[str] = msgspec.field(default_factory=list)
     # The arguments if no fragment arrives (Anthropic's start block input).
     fallback: str = ""
 

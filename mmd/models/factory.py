@@ -7,9 +7,10 @@ never from files, and never stored or logged.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..config import ConfigError, resolve_model
 from ..local import catalog
@@ -27,8 +28,7 @@ LOCAL = "local/"
 LOCAL_MAX_TOKENS = 1024
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelRef:
+class ModelRef(msgspec.Struct, frozen=True, kw_only=True):
     label: str  # shown to the user: "provider/model"
     kind: str  # a key of PROVIDERS (mmd/models/__init__.py)
     model: str
@@ -47,7 +47,7 @@ class ModelRef:
     cache_prompt: bool = False
     # The context window config.yaml gives (tokens); None: the server's, else a default by kind.
     context_window: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property
     def key(self) -> tuple[Any, ...]:

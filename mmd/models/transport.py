@@ -24,10 +24,10 @@ import contextlib
 import ipaddress
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import msgspec
 import trio
 
 from . import tls
@@ -98,10 +98,9 @@ async def fetch(client: Client, method: str, url: str, body: bytes | None = None
 # ---------------------------------------------------------------- this machine
 
 
-@dataclass
-class _Conn:
+class _Conn(msgspec.Struct):
     stream: trio.SocketStream
-    buffer: bytearray = field(default_factory=bytearray)
+    buffer: bytearray = msgspec.field(default_factory=bytearray)
     idle_since: float = 0.0
 
 

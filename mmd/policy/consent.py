@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import trio
 
 from ..rpc import RPCError
@@ -36,8 +36,7 @@ NO_ONE_TO_ASK = "no one to ask"
 OUTSIDE_TOOL = {"read": "outside:read", "write": "outside:write"}
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """What consent decided for one call; the call pipeline acts on it."""
 
     allow: bool
@@ -51,8 +50,7 @@ class Verdict:
 ALLOW = Verdict(allow=True)
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """One tool call as consent sees it. ``roots``: the folders file tools may touch freely."""
 
     tool: Tool
@@ -63,8 +61,7 @@ class Request:
     roots: list[str]
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """A person's answer to an ask, and who gave it."""
 
     decision: str
@@ -283,13 +280,12 @@ def _remember(
 # --- asks waiting for a person ---------------------------------------------------------
 
 
-@dataclass
-class Pending:
+class Pending(msgspec.Struct):
     """One ask waiting for its answer: the decisions it offered, the paths it is about."""
 
     options: list[str]
-    paths: list[str] = field(default_factory=list)
-    done: trio.Event = field(default_factory=trio.Event)
+    paths: list[str] = msgspec.field(default_factory=list)
+    done: trio.Event = msgspec.field(default_factory=trio.Event)
     answer: Answer | None = None
 
 

@@ -38,10 +38,10 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from .. import contract
@@ -78,8 +78,7 @@ def mm_event(event: str) -> str:
     return _MM_NAMES.get(event, event)
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(msgspec.Struct, frozen=True):
     """One configured hook, its paths resolved."""
 
     event: str  # Claude Code's name: PreToolUse, Stop, …
@@ -107,11 +106,10 @@ class Hook:
         return any(fnmatch.fnmatchcase(name.lower(), glob) for name in names for glob in globs)
 
 
-@dataclass(frozen=True)
-class Hooks:
+class Hooks(msgspec.Struct, frozen=True):
     """The hooks of one turn, by event, each list in the order they run."""
 
-    by_event: dict[str, tuple[Hook, ...]] = field(default_factory=dict)
+    by_event: dict[str, tuple[Hook, ...]] = msgspec.field(default_factory=dict)
 
     @property
     def pre(self) -> tuple[Hook, ...]:
@@ -200,8 +198,7 @@ def merged_hooks(
 # --- running one hook -----------------------------------------------------------------------
 
 
-@dataclass
-class HookRun:
+class HookRun(msgspec.Struct):
     """How one hook process ended."""
 
     exit_code: int | None
@@ -306,8 +303,7 @@ async def _feed(stdin: Any, data: bytes) -> None:
 # --- what a hook said -----------------------------------------------------------------------
 
 
-@dataclass
-class Verdict:
+class Verdict(msgspec.Struct):
     """One hook's answer, read from its exit code and stdout."""
 
     decision: str | None = None  # allow, deny, ask, or None
@@ -394,8 +390,7 @@ def _fields(obj: dict[str, Any]) -> Verdict:
 # --- a whole chain, for one call or one event ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(msgspec.Struct, frozen=True):
     """Where a turn's hooks run, and what every hook reads of it (Claude Code's common input fields)."""
 
     session_id: str
@@ -433,24 +428,23 @@ class Site:
         }
 
 
-@dataclass
-class Outcome:
+class Outcome(msgspec.Struct):
     """What a chain of hooks decided, and what it reports; the turn acts on it.
 
     ``events`` are the ``hook`` and ``warning`` records to publish, in order; ``stop``
     is set when a hook answered ``continue: false``: the turn ends with that text.
     """
 
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = msgspec.field(default_factory=list)
     stop: str | None = None
-    context: list[str] = field(default_factory=list)
+    context: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
 class PreOutcome(Outcome):
     """What the PreToolUse hooks decided for one call."""
 
-    args: dict[str, Any] = field(default_factory=dict)  # to run with (updated by the hooks, validated)
+    # To run with (updated by the hooks, validated).
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
     decision: str | None = None  # allow or ask for the consent gate; deny is ``answer``
     updated: bool = False
     answer: ToolResult | None = None  # set when the call must not run: what the model reads
@@ -460,14 +454,12 @@ class PreOutcome(Outcome):
         return add_context(result, self.context)
 
 
-@dataclass
 class PostOutcome(Outcome):
     """What the PostToolUse hooks made of a result: ``result`` is what the model reads."""
 
-    result: ToolResult = field(default_factory=lambda: ToolResult(ok=True, content=""))
+    result: ToolResult = msgspec.field(default_factory=lambda: ToolResult(ok=True, content=""))
 
 
-@dataclass
 class EventOutcome(Outcome):
     """What the hooks of an event other than a tool call decided.
 

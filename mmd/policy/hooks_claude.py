@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
 
 
-@dataclass(frozen=True)
-class ClaudeTool:
+class ClaudeTool(msgspec.Struct, frozen=True):
     """A built-in's Claude Code equivalent."""
 
     name: str
     params: dict[str, str]  # mm's parameter → Claude Code's
     # Claude Code's parameters mm has no use for: dropped from an updatedInput rather than refused.
-    dropped: frozenset[str] = field(default_factory=frozenset)
+    dropped: frozenset[str] = msgspec.field(default_factory=frozenset)
 
 
 # The built-ins with a Claude Code equivalent; a parameter not listed keeps its mm name.

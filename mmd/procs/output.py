@@ -18,8 +18,9 @@ from __future__ import annotations
 import codecs
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import BinaryIO
+
+import msgspec
 
 # How a NUL byte is shown: a model reads a C escape; a raw NUL confuses tokenizers and terminals.
 NUL_SHOWN = "\\0"
@@ -30,8 +31,7 @@ def printable(text: str) -> str:
     return text.replace("\0", NUL_SHOWN)
 
 
-@dataclass(frozen=True)
-class Cut:
+class Cut(msgspec.Struct, frozen=True):
     """What the model reads of an output that outgrew its budget."""
 
     head: bytes  # the first bytes, ending at a line end when one fits

@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from . import landlock
 
@@ -34,8 +35,7 @@ DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", 
 DEVICE_FOLDERS = ("/dev/pts", "/dev/shm")
 
 
-@dataclass(frozen=True)
-class Sandbox:
+class Sandbox(msgspec.Struct, frozen=True):
     """What the processes of one call may do: write beneath ``roots`` and the temp dir, reach the network.
 
     ``roots`` are absolute: the session's directory and ``sandbox.writable:`` in
@@ -47,7 +47,7 @@ class Sandbox:
     network: bool = True
     # Where the policy was set, for the answer that says how to allow a path: the agent file, or "".
     source: str = ""
-    temp: str = field(default_factory=tempfile.gettempdir)
+    temp: str = msgspec.field(default_factory=tempfile.gettempdir)
 
     @property
     def confined(self) -> bool:
@@ -81,8 +81,7 @@ class Sandbox:
         return f"sandbox {self.mode}: processes may write only under {where}{net}"
 
 
-@dataclass(frozen=True)
-class Support:
+class Support(msgspec.Struct, frozen=True):
     """Whether this kernel can enforce a sandbox, and why not."""
 
     abi: int

@@ -23,7 +23,8 @@ import os
 import stat
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 # Entries walked per spawn at most, all writable folders together.
 MAX_ENTRIES = 20_000
@@ -33,8 +34,7 @@ class HardLinkRefused(OSError):
     """A writable folder holds a hard link to a file some of whose names lie outside."""
 
 
-@dataclass(frozen=True)
-class _Folder:
+class _Folder(msgspec.Struct, frozen=True):
     """What one walk of a folder found: kept until the folder's mtime changes."""
 
     mtime: int  # st_mtime_ns, read before the folder was listed

@@ -27,9 +27,10 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .base import Tool
 
@@ -54,13 +55,12 @@ _HIDDEN = ("$(", "`", "<(", ">(")
 _SPLIT = re.compile(r"&&|\|\||[;&|\n]")
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(msgspec.Struct, frozen=True):
     """The tools a skill in use allows: tool name → its patterns (empty: any call of it)."""
 
     skill: str
     tools: dict[str, tuple[str, ...]]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
     def names(self) -> list[str]:
         return list(self.tools)

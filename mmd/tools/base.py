@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from ..config.declared import VerifySpec
 from ..contract import ErrorClass, ToolError, ToolResult
@@ -30,8 +31,7 @@ __all__ = ["ErrorClass", "Limits", "Tier", "Tool", "ToolContext", "ToolError", "
 Tier = Literal["read", "write", "destructive"]
 
 
-@dataclass(kw_only=True)
-class Limits:
+class Limits(msgspec.Struct, kw_only=True):
     """Per-call limits for child processes and what the model reads of them."""
 
     timeout: float = 120.0  # seconds before the process group is stopped
@@ -40,13 +40,12 @@ class Limits:
     max_lines: int = 400  # lines of output the model reads (head + tail)
 
 
-@dataclass(kw_only=True)
-class ToolContext:
+class ToolContext(msgspec.Struct, kw_only=True):
     session_id: str
     call_id: str
     cwd: Path
     session_dir: Path  # per-session folder: spill files live here
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = msgspec.field(default_factory=Limits)
     # emit(kind, data) publishes a session event, e.g. emit("tool_output", {...}).
     emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
     # The folders of the session's skills: the file tools may touch them without a path consent.

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Collection
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ..config.declared import PLACEHOLDER, DeclaredToolSpec, ParamSpec
 
@@ -46,11 +47,11 @@ MAX_CODE_LINES = 400
 _MAX_LINE = 300
 
 
-@dataclass(frozen=True)
-class Template:
+class Template(msgspec.Struct, frozen=True):
     words: tuple[str, ...]  # the command as the skill writes it, program first
     slots: dict[int, str]  # position → placeholder
-    examples: dict[int, frozenset[str]] = field(default_factory=dict)  # position → values its examples show
+    # Position → values its examples show.
+    examples: dict[int, frozenset[str]] = msgspec.field(default_factory=dict)
     said: str = ""  # the prose the skill writes the command with ("Take a backup of one database now")
 
     @property
@@ -62,8 +63,7 @@ class Template:
         return self.words[0]
 
 
-@dataclass(frozen=True)
-class Commands:
+class Commands(msgspec.Struct, frozen=True):
     skill: str
     templates: tuple[Template, ...]
 

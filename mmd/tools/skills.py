@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from ..untrusted import YamlLimitError, safe_load
@@ -43,8 +43,7 @@ MAX_SKIPPED_WARNINGS = 20
 _IGNORED = ("__pycache__", "node_modules")
 
 
-@dataclass(frozen=True)
-class Skill:
+class Skill(msgspec.Struct, frozen=True):
     name: str
     description: str
     keywords: tuple[str, ...]
@@ -68,11 +67,10 @@ class Skill:
         return out[:cap]
 
 
-@dataclass
-class Catalogue:
+class Catalogue(msgspec.Struct):
     """The skills of one agent, by name, in priority order."""
 
-    skills: dict[str, Skill] = field(default_factory=dict)
+    skills: dict[str, Skill] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.skills)
@@ -106,8 +104,7 @@ class SkillError(Exception):
     """A SKILL.md that cannot be loaded; the message says what is wrong."""
 
 
-@dataclass(frozen=True)
-class SkillDir:
+class SkillDir(msgspec.Struct, frozen=True):
     """One folder searched for skills: where it is, what `mm skills list` calls it, what it may reach."""
 
     path: Path

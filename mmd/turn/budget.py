@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ..models.base import Message, ToolSpec
 from ..models.tokens import Counter
@@ -59,8 +60,7 @@ NOTE_PREFIX = "[mm summarised the earlier part of this session"
 _SPILL = re.compile(r"is in (.+?) — read any range of it with read_file")
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     """A model's context window in tokens and the part kept for its answer."""
 
     tokens: int
@@ -95,8 +95,7 @@ class Window:
         return max(1, min(max_bytes, self.output_tokens * CAP_BYTES_PER_TOKEN))
 
 
-@dataclass
-class Budget:
+class Budget(msgspec.Struct):
     """The window of the turn's model and how its tokens are counted."""
 
     window: Window
@@ -104,8 +103,8 @@ class Budget:
     source: str = "default"  # where the window comes from: "server", "config", "catalog" or "default"
     # What mmd/turn/context.py counted at the last step: each message's tokens (by id, the message
     # kept with its count), and the tool block's.
-    sizes: dict[int, tuple[Message, int]] = field(default_factory=dict, repr=False)
-    tools: tuple[list[ToolSpec], int] | None = field(default=None, repr=False)
+    sizes: dict[int, tuple[Message, int]] = msgspec.field(default_factory=dict)
+    tools: tuple[list[ToolSpec], int] | None = None
 
 
 def window_tokens(

@@ -29,9 +29,10 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
+
+import msgspec
 
 from .. import contract
 from ..config.declared import VerifySpec
@@ -89,17 +90,16 @@ def idempotency_key(session_id: str, tool: str, args: dict[str, Any]) -> str:
     return f"mm-{digest[:32]}"
 
 
-@dataclass
-class Call:
+class Call(msgspec.Struct):
     """One call on its way through the stages."""
 
     call: ToolCall
     tool: Tool | None
     started: float
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
     echo: str = ""
     key: str | None = None  # the idempotency key of a write
-    pre: PreOutcome = field(default_factory=PreOutcome)
+    pre: PreOutcome = msgspec.field(default_factory=PreOutcome)
     answer: ToolResult | None = None  # set when the call is answered before it could run
     result: ToolResult | None = None  # set once the call ran (or was replayed, or denied)
     denied: bool = False
@@ -346,7 +346,9 @@ class CallRunner:
 
     async def _dry_run(self, request: consent.Request) -> None:
         """Show the user what the call would do; the model sees nothing of it."""
-        ctx = replace(request.ctx, call_id=request.ctx.call_id + "-dry-run", idempotency_key=None)
+        ctx = msgspec.structs.replace(
+            request.ctx, call_id=request.ctx.call_id + "-dry-run", idempotency_key=None
+        )
         try:
             result = await request.tool.dry_run(request.args, ctx)
         except ToolError as err:

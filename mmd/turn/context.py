@@ -17,9 +17,10 @@ import hashlib
 import json
 import operator
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import msgspec
 
 from ..contract import ToolResult
 from ..models.base import Message, ModelError, ToolSpec
@@ -57,8 +58,7 @@ class History(Protocol):
     def replace_messages(self, messages: list[Message]) -> None: ...
 
 
-@dataclass
-class Measure:
+class Measure(msgspec.Struct):
     """A request's tokens: the fixed part (system prompt, tools) and each message's."""
 
     fixed: int

@@ -10,7 +10,6 @@ only the current phase's tools are offered (mmd/turn/phases.py).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -64,15 +63,14 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     )
 
 
-@dataclass
-class Progress:
+class Progress(msgspec.Struct):
     """What a turn has done so far: the loop detector, and the calls that ran and succeeded."""
 
     detector: LoopDetector
-    ran: list[tuple[str, ToolResult]] = field(default_factory=list)
+    ran: list[tuple[str, ToolResult]] = msgspec.field(default_factory=list)
     # Successful calls since the last successful write, by key; a repeat is not run again.
-    succeeded: dict[Key, ToolResult] = field(default_factory=dict)
-    told: set[Key] = field(default_factory=set)  # repeats answered "already succeeded"
+    succeeded: dict[Key, ToolResult] = msgspec.field(default_factory=dict)
+    told: set[Key] = msgspec.field(default_factory=set)  # repeats answered "already succeeded"
     wrote: bool = False  # a write (not a read) succeeded in this turn
 
     def record(self, key: Key, name: str, tier: str | None, result: ToolResult) -> None:

@@ -21,8 +21,9 @@ nudged ends the turn before it runs (:meth:`LoopDetector.before`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from .. import contract
 from ..config.turns import LoopLimits
@@ -46,8 +47,7 @@ def call_key(name: str, raw_arguments: str) -> Key:
     return name, text
 
 
-@dataclass
-class Loop:
+class Loop(msgspec.Struct):
     """A loop found: which pattern, the calls in it, and what the model is told."""
 
     kind: str  # repeat | same_error | cycle
@@ -65,12 +65,11 @@ class Loop:
         }
 
 
-@dataclass
-class LoopDetector:
-    limits: LoopLimits = field(default_factory=LoopLimits)
-    history: list[tuple[Key, str | None]] = field(default_factory=list)  # (call, error code)
-    counts: dict[Key, int] = field(default_factory=dict)
-    nudged: dict[Key, Loop] = field(default_factory=dict)  # every call of a nudged loop
+class LoopDetector(msgspec.Struct):
+    limits: LoopLimits = msgspec.field(default_factory=LoopLimits)
+    history: list[tuple[Key, str | None]] = msgspec.field(default_factory=list)  # (call, error code)
+    counts: dict[Key, int] = msgspec.field(default_factory=dict)
+    nudged: dict[Key, Loop] = msgspec.field(default_factory=dict)  # every call of a nudged loop
 
     def before(self, key: Key) -> Loop | None:
         """The nudged loop this call continues, if any: the turn stops instead of running it."""

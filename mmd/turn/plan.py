@@ -12,8 +12,9 @@ applies to the next turn without restarting the daemon.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from .. import paths
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
@@ -46,8 +47,7 @@ DEFAULT_SYSTEM = (
 )
 
 
-@dataclass(kw_only=True)
-class TurnSetup:
+class TurnSetup(msgspec.Struct, kw_only=True):
     provider: Provider
     model_name: str
     system: str
@@ -55,17 +55,17 @@ class TurnSetup:
     yolo: bool = False
     max_steps: int = 50
     temperature: float | None = None  # the agent file's; None: the server's default
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = msgspec.field(default_factory=Limits)
     skills: Catalogue | None = None
-    warnings: list[str] = field(default_factory=list)  # e.g. a skipped skill; sent as warning events
+    warnings: list[str] = msgspec.field(default_factory=list)  # e.g. a skipped skill; sent as warning events
     # Loops, text-written calls and phases (docs/loops-and-recovery.md).
     recover_tool_calls: bool = False  # the model's; see mmd.models.recovery
     choose_skills: bool = False  # choose and read the turn's skill first (mmd/turn/skillpick.py)
     ground_values: bool = False  # a declared or MCP tool's names must come from the session (grounding.py)
     words_after_success: bool = False  # the step after calls that all succeeded starts with words (loop.py)
     act_first: bool = False  # the turn's first step is one call: a chosen skill says how (skillpick.py)
-    loop: LoopLimits = field(default_factory=LoopLimits)
-    phases: list[PhaseSpec] = field(default_factory=list)  # mmd.turn.phases narrows the registry
+    loop: LoopLimits = msgspec.field(default_factory=LoopLimits)
+    phases: list[PhaseSpec] = msgspec.field(default_factory=list)  # mmd.turn.phases narrows the registry
     hooks: Hooks | None = None  # the turn's hooks, by event (docs/hooks.md)
     # Secret-looking variables of the daemon's environment the agent hands on to its children.
     pass_env: tuple[str, ...] = ()
@@ -135,8 +135,7 @@ def build_tools(
     return registry, skills, [*warnings, *clashes]
 
 
-@dataclass(kw_only=True)
-class Plan:
+class Plan(msgspec.Struct, kw_only=True):
     """What a prompt resolved to before anything starts: files read, model chosen."""
 
     cwd: Path
@@ -151,8 +150,8 @@ class Plan:
     # its turn is read-only with no network, whatever the agent file and --sandbox say.
     confined_client: bool = False
     # Claude Code's settings files' hooks (`import: claude`), each with its folder, and what was skipped.
-    claude_hooks: list[tuple[HooksSpec, Path]] = field(default_factory=list)
-    hook_warnings: list[str] = field(default_factory=list)
+    claude_hooks: list[tuple[HooksSpec, Path]] = msgspec.field(default_factory=list)
+    hook_warnings: list[str] = msgspec.field(default_factory=list)
 
 
 def load_agent(cwd: Path, agent_path: str | None) -> tuple[AgentFile, Path | None]:

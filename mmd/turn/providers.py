@@ -8,9 +8,9 @@ turn left it; its server lives as long as the turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from ..config import ConfigError
@@ -29,8 +29,7 @@ if TYPE_CHECKING:  # imported by the first turn with a scripted model (tests, be
 SCRIPT_POSITIONS = 10_000
 
 
-@dataclass(kw_only=True)
-class _Scripted:
+class _Scripted(msgspec.Struct, kw_only=True):
     """The scripted model of one running turn: its server, what stops it, the provider using it."""
 
     server: scripted.ScriptedServer

@@ -28,7 +28,6 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -114,8 +113,7 @@ def _checksum(index: Path) -> bytes | None:
     return trailer if len(trailer) == 20 and any(trailer) else None
 
 
-@dataclass
-class Shadow:
+class Shadow(msgspec.Struct):
     """The shadow repository *git_dir* of the working tree *project*."""
 
     git_dir: Path
