@@ -27,9 +27,9 @@ def main() -> int:
     if any(word in PROMPT_FLAGS for word in sys.argv[1:]):
         # Start the daemon if none runs before importing the rest of the client, so that the
         # two start-ups overlap (a cold `mm -p` waited for both, one after the other).
-        from . import connection
+        from . import spawn
 
-        connection.prestart()
+        spawn.prestart()
     from .cli import main as cli
 
     return cli()

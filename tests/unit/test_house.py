@@ -19,6 +19,7 @@ import ast
 import functools
 import re
 import statistics
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -417,6 +418,14 @@ def client_import_violations() -> list[str]:
                     what = f"from {name} import {', '.join(names)}" if names else f"import {name}"
                     found.append(f"  {module.rel}:{node.lineno} {what}")
     return found
+
+
+def test_the_daemon_is_started_before_the_protocol_is_imported() -> None:
+    """A cold `mm -p` spawns mmd from mm/spawn.py first: it (and mmd.rpc.trust, through a package that
+    imports its submodules on first use) must not pull in msgspec, click or trio."""
+    code = "import sys, mm.spawn; print(sorted(m for m in ('msgspec', 'click', 'trio') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_client_imports_only_the_protocol() -> None:
