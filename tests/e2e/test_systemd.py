@@ -193,7 +193,7 @@ def test_install_service_writes_both_units_for_the_installed_mmd(mm_home):
     exec_line = next(line for line in service_unit.splitlines() if line.startswith("ExecStart="))
     mmd = Path(exec_line.removeprefix("ExecStart="))
     assert mmd == Path(sys.executable).parent / "mmd"
-    assert os.access(mmd, os.X_OK) and "mmd.main" in mmd.read_text()
+    assert os.access(mmd, os.X_OK) and "mmd.boot" in mmd.read_text()
     assert "systemctl --user enable --now mmd.socket" in result.stdout
     assert "systemctl --user daemon-reload" in result.stdout
     # Run again: the units are rewritten in place, nothing else appears.
