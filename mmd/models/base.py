@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import msgspec
 
 
-class ToolCall(msgspec.Struct, kw_only=True):
+class ToolCall(msgspec.Struct, kw_only=True, frozen=True):
     id: str
     name: str
     # The arguments exactly as the model sent them: a JSON text that may be
@@ -21,7 +21,9 @@ class ToolCall(msgspec.Struct, kw_only=True):
     arguments: str
 
 
-class Message(msgspec.Struct, kw_only=True, omit_defaults=True):
+# Frozen: a message's token count and wire form are kept by identity while a history grows
+# (mmd/turn/context.py, mmd/models/openai.py), so a message is replaced, never changed.
+class Message(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     role: str  # system | user | assistant | tool
     content: str = ""
     tool_calls: list[ToolCall] = []

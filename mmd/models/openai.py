@@ -8,6 +8,7 @@ answers malformed JSON, never this module.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import msgspec
@@ -58,6 +59,7 @@ class OpenAIProvider:
         sent = {**(headers or {})}
         if api_key:
             sent["Authorization"] = f"Bearer {api_key}"
+        self._wire = Wire()
         self._http = HttpModel(
             label=name,
             url=self.base_url + "/chat/completions",
@@ -91,7 +93,7 @@ class OpenAIProvider:
         stream that broke off after deltas were handed on.
         Cancellation: closes the HTTP stream at once.
         """
-        body = request_body(self.model, messages, tools, _limit(self.max_tokens, max_tokens))
+        body = request_body(self.model, messages, tools, _limit(self.max_tokens, max_tokens), self._wire)
         if temperature is not None:
             body["temperature"] = temperature
         if self.cache_prompt:
@@ -119,13 +121,35 @@ class OpenAIProvider:
         await self._http.aclose()
 
 
+class Wire:
+    """Each message of the last request in its wire form: a step sends the whole history again, and
+    the messages it began with keep theirs (built anew, ~1 µs a message, at every step before)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.forms: list[dict[str, Any]] = []
+
+    def of(self, messages: list[Message]) -> list[dict[str, Any]]:
+        last = self.messages
+        if len(last) <= len(messages) and all(map(operator.is_, last, messages)):
+            forms = self.forms + [_message(m) for m in messages[len(last) :]]
+        else:
+            forms = [_message(m) for m in messages]
+        self.messages, self.forms = list(messages), forms
+        return forms
+
+
 def request_body(
-    model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int | None = None
+    model: str,
+    messages: list[Message],
+    tools: list[ToolSpec],
+    max_tokens: int | None = None,
+    wire: Wire | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of a streamed chat completion request."""
+    """The JSON body of a streamed chat completion request (*wire* keeps the messages' forms)."""
     body: dict[str, Any] = {
         "model": model,
-        "messages": [_message(m) for m in messages],
+        "messages": wire.of(messages) if wire is not None else [_message(m) for m in messages],
         "stream": True,
         "stream_options": {"include_usage": True},
     }

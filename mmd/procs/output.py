@@ -5,12 +5,14 @@ its own incremental UTF-8 decoder, so a character split across two reads is
 decoded whole, and only whole characters are released: the released bytes of
 both streams go, in arrival order, to the spill file and to a :class:`HeadTail`
 that keeps the first and the last part of the output within fixed budgets.
-Memory is O(budget + one read) whatever the size of the output.
+Memory is O(budget + one read) whatever the size of the output. The spill file can be
+opened when the output is first cut: the bytes before are held until then, so that output
+within the budgets (most of it) never touches the disk.
 
 NUL bytes are shown as the two characters ``\\0`` (the C escape) in what the
 model and the user read; the spill file keeps the raw bytes.
 
-This module opens no file and touches no process: the caller gives the sink.
+This module opens no file and touches no process: the caller gives the sink, or what opens it.
 """
 
 from __future__ import annotations
@@ -201,14 +203,24 @@ class OutputCapture:
 
     def __init__(
         self,
-        spill: BinaryIO | None,
+        spill: BinaryIO | Callable[[], BinaryIO] | None,
         *,
         max_bytes: int,
         max_lines: int,
         on_output: Callable[[str, str], None] | None = None,
     ) -> None:
-        """Errors: ValueError if a budget is not positive."""
-        self._spill = spill
+        """*spill* is the spill file, or what opens it: then it is opened only once the output is cut
+        (the bytes before are held until then; output within the budgets never touches the disk).
+
+        Errors: ValueError if a budget is not positive.
+        """
+        self._spill: BinaryIO | None = None
+        self._open_spill: Callable[[], BinaryIO] | None = None
+        if callable(spill):
+            self._open_spill = spill
+        else:
+            self._spill = spill
+        self._held: list[bytes] = []
         self._view = HeadTail(max_bytes, max_lines)
         self._on_output = on_output
         self._decoders: dict[str, codecs.IncrementalDecoder] = {}
@@ -281,7 +293,14 @@ class OutputCapture:
         if raw:
             if self._spill is not None:
                 self._spill.write(raw)
+            elif self._open_spill is not None:
+                self._held.append(raw)
             self._view.add(raw)
+            if self._held and self._view.truncated:
+                assert self._open_spill is not None
+                self._spill = self._open_spill()
+                self._spill.writelines(self._held)
+                self._held = []
         if text and self._on_output is not None:
             self._on_output(stream, printable(text))
 

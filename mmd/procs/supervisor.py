@@ -122,7 +122,8 @@ async def run_tool_process(
     given and not off) from before exec on. Its stdout and stderr are
     read concurrently; each read, decoded as UTF-8 (invalid bytes as U+FFFD, NUL
     as ``\\0``), is passed to ``on_output(stream, text)`` and its raw bytes are
-    written to ``spill_path`` in arrival order.
+    written to ``spill_path`` in arrival order (the file is made when the output is
+    first cut, with the bytes before it: output within the budgets is never written).
 
     ``output`` is the whole text if it fits both ``max_bytes`` and ``max_lines``,
     else the head and the tail (half of each budget each) around a marker line
@@ -136,29 +137,26 @@ async def run_tool_process(
 
     Errors: a command that cannot start is a result, not an exception:
     ``spawn_error`` says why (command not found, working directory gone,
-    permission denied) and ``exit_code`` is None. OSError if the spill file
-    cannot be created. An error writing it, or whatever ``on_output`` raises,
-    comes out inside an ExceptionGroup (as trio nurseries raise them) once
-    the tree is stopped.
+    permission denied) and ``exit_code`` is None. An error creating or
+    writing the spill file, or whatever ``on_output`` raises, comes out inside
+    an ExceptionGroup (as trio nurseries raise them) once the tree is stopped.
 
     Cancellation: the whole tree is stopped in a shielded scope, which may take
     up to ``grace`` seconds, the spill file is deleted, then Cancelled goes on.
     """
     started = time.monotonic()
-    keep = False
-    with _open_spill(spill_path) as spill:
+    spill = _Spill(spill_path)
+    try:
+        capture = OutputCapture(spill.open, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
         try:
-            capture = OutputCapture(spill, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
-            try:
-                tree = await _spawn(argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, stdin=DEVNULL)
-            except (OSError, ValueError) as exc:
-                return _unstarted(_spawn_error(exc, argv, cwd), started)
-            timed_out = await _collect(tree, capture, timeout, grace)
-            keep = capture.truncated
-            return _result(tree.proc, capture, timed_out, started, str(spill_path) if keep else None)
-        finally:
-            if not keep:
-                spill_path.unlink(missing_ok=True)
+            tree = await _spawn(argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, stdin=DEVNULL)
+        except (OSError, ValueError) as exc:
+            return _unstarted(_spawn_error(exc, argv, cwd), started)
+        timed_out = await _collect(tree, capture, timeout, grace)
+        spill.keep = capture.truncated
+        return _result(tree.proc, capture, timed_out, started, str(spill_path) if spill.keep else None)
+    finally:
+        spill.close()
 
 
 @contextlib.asynccontextmanager
@@ -557,12 +555,28 @@ async def _close(tree: _Tree) -> None:
     tree.close()
 
 
-def _open_spill(path: Path) -> BinaryIO:
-    """Create (or empty) the spill file at *path*, and its folder."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # 0600: a spill file holds whatever the command printed (tokens, file contents).
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    return os.fdopen(fd, "wb")
+class _Spill:
+    """A call's spill file, made only when its output is cut (OutputCapture opens it then), and kept
+    only if the call ends with it cut: output within the budgets never touches the disk (a folder,
+    a file made, written and deleted for each call cost more than the rest of a call's bookkeeping)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file: BinaryIO | None = None
+        self.keep = False
+
+    def open(self) -> BinaryIO:
+        """Create (or empty) the file, and its folder: 0600, as it holds whatever the command printed."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self.file = os.fdopen(fd, "wb")
+        return self.file
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            if not self.keep:
+                self.path.unlink(missing_ok=True)
 
 
 def _result(

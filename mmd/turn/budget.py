@@ -101,9 +101,9 @@ class Budget(msgspec.Struct):
     window: Window
     counter: Counter
     source: str = "default"  # where the window comes from: "server", "config", "catalog" or "default"
-    # What mmd/turn/context.py counted at the last step: each message's tokens (by id, the message
-    # kept with its count), and the tool block's.
-    sizes: dict[int, tuple[Message, int]] = msgspec.field(default_factory=dict)
+    # What mmd/turn/context.py counted at the last step: its messages and each one's tokens (the
+    # messages kept, so that an id is never taken for another's), and the tool block's.
+    measured: tuple[list[Message], list[int]] = msgspec.field(default_factory=lambda: ([], []))
     tools: tuple[list[ToolSpec], int] | None = None
 
 

@@ -80,15 +80,21 @@ async def measure(setup: TurnSetup, messages: list[Message]) -> Measure:
     fixed = await counter.count(setup.system) + budget.MESSAGE_OVERHEAD
     fixed += await _tools_tokens(setup.budget, setup.registry.specs())
     # Each message is counted once: a step measures the whole history, which grows by a call and its
-    # result each time. The cache holds the message itself, so an id is never taken for another's.
-    known, sizes = setup.budget.sizes, []
-    kept: dict[int, tuple[Message, int]] = {}
-    for m in messages:
-        hit = known.get(id(m))
-        size = hit[1] if hit is not None and hit[0] is m else await message_tokens(setup.budget, m)
-        kept[id(m)] = (m, size)
-        sizes.append(size)
-    setup.budget.sizes = kept  # only this history's messages: stubs and summaries drop the old
+    # result each time. The last step's messages, when they begin this history, keep their counts
+    # (compared by identity in C: the Python loop over the history cost ~1 µs a message every step).
+    b = setup.budget
+    last, counts = b.measured
+    if len(last) <= len(messages) and all(map(operator.is_, last, messages)):
+        sizes = counts[:]
+        for m in messages[len(last) :]:
+            sizes.append(await message_tokens(b, m))
+    else:  # stubs or a summary replaced some: the rest keep their counts
+        known = {id(m): (m, size) for m, size in zip(last, counts, strict=True)}
+        sizes = []
+        for m in messages:
+            hit = known.get(id(m))
+            sizes.append(hit[1] if hit is not None and hit[0] is m else await message_tokens(b, m))
+    b.measured = (list(messages), sizes)
     return Measure(fixed=fixed, sizes=sizes)
 
 

@@ -86,9 +86,15 @@ class TurnSetup(msgspec.Struct, kw_only=True):
     # Offer those commands as typed tools (the models mm constrains), and the names of the ones offered.
     skill_tools: bool = False
     skill_tool_names: tuple[str, ...] = ()
+    # The system message of the last request: the same object while ``system`` is the same, so that
+    # what providers keep of a request's messages by identity (its wire form) holds across steps.
+    system_message: Message | None = None
 
     def request_messages(self, history: list[Message]) -> list[Message]:
-        return [Message(role="system", content=self.system), *history]
+        first = self.system_message
+        if first is None or first.content != self.system:
+            first = self.system_message = Message(role="system", content=self.system)
+        return [first, *history]
 
     def skill_names(self) -> list[str]:
         """The skills the model can read now (none when read_skill is not offered)."""

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from mmd.models._http import MAX_WAIT, retry_after_seconds
 from mmd.models.base import Message, ModelError, Timings, ToolCall, ToolSpec
-from mmd.models.openai import OpenAIProvider, timings
+from mmd.models.openai import OpenAIProvider, Wire, request_body, timings
 from mmd.models.scripted import serve
 
 # A fake key: the tests check it never shows up anywhere.
@@ -448,3 +448,46 @@ async def test_an_answer_past_the_size_limits_is_refused_not_kept(start: Any) ->
     _, provider = await start({"raw": "data: " + deep + "\n\n", "content_type": "text/event-stream"})
     with pytest.raises(ModelError, match="answer is nested too deep: 2,004 levels; the limit is 128"):
         await complete(provider, Recorder())
+
+
+# -- each message's wire form, kept while the history grows ----------------------------------------
+
+_ROLES = st.sampled_from(["user", "assistant", "tool"])
+_MESSAGES = st.builds(
+    lambda role, text, calls: Message(
+        role=role,
+        content=text,
+        tool_calls=[ToolCall(id=f"c{i}", name="bash", arguments=a) for i, a in enumerate(calls)]
+        if role == "assistant"
+        else [],
+        tool_call_id="c0" if role == "tool" else None,
+    ),
+    _ROLES,
+    st.text(max_size=20),
+    st.lists(st.text(max_size=10), max_size=2),
+)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["append", "replace", "drop"]), _MESSAGES), max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_the_wire_forms_are_those_of_the_messages_sent_whatever_the_history_became(ops) -> None:
+    # A history grows by appends; stubs and summaries replace or drop messages in it.
+    wire, history = Wire(), []
+    for op, message in ops:
+        if op == "append" or not history:
+            history = [*history, message]
+        elif op == "replace":
+            history = [*history[:-1], message] if len(history) == 1 else [history[0], message, *history[2:]]
+        else:
+            history = history[1:]
+        assert wire.of(history) == request_body("m", history, [])["messages"]
+
+
+def test_a_growing_history_converts_only_its_new_messages() -> None:
+    wire = Wire()
+    first = [Message(role="system", content="s"), Message(role="user", content="u")]
+    before = wire.of(first)
+    grown = [*first, Message(role="assistant", content="a")]
+    after = wire.of(grown)
+    assert all(a is b for a, b in zip(before, after[:2], strict=True))
+    assert after[2] == {"role": "assistant", "content": "a"}

@@ -177,3 +177,24 @@ def test_render_without_spill_file_says_so() -> None:
     cap, _, _ = capture(max_bytes=10, max_lines=10)
     cap.feed("stdout", b"x" * 100)
     assert "not kept" in cap.render(None)
+
+
+def test_a_spill_file_given_as_its_opener_is_opened_once_when_the_output_is_first_cut() -> None:
+    opened: list[io.BytesIO] = []
+
+    def opener() -> io.BytesIO:
+        opened.append(io.BytesIO())
+        return opened[-1]
+
+    small = OutputCapture(opener, max_bytes=100, max_lines=10)
+    small.feed("stdout", b"a few\nlines\n")
+    small.finish()
+    assert not small.truncated and opened == []
+
+    big = OutputCapture(opener, max_bytes=100, max_lines=10)
+    data = b"".join(b"line %d\n" % i for i in range(50))
+    for start in range(0, len(data), 7):  # in reads of 7 bytes: the cut comes inside one
+        big.feed("stdout" if start % 2 else "stderr", data[start : start + 7])
+    big.finish()
+    assert big.truncated and len(opened) == 1
+    assert opened[0].getvalue() == data  # the bytes held before the cut, then the rest

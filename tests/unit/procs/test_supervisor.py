@@ -5,6 +5,7 @@ Its stress tests (a hundred cancelled trees, a gigabyte of output) are in tests/
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -381,3 +382,33 @@ def test_an_environment_that_reads_empty_is_looked_at_again_before_it_counts_as_
         for p in (tagged, bare, zombie):
             p.kill()
             p.wait()
+
+
+async def test_output_within_the_budgets_never_touches_the_disk(tmp_path: Path) -> None:
+    # The spill file's folder cannot be made (a file stands where it would be): a call whose output
+    # fits runs as if nothing were wrong, since its spill file is never needed.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    spill = blocker / "spill.log"
+    result = await run(["echo", "small"], tmp_path, spill_path=spill, max_bytes=200, max_lines=20)
+    assert result.exit_code == 0 and result.output == "small\n" and result.spill_path is None
+    # A call whose output is cut needs it: that call fails with the error.
+    with pytest.raises(ExceptionGroup) as caught:
+        await run(["seq", "1", "5000"], tmp_path, spill_path=spill, max_bytes=200, max_lines=20)
+    assert caught.group_contains(OSError)
+
+
+async def test_a_cut_output_cancelled_leaves_no_spill_file(tmp_path: Path) -> None:
+    spill = tmp_path / "spill.log"
+    with trio.move_on_after(30) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                functools.partial(run, spill_path=spill, max_bytes=200, max_lines=20),
+                ["bash", "-c", "seq 1 5000; sleep 60"],
+                tmp_path,
+            )
+            while not spill.exists():  # made when the output was first cut
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught, "no spill file was made"
+    assert not spill.exists()

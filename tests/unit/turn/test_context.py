@@ -292,3 +292,13 @@ async def test_each_message_is_counted_once_however_many_steps_measure_it(turns:
     # (which asked over 700 times). Besides each message once: each call's arguments and each output's
     # cap once, the system prompt and the tool block once a step.
     assert len(asked) <= messages + 20 + 20 + 2 * 21, len(asked)
+
+
+def test_a_turns_system_message_is_one_object_while_the_prompt_is_the_same() -> None:
+    setup = TurnSetup(provider=ScriptedProvider(), model_name="m", system="be brief", registry=Registry())
+    history = [Message(role="user", content="hi")]
+    one, two = setup.request_messages(history), setup.request_messages(history)
+    assert one[0] is two[0] and one[0].content == "be brief" and one[1:] == history
+    setup.system = "be briefer"
+    three = setup.request_messages(history)
+    assert three[0].content == "be briefer" and three[0] is not one[0]
