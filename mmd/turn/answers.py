@@ -40,6 +40,9 @@ _MM_WORDS = re.compile(
     r"^Stopped: the model called |^The model gave no answer in words|^This is not a command the skill |"
     r"^The skill [\w.-]+ runs this as "
 )
+# Characters a small model put before a call it wrote as its "answer" (seen: the 0.5B's `=` and then the same
+# read_skill call on every line up to the token limit, status ok). A call after them is still only a call.
+_LEADING_JUNK = "=*-_:;.,|>\\/()~ \t\r\n"
 # A fenced block's opening line, closed or not (a call cut short by the token limit has no closing fence).
 _OPEN_FENCE = re.compile(r"^```[\w-]*[ \t]*\n")
 # Longest result text quoted in a summary.
@@ -64,7 +67,7 @@ def unusable(text: str) -> str | None:
         return "only punctuation"
     if _STATUS_LINE.search(body) and set(_STATUS_LINE.sub("", body)) <= _PUNCTUATION:
         return "only a tool's status line"
-    if _CALL_TAG.search(body) or _CALL_JSON.match(body):
+    if _CALL_TAG.search(body) or _CALL_JSON.match(body.lstrip(_LEADING_JUNK)):
         return "a tool call or error written as text"
     if mm_words(body):
         return "mm's own words to the model, repeated"

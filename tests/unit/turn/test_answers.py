@@ -23,7 +23,7 @@ from mmd.turn.answers import summary, unusable
         ('<tool_call>\n{"name": "status"}\n</tool_call>', "a tool call or error written as text"),
         (
             '>\n{"ok": false, "error": {"code": "unknown_field", "field": "errors"}}\n',
-            "mm's own words to the model, repeated",
+            "a tool call or error written as text",
         ),
         (
             'You sent: status({})\nFix: Add service (string).\n{"ok": false, "error": {"code": "missing"}}',
@@ -53,6 +53,12 @@ from mmd.turn.answers import summary, unusable
             "This is not a command the skill release-ops names. Its commands, run from the working directory:",
             "mm's own words to the model, repeated",
         ),
+        # Junk before the call (the 0.5B: `=`, then the same call on every line up to the token limit).
+        (
+            '=\n{"name": "read_skill", "arguments": {"name": "release-ops"}}\n{"name": "read_skill", "argu',
+            "a tool call or error written as text",
+        ),
+        ('* {"name": "status", "arguments": {"service": "billing"}}', "a tool call or error written as text"),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
@@ -74,6 +80,8 @@ def test_not_an_answer(text: str, reason: str) -> None:
         "You sent the release to the beta channel.",
         "The backup was not run: the database is locked.",
         "```\nls -la\n```\nlists the files.",
+        "= 3, as asked.",
+        "- the billing service is up.",
     ],
 )
 def test_an_answer(text: str) -> None:
