@@ -59,6 +59,11 @@ from mmd.turn.answers import summary, unusable
             "a tool call or error written as text",
         ),
         ('* {"name": "status", "arguments": {"service": "billing"}}', "a tool call or error written as text"),
+        # The 0.5B on an MCP turn: `>` and a call of a tool that does not exist, made of mm's repeat answer.
+        (
+            '>\n{"name": "not run again", "arguments": {"backup": "this backup call already succeeded in',
+            "a tool call or error written as text",
+        ),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
