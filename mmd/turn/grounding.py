@@ -20,6 +20,8 @@ from ..models.base import Message
 
 # Longer single words are taken as text the model composes (a message, a hash it was given whole).
 _MAX_WORD = 80
+# Punctuation around a word of a several-word value, not part of it ("(v2.0.1)," is "v2.0.1").
+_EDGES = "\"'`()[]{}<>,;:!?."
 # The most characters of the user's request a refusal quotes back.
 QUOTE = 300
 
@@ -40,8 +42,14 @@ def _words(value: Any, prop: dict[str, Any]) -> Iterable[str]:
     if "default" in prop and value == prop["default"]:
         return  # filled in by the contract, or the tool's own choice: not the model's invention
     if isinstance(value, str):
-        if "enum" not in prop and value and len(value) <= _MAX_WORD and not any(c.isspace() for c in value):
+        if "enum" in prop or not value or len(value) > _MAX_WORD:
+            return
+        if not any(c.isspace() for c in value):
             yield value
+        else:  # a short value of a few words: its words with a digit (a version, an id) are values too
+            # (seen: the 0.5B ran `release {"version": "2.0.1 stable"}` for "the status of billing", the
+            # skill's example version and a channel, which as a whole read like text and went unchecked)
+            yield from (w for w in (w.strip(_EDGES) for w in value.split()) if any(c.isdigit() for c in w))
     elif isinstance(value, list):
         items = prop.get("items") if isinstance(prop.get("items"), dict) else {}
         for item in value:

@@ -72,6 +72,8 @@ class Progress(msgspec.Struct):
     succeeded: dict[Key, ToolResult] = msgspec.field(default_factory=dict)
     told: set[Key] = msgspec.field(default_factory=set)  # repeats answered "already succeeded"
     wrote: bool = False  # a write (not a read) succeeded in this turn
+    acted: bool = False  # a declared or MCP tool succeeded in this turn
+    ungrounded: set[Key] = msgspec.field(default_factory=set)  # calls refused for a value nobody gave
 
     def record(self, key: Key, name: str, tier: str | None, result: ToolResult) -> None:
         self.ran.append((name, result))
@@ -144,12 +146,19 @@ async def _run(
 ) -> str:
     if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
         session.emit("loop_detected", loop.data("stop"))
-        if progress.wrote and (done := answers.summary(progress.ran)) is not None:  # the action may be done
+        # The action may be done: a write succeeded, or a declared or MCP tool did and the call repeated
+        # carries a value the user never gave, so it cannot be what was asked for (contrib/eval: `pkgtest
+        # greet` ran, then the 0.5B sent a refused `release 1.4.2 stable` until stopped, status `loop`).
+        done = answers.summary(progress.ran)
+        if done is not None and (progress.wrote or (progress.acted and key in progress.ungrounded)):
             raise StopTurn("ok", done)
         raise StopTurn("loop", loop.message)
     result = await runner.run(call)
     tool = runner.setup.registry.get(call.name)
     progress.record(key, call.name, tool.tier if tool else None, result)
+    progress.acted = progress.acted or (result.ok and tool is not None and tool.source != "builtin")
+    if error_code(result.ok, result.data) == "ungrounded_value":
+        progress.ungrounded.add(key)
     if (loop := progress.detector.after(key, error_code(result.ok, result.data))) is not None:
         session.emit("loop_detected", loop.data("nudge"))
         return f"{result.content}\n\n{loop.message}"  # read right after the call

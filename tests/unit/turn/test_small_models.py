@@ -158,6 +158,18 @@ def test_only_name_like_values_outside_an_enum_are_checked() -> None:
     assert grounding.ungrounded({"env": "prod"}, with_default, "deploy it") == [("env", "prod")]
 
 
+def test_the_words_with_digits_of_a_short_value_of_several_words_are_values_too() -> None:
+    # The 0.5B ran `release {"version": "2.0.1 stable"}` (the skill's example version) for "the status of
+    # billing": as one value with a space it read like text and went unchecked.
+    schema = {"type": "object", "properties": {"version": {"type": "string"}, "note": {"type": "string"}}}
+    said = "what is the status of the billing service? release 1.4.2 when it is green"
+    assert grounding.ungrounded({"version": "2.0.1 stable"}, schema, said) == [("version", "2.0.1")]
+    assert grounding.ungrounded({"version": "(1.4.2), beta"}, schema, said) == []
+    assert grounding.ungrounded({"note": "ship it when green"}, schema, said) == []  # words, no digits
+    long_text = "a release note the model composed itself, long enough to be text: version 9.9.9 is out"
+    assert grounding.ungrounded({"note": long_text}, schema, said) == []
+
+
 # --- a loop after a success ends ok ------------------------------------------------------------------------
 
 
@@ -190,6 +202,25 @@ async def test_a_loop_after_only_a_read_succeeded_is_still_a_loop(turn: Turn) ->
     failing = [call("status", {"service": "nope"}) for _ in range(4)]
     await run(turn, [status], call("status", {"service": "billing"}), *failing, prompt="billing? nope?")
     assert turn.ended()["status"] == "loop"  # what was asked for may be the failing call
+
+
+async def test_a_loop_of_a_refused_value_after_the_asked_read_ran_ends_ok(turn: Turn) -> None:
+    # contrib/eval, the 0.5B: `pkgtest greet` ran, then a refused `release 1.4.2 stable` was sent until the
+    # loop detector stopped the turn; a value nobody gave cannot be what was asked for.
+    status, restart = Status(), Restart()
+    refused = [call("restart", {"service": "search"}) for _ in range(4)]
+    await run(
+        turn,
+        [status, restart],
+        call("status", {"service": "billing"}),
+        *refused,
+        prompt="How is billing?",
+        ground_values=True,
+        yolo=True,
+    )
+    ended = turn.ended()
+    assert ended["status"] == "ok" and "status: billing is up" in ended["text"]
+    assert restart.ran == []
 
 
 async def test_a_loop_with_nothing_done_still_ends_as_a_loop(turn: Turn) -> None:
