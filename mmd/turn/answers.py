@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from ..contract import ToolResult
+from . import grounding
 
 # Asked, without tools, after a final reply that is no answer.
 ASK_FOR_WORDS = (
@@ -50,9 +51,36 @@ _QUOTE = 300
 
 
 def mm_words(text: str) -> bool:
-    """Whether *text* opens with one of mm's own messages to the model (or holds its error object)."""
+    """Whether *text* opens with one of mm's own messages to the model (or holds its error object), or
+    repeats a run of words of one of its fixed sentences anywhere."""
     stripped = text.strip()
-    return bool(_MM_ERROR.search(stripped) or _MM_INVALID_CALL.match(stripped) or _MM_WORDS.search(stripped))
+    if _MM_ERROR.search(stripped) or _MM_INVALID_CALL.match(stripped) or _MM_WORDS.search(stripped):
+        return True
+    return not _ECHOED.isdisjoint(_shingles(stripped))
+
+
+# Words in a row that, shared with one of mm's fixed sentences to the model, make a reply an echo of it
+# (seen: the 1.5B answered "Call it again with values the user gave, written as the user wrote them. …",
+# the refusal's advice less one word, status ok). Six: no answer in words shares six in a row with them.
+_RUN = 6
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i : i + _RUN]) for i in range(len(words) - _RUN + 1)}
+
+
+_ECHOED = set().union(
+    *map(
+        _shingles,
+        (
+            ASK_FOR_WORDS,
+            grounding.NOWHERE,
+            grounding.WHAT_NEXT,
+            "Do not call it again; give the user your answer now, in plain words.",
+        ),
+    )
+)
 
 
 def unusable(text: str) -> str | None:

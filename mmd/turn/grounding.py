@@ -80,12 +80,18 @@ def answer(tool: str, missing: list[tuple[str, str]], request: str = "") -> str:
     (the 0.5B repeated a refused ``checkout-service`` or ``OPS-4821`` when told only that it was wrong)."""
     values = ", ".join(f'{name} "{value}"' for name, value in missing)
     said = f" The user's request: {quote(request)}." if request.strip() else ""
-    return (
-        f"{tool} was not run: {values} appears nowhere in the user's request or in any tool result, so it "
-        f"was not given to you (an example in a description is not a value to use).{said} Call it again "
-        "only with values the user gave, written as the user wrote them. If what the user asked for is "
-        "already done, do not call anything: answer the user in plain words now."
-    )
+    return f"{tool} was not run: {values} {NOWHERE}{said} {WHAT_NEXT}"
+
+
+# The fixed sentences of the refusal (mmd/turn/answers.py knows them when a model repeats them as its answer).
+NOWHERE = (
+    "appears nowhere in the user's request or in any tool result, so it was not given to you (an example in "
+    "a description is not a value to use)."
+)
+WHAT_NEXT = (
+    "Call it again only with values the user gave, written as the user wrote them. If what the user asked "
+    "for is already done, do not call anything: answer the user in plain words now."
+)
 
 
 def quote(request: str) -> str:

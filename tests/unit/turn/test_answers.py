@@ -64,6 +64,11 @@ from mmd.turn.answers import summary, unusable
             '>\n{"name": "not run again", "arguments": {"backup": "this backup call already succeeded in',
             "a tool call or error written as text",
         ),
+        # The refusal's advice given back as the answer, one word left out (the 1.5B, contrib/eval-ops).
+        (
+            "Call it again with values the user gave, written as the user wrote them. If what the user asked",
+            "mm's own words to the model, repeated",
+        ),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
@@ -87,6 +92,7 @@ def test_not_an_answer(text: str, reason: str) -> None:
         "```\nls -la\n```\nlists the files.",
         "= 3, as asked.",
         "- the billing service is up.",
+        "The checkout service has been scaled to 7 replicas, as the user asked; all ready.",
     ],
 )
 def test_an_answer(text: str) -> None:
