@@ -7,6 +7,7 @@ in mmd.turn owns everything else: tools, consent, storage.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -29,6 +30,12 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     tool_calls: list[ToolCall] = []
     tool_call_id: str | None = None  # role == "tool": which call this answers
     name: str | None = None  # role == "tool": the tool's name
+
+
+def grown_from(messages: list[Message], last: list[Message]) -> bool:
+    """Whether *messages* begin with the very objects of *last* (a history that only grew since), compared
+    by identity in C: what is kept per message (its tokens, its wire form) then holds for that prefix."""
+    return len(last) <= len(messages) and all(map(operator.is_, last, messages))
 
 
 class ToolSpec(msgspec.Struct, kw_only=True):

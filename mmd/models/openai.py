@@ -8,14 +8,13 @@ answers malformed JSON, never this module.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import msgspec
 
 from mmd.models import transport
 from mmd.models._http import Accumulator, HttpModel, decode_json
-from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec
+from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec, grown_from
 from mmd.models.llama import constrained_choice, constrained_step, timings
 from mmd.models.tokens import server_root
 
@@ -131,7 +130,7 @@ class Wire:
 
     def of(self, messages: list[Message]) -> list[dict[str, Any]]:
         last = self.messages
-        if len(last) <= len(messages) and all(map(operator.is_, last, messages)):
+        if grown_from(messages, last):
             forms = self.forms + [_message(m) for m in messages[len(last) :]]
         else:
             forms = [_message(m) for m in messages]

@@ -20,6 +20,8 @@ ASK_FOR_WORDS = (
     "Your last reply was not an answer in words. In one or two plain sentences, tell the user "
     "what was done and what came of it. Do not call a tool and do not write JSON or code."
 )
+# The close of mm's answer to a call that already succeeded (mmd/turn/loop.py).
+ANSWER_NOW = "Do not call it again; give the user your answer now, in plain words."
 # Characters that make no answer on their own.
 _PUNCTUATION = set("{}[]()<>\"'`,:;.\\/|-_=* \t\r\n")
 _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
@@ -77,7 +79,7 @@ _ECHOED = set().union(
             ASK_FOR_WORDS,
             grounding.NOWHERE,
             grounding.WHAT_NEXT,
-            "Do not call it again; give the user your answer now, in plain words.",
+            ANSWER_NOW,
         ),
     )
 )

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ..contract import ToolResult
-from ..models.base import Message, ModelError, ToolSpec
+from ..models.base import Message, ModelError, ToolSpec, grown_from
 from ..rpc.methods import Event
 from ..tools.base import Limits
 from ..tools.process import cut_text, write_spill
@@ -84,7 +84,7 @@ async def measure(setup: TurnSetup, messages: list[Message]) -> Measure:
     # (compared by identity in C: the Python loop over the history cost ~1 µs a message every step).
     b = setup.budget
     last, counts = b.measured
-    if len(last) <= len(messages) and all(map(operator.is_, last, messages)):
+    if grown_from(messages, last):
         sizes = counts[:]
         for m in messages[len(last) :]:
             sizes.append(await message_tokens(b, m))

@@ -75,13 +75,16 @@ class Progress(msgspec.Struct):
     acted: bool = False  # a declared or MCP tool succeeded in this turn
     ungrounded: set[Key] = msgspec.field(default_factory=set)  # calls refused for a value nobody gave
 
-    def record(self, key: Key, name: str, tier: str | None, result: ToolResult) -> None:
+    def record(self, key: Key, name: str, tool: Tool | None, result: ToolResult) -> None:
         self.ran.append((name, result))
         if result.ok:
-            if tier not in (None, "read"):
+            if tool is not None and tool.tier != "read":
                 self.succeeded.clear()  # a write may change what a read returns
                 self.wrote = True
+            self.acted = self.acted or (tool is not None and tool.source != "builtin")
             self.succeeded[key] = result
+        elif error_code(result.ok, result.data) == "ungrounded_value":
+            self.ungrounded.add(key)
 
     def repeats(self, key: Key, tool: Tool | None) -> Key | None:
         """The call that already succeeded which *key* repeats: the same call, or — measured with the 0.5B
@@ -155,10 +158,7 @@ async def _run(
         raise StopTurn("loop", loop.message)
     result = await runner.run(call)
     tool = runner.setup.registry.get(call.name)
-    progress.record(key, call.name, tool.tier if tool else None, result)
-    progress.acted = progress.acted or (result.ok and tool is not None and tool.source != "builtin")
-    if error_code(result.ok, result.data) == "ungrounded_value":
-        progress.ungrounded.add(key)
+    progress.record(key, call.name, tool, result)
     if (loop := progress.detector.after(key, error_code(result.ok, result.data))) is not None:
         session.emit("loop_detected", loop.data("nudge"))
         return f"{result.content}\n\n{loop.message}"  # read right after the call
@@ -198,10 +198,7 @@ def _repeat_after_success(
         if echoed
         else f"this exact {call.name} call already succeeded in this turn"
     )
-    return (
-        f"Not run again: {what} (its result is above). "
-        "Do not call it again; give the user your answer now, in plain words."
-    )
+    return f"Not run again: {what} (its result is above). {answers.ANSWER_NOW}"
 
 
 async def _final(session: Conversation, setup: TurnSetup, text: str, progress: Progress) -> tuple[str, str]:
