@@ -198,6 +198,9 @@ class Accumulator:
         self._unsent: list[str] = []
         self._chars = 0
         self._calls: dict[int, _PartialCall] = {}  # by stream index
+        # The parser ended the answer before the server did (llama.py: the model began repeating its
+        # instructions); the rest is not read, and closing the connection stops the generation.
+        self.cut = False
 
     def feed(self, event: str, data: str) -> bool:
         """Take one Server-Sent Event; True once the answer is complete.
@@ -540,7 +543,8 @@ class HttpModel:
                 self._check_size(received)
                 for event, data in decoder.feed(chunk):
                     if self._parse(parser, data, parser.feed, event, data):
-                        await _drain(chunks)
+                        if not parser.cut:  # a cut answer's connection is closed: the server stops writing
+                            await _drain(chunks)
                         return True
             return any(self._parse(parser, data, parser.feed, event, data) for event, data in decoder.close())
         finally:

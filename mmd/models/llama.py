@@ -54,9 +54,29 @@ async def constrained_step(
     }
     if "temperature" in chat_body:
         body["temperature"] = chat_body["temperature"]
+    told = instructions(prompt, chat_body.get("messages"))
     return await http.post(
-        body, lambda: CompletionStream(on_text, http.label), on_retry, url=root + "/completion"
+        body, lambda: CompletionStream(on_text, http.label, told), on_retry, url=root + "/completion"
     )
+
+
+# Characters in a row of the model's instructions a reply must repeat to count as repeating them. Measured
+# with the 1.5B on contrib/eval: after a call that worked it sometimes went on with its chat template's tool
+# preamble and the tools' JSON ("You may call one or more functions to assist with the user query. …") for
+# 400 tokens, 20 s, before mm asked it again for an answer. An answer that quotes a description does so
+# for a phrase, not for this long a run of the prompt's text, JSON and all.
+ECHO_RUN = 160
+
+
+def instructions(prompt: str, messages: Any) -> str:
+    """The part of a rendered *prompt* before the first user message: the system message, the tools as
+    the template shows them, the template's own words. "" when the first user message is not found."""
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            at = prompt.find(content) if isinstance(content, str) and content else -1
+            return prompt[:at] if at > 0 else ""
+    return ""
 
 
 # Share of the model's first-token probability the options must hold together for its pick to count: below
@@ -133,7 +153,16 @@ def _template_body(chat_body: dict[str, Any]) -> dict[str, Any]:
 
 
 class CompletionStream(Accumulator):
-    """Parses llama-server's ``/completion`` events: ``content`` deltas, then one with ``stop``."""
+    """Parses llama-server's ``/completion`` events: ``content`` deltas, then one with ``stop``.
+
+    With *told* (the prompt's instructions, :func:`instructions`), a reply whose last ECHO_RUN characters
+    are a run of them is cut there, finish reason ``"echo"``: the model is repeating its prompt.
+    """
+
+    def __init__(self, on_text: OnText | None, label: str, told: str = "") -> None:
+        super().__init__(on_text, label)
+        self._told = told
+        self._tail = ""  # the reply's last ECHO_RUN characters
 
     def feed(self, event: str, data: str) -> bool:
         return self._chunk(decode_json(data, self.label))
@@ -143,7 +172,13 @@ class CompletionStream(Accumulator):
 
     def _chunk(self, obj: Any) -> bool:
         obj = self.checked(obj)
-        self.add_text(obj.get("content") or "")
+        content = obj.get("content") or ""
+        self.add_text(content)
+        if self._told and content:
+            self._tail = (self._tail + content)[-ECHO_RUN:]
+            if len(self._tail) == ECHO_RUN and self._tail in self._told:
+                self.finish_reason, self.cut = "echo", True
+                return True
         if not obj.get("stop"):
             return False
         self.input_tokens = _count(obj.get("tokens_evaluated")) or self.input_tokens

@@ -48,6 +48,13 @@ _MM_WORDS = re.compile(
 _LEADING_JUNK = "=*-_:;.,|>\\/()~ \t\r\n"
 # A fenced block's opening line, closed or not (a call cut short by the token limit has no closing fence).
 _OPEN_FENCE = re.compile(r"^```[\w-]*[ \t]*\n")
+# A short label that opens a reply: "JSON object:", "json_object =", "Here's a json object representing the
+# tool response:". Followed by nothing, braces or a call, it introduces no answer (the 1.5B ended three
+# contrib/eval turns so, status ok).
+_LABEL = re.compile(r"^[^\n:={}\[\]]{1,120}[:=]")
+_LABEL_WORDS = 12
+# Why a reply cut for repeating the model's instructions is no answer (finish reason "echo", llama.py).
+ECHO = "the model's instructions repeated"
 # Longest result text quoted in a summary.
 _QUOTE = 300
 
@@ -99,6 +106,14 @@ def unusable(text: str) -> str | None:
         return "only a tool's status line"
     if _CALL_TAG.search(body) or _CALL_JSON.match(body.lstrip(_LEADING_JUNK)):
         return "a tool call or error written as text"
+    if (label := _LABEL.match(body)) and len(label.group().split()) <= _LABEL_WORDS:
+        rest = body[label.end() :].strip()
+        if (
+            set(rest) <= _PUNCTUATION
+            or _CALL_TAG.search(rest)
+            or _CALL_JSON.match(rest.lstrip(_LEADING_JUNK))
+        ):
+            return "a label with no answer after it"
     if mm_words(body):
         return "mm's own words to the model, repeated"
     return None  # other JSON may be just what was asked for: an answer

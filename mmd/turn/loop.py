@@ -41,7 +41,7 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     for _ in range(setup.max_steps):
         completion = await model_step(session, setup, lead=lead)
         if not completion.tool_calls:
-            status, text = await _final(session, setup, completion.text, progress)
+            status, text = await _final(session, setup, completion, progress)
             go_on = await hookpoints.stop_blocked(session, setup, text, stop_blocks)
             if go_on is None:
                 return status, text
@@ -201,14 +201,17 @@ def _repeat_after_success(
     return f"Not run again: {what} (its result is above). {answers.ANSWER_NOW}"
 
 
-async def _final(session: Conversation, setup: TurnSetup, text: str, progress: Progress) -> tuple[str, str]:
+async def _final(
+    session: Conversation, setup: TurnSetup, completion: Completion, progress: Progress
+) -> tuple[str, str]:
     """The turn's answer: the model's text, or — when that is no answer — a sentence asked for or written."""
-    reason = answers.unusable(text)
+    text = completion.text
+    reason = _unusable(completion)
     if reason is None:
         return "ok", text
     session.emit("unusable_answer", {"text": text, "reason": reason, "action": "ask_again"})
     retry = await _ask_for_words(session, setup)
-    still = answers.unusable(retry.text)
+    still = _unusable(retry)
     if still is None:
         session.add_message(Message(role="assistant", content=retry.text))
         session.emit("text", {"text": retry.text})
@@ -229,6 +232,11 @@ async def _final(session: Conversation, setup: TurnSetup, text: str, progress: P
             "Ask again more plainly, or try a larger model.",
         )
     return "ok", written
+
+
+def _unusable(completion: Completion) -> str | None:
+    """Why a step's reply is no answer (answers.unusable), or that it was cut for repeating the prompt."""
+    return answers.ECHO if completion.finish_reason == "echo" else answers.unusable(completion.text)
 
 
 async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "free") -> Completion:
@@ -252,7 +260,8 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
         temperature=setup.temperature,
         lead=lead,
     )
-    if not completion.tool_calls and setup.recover_tool_calls:  # a call written as text
+    # A call written as text; not in a reply cut for repeating the prompt (the tools' JSON is in it).
+    if not completion.tool_calls and setup.recover_tool_calls and completion.finish_reason != "echo":
         completion = recover_completion(completion, setup.recoverable_names())
         for c in completion.tool_calls:
             session.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})

@@ -183,3 +183,39 @@ def test_the_chosen_skills_command_is_a_typed_tool_the_model_calls(mm_home: Path
         and "the skill release-ops's command `./actions/release VERSION`" in act["prompt"]
     )
     assert '"\\"release\\""' in act["grammar"]  # a call of it is valid by construction
+
+
+LONG_SYSTEM = (
+    "You are the operations helper of this repository. You run the release, status and test commands "
+    "of the product for the person at the keyboard, one command at a time, and you say in one sentence "
+    "what each printed. You never guess a version, a channel or a service name."
+)
+
+
+def test_a_reply_that_repeats_the_instructions_is_cut_and_asked_again(mm_home: Path, scripted: Any) -> None:
+    """llama.py's echo cut through a real daemon: after a call that worked, the reply goes on with the
+    system prompt (the 1.5B did so for 400 tokens, 20 s); mm closes the stream once it repeated
+    ECHO_RUN characters of it, does not read a call out of it, and asks once more for words."""
+    work = mm_home / "work"
+    agent = work / "agent.yaml"
+    agent.write_text(yaml.safe_dump({"system": LONG_SYSTEM, "builtins": ["bash"]}))
+    echo = f"Sure. {LONG_SYSTEM} NEVER-SHOWN " + '{"name": "bash", "arguments": {"command": "touch x"}} ' * 3
+    server = scripted(
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo up"}}]},
+            {"text": echo},
+            {"text": "The command printed up."},
+        ],
+        default=False,
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Is it up?", "--agent", str(agent), "--yolo", "--output-format", "events", cwd=work)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    [ended] = [e["data"] for e in events if e["kind"] == "turn_ended"]
+    assert ended["status"] == "ok" and ended["text"] == "The command printed up."
+    [unusable] = [e["data"] for e in events if e["kind"] == "unusable_answer"]
+    assert unusable["reason"] == "the model's instructions repeated" and unusable["action"] == "ask_again"
+    assert "NEVER-SHOWN" not in unusable["text"] and "NEVER-SHOWN" not in result.stdout
+    assert not (work / "x").exists()  # nothing recovered from the echo ran
+    assert [e["data"]["name"] for e in events if e["kind"] == "tool_call"] == ["bash"]

@@ -1,16 +1,18 @@
-"""The parts of a llama-server step that need no server: the probability a choice's options hold.
+"""The parts of a llama-server step that need no server: the probability a choice's options hold, and the
+cut of a reply that repeats the prompt's instructions.
 
 The requests themselves run against the real llama-server in tests/e2e/test_local.py.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pytest
 
-from mmd.models.llama import option_mass
+from mmd.models.llama import ECHO_RUN, CompletionStream, instructions, option_mass
 
 
 def top(*pairs: tuple[str, float]) -> list[dict[str, Any]]:
@@ -60,3 +62,68 @@ def test_odd_entries_count_for_nothing_and_the_mass_never_passes_one() -> None:
         }
     ]
     assert option_mass(probs, OPTIONS) == 1.0
+
+
+# -- a reply that repeats the prompt's instructions ------------------------------------------------
+
+PREAMBLE = (
+    "<|im_start|>system\nYou help.\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+    'query.\n<tools>\n{"type": "function", "function": {"name": "release", "description": "Publish a release '
+    'of the product to one channel. Changes files or state.", "parameters": {"type": "object"}}}\n</tools>'
+    "<|im_end|>\n"
+)
+PROMPT = PREAMBLE + "<|im_start|>user\nWhat is the status of billing?<|im_end|>\n<|im_start|>assistant\n"
+MESSAGES = [
+    {"role": "system", "content": "You help."},
+    {"role": "user", "content": "What is the status of billing?"},
+]
+
+
+def test_the_instructions_are_the_prompt_before_the_first_user_message() -> None:
+    assert instructions(PROMPT, MESSAGES) == PREAMBLE + "<|im_start|>user\n"
+    assert instructions(PROMPT, [{"role": "user", "content": "not in the prompt"}]) == ""
+    assert instructions(PROMPT, [{"role": "system", "content": "You help."}]) == ""  # no user message
+    assert instructions(PROMPT, None) == ""
+
+
+def stream_of(text: str, told: str, *, piece: int = 4) -> tuple[CompletionStream, list[str], bool]:
+    """Feed *text* in pieces of *piece* characters, as llama-server streams tokens; the stream, what it
+    handed on, and whether it ended before the server's own stop event."""
+    shown: list[str] = []
+    stream = CompletionStream(shown.append, "local", told)
+    for start in range(0, len(text), piece):
+        if stream.feed("", json.dumps({"content": text[start : start + piece]})):
+            stream.flush()
+            return stream, shown, True
+    stream.feed("", json.dumps({"content": "", "stop": True, "stop_type": "eos"}))
+    stream.flush()
+    return stream, shown, False
+
+
+def test_a_reply_that_goes_on_with_the_tool_preamble_is_cut_once_it_repeated_a_long_run() -> None:
+    echo = PREAMBLE[PREAMBLE.index("You may call") :] + "\nmore and more of it"
+    stream, shown, cut = stream_of("The service is up. " + echo, instructions(PROMPT, MESSAGES))
+    assert cut and stream.cut and stream.finish_reason == "echo"
+    text = stream.completion().text
+    assert len(text) < len("The service is up. ") + ECHO_RUN + 4  # cut within a piece of the run's end
+    assert "more and more" not in "".join(shown)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # Quoting a description for a phrase is an answer.
+        'release "publishes a release of the product to one channel"; it changes files or state.',
+        # The tool result and the user's words are not instructions: quoting them at length is an answer.
+        "What is the status of billing? " * 20,
+    ],
+)
+def test_an_answer_that_quotes_a_little_of_the_prompt_is_not_cut(reply: str) -> None:
+    stream, shown, cut = stream_of(reply, instructions(PROMPT, MESSAGES))
+    assert not cut and not stream.cut and stream.finish_reason == "stop"
+    assert "".join(shown) == reply
+
+
+def test_without_instructions_nothing_is_cut() -> None:
+    stream, _, cut = stream_of(PREAMBLE * 2, "")
+    assert not cut and stream.finish_reason == "stop"

@@ -69,6 +69,13 @@ from mmd.turn.answers import summary, unusable
             "Call it again with values the user gave, written as the user wrote them. If what the user asked",
             "mm's own words to the model, repeated",
         ),
+        # A label and nothing after it that answers (the 1.5B on contrib/eval, status ok).
+        ("json_object =\n", "a label with no answer after it"),
+        ("Here's a json object representing the tool response:\n{}\n", "a label with no answer after it"),
+        (
+            'JSON object: {"function": "status", "arguments": {"service": "billing"}}',
+            "a label with no answer after it",
+        ),
         ("[exit code 0]", "only a tool's status line"),
         ('{"exit code": 0}\n{"exit code": 0}', "only a tool's status line"),
     ],
@@ -93,6 +100,11 @@ def test_not_an_answer(text: str, reason: str) -> None:
         "= 3, as asked.",
         "- the billing service is up.",
         "The checkout service has been scaled to 7 replicas, as the user asked; all ready.",
+        "Status: running, healthy.",
+        "The answer is: 42.",
+        'Config: {"dependencies": {"trio": "0.27"}}',
+        "See http://example.com/ for more.",
+        "Note that the files are these three: a.py, b.py and c.py, and nothing else in the folder: {}",
     ],
 )
 def test_an_answer(text: str) -> None:
