@@ -104,19 +104,20 @@ def unusable(text: str) -> str | None:
         return "only punctuation"
     if _STATUS_LINE.search(body) and set(_STATUS_LINE.sub("", body)) <= _PUNCTUATION:
         return "only a tool's status line"
-    if _CALL_TAG.search(body) or _CALL_JSON.match(body.lstrip(_LEADING_JUNK)):
+    if _is_call(body):
         return "a tool call or error written as text"
     if (label := _LABEL.match(body)) and len(label.group().split()) <= _LABEL_WORDS:
         rest = body[label.end() :].strip()
-        if (
-            set(rest) <= _PUNCTUATION
-            or _CALL_TAG.search(rest)
-            or _CALL_JSON.match(rest.lstrip(_LEADING_JUNK))
-        ):
+        if set(rest) <= _PUNCTUATION or _is_call(rest):
             return "a label with no answer after it"
     if mm_words(body):
         return "mm's own words to the model, repeated"
     return None  # other JSON may be just what was asked for: an answer
+
+
+def _is_call(text: str) -> bool:
+    """Whether *text* holds a call tag, or is call or error JSON after at most some junk characters."""
+    return bool(_CALL_TAG.search(text) or _CALL_JSON.match(text.lstrip(_LEADING_JUNK)))
 
 
 def summary(ran: list[tuple[str, ToolResult]]) -> str | None:
