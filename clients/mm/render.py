@@ -150,6 +150,10 @@ class View:
             self.note(
                 f"  (the model's reply was not an answer: {data['reason']}; asking it for one in words)"
             )
+        elif self.fmt == "text" and data.get("action") == "ask_for_call":
+            self.note(
+                f"  (the model said it called {data.get('tool')}, but no tool ran; asking it to make the call)"
+            )
 
     def _on_model_retry(self, data: dict[str, Any]) -> None:
         self.note(f"model: {data['reason']}; retrying in {data['wait']:.1f} s (attempt {data['attempt']})")

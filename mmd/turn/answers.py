@@ -20,6 +20,16 @@ ASK_FOR_WORDS = (
     "Your last reply was not an answer in words. In one or two plain sentences, tell the user "
     "what was done and what came of it. Do not call a tool and do not write JSON or code."
 )
+# Asked instead when no tool ran in the turn: "what was done" there made the 0.5B write "I called the bash
+# tool with the command …" about a call it never made (tests/e2e/test_local.py's long session, in CI).
+ASK_FOR_WORDS_NOTHING_RAN = (
+    "Your last reply was not an answer in words, and no tool has run in this turn. In one or two plain "
+    "sentences, answer the user; do not say that a tool ran. Do not call a tool and do not write JSON or code."
+)
+# mm's answer to a reply that says a call was made when none was (claimed_call); the tool's name goes first.
+NOT_CALLED = "no tool was called in this turn, so nothing ran and there is no result. Make the call now."
+# Why such a reply is no answer.
+CLAIMED = "says a tool was called, but no tool ran in this turn"
 # The close of mm's answer to a call that already succeeded (mmd/turn/loop.py).
 ANSWER_NOW = "Do not call it again; give the user your answer now, in plain words."
 # Characters that make no answer on their own.
@@ -55,6 +65,20 @@ _LABEL = re.compile(r"^[^\n:={}\[\]]{1,120}[:=]")
 _LABEL_WORDS = 12
 # Why a reply cut for repeating the model's instructions is no answer (finish reason "echo", llama.py).
 ECHO = "the model's instructions repeated"
+# A reply that says, in the first person, that it called, ran or used a tool: "I called the bash tool",
+# "I have run `status`", "I executed the command …". The word after the verb names the tool.
+_CLAIM = re.compile(
+    r"\b(?:I|we)(?:'ve|\s+have)?\s+(?:just\s+|now\s+|already\s+|successfully\s+|then\s+)?"
+    r"(?:called|ran|run|executed|invoked|used)\s+(?:the\s+|a\s+)?[`'\"]?([\w.-]+)",
+    re.IGNORECASE,
+)
+# "The bash tool was called", "the status command has been run".
+_CLAIM_PASSIVE = re.compile(
+    r"\bthe\s+[`'\"]?([\w.-]+)[`'\"]?\s+(?:tool|command)\s+(?:was|has\s+been)\s+(?:called|run|executed|invoked)",
+    re.IGNORECASE,
+)
+# A claim about an earlier turn's call is not a claim about this one.
+_EARLIER = re.compile(r"\b(?:earlier|before|previously|last time|in the previous)\b", re.IGNORECASE)
 # Longest result text quoted in a summary.
 _QUOTE = 300
 
@@ -84,6 +108,8 @@ _ECHOED = set().union(
         _shingles,
         (
             ASK_FOR_WORDS,
+            ASK_FOR_WORDS_NOTHING_RAN,
+            NOT_CALLED,
             grounding.NOWHERE,
             grounding.WHAT_NEXT,
             ANSWER_NOW,
@@ -113,6 +139,24 @@ def unusable(text: str) -> str | None:
     if mm_words(body):
         return "mm's own words to the model, repeated"
     return None  # other JSON may be just what was asked for: an answer
+
+
+def claimed_call(text: str, tools: list[str]) -> str | None:
+    """The tool *text* says, in the first person, was called ("I called the bash tool with …"), when it is
+    one of *tools* ("the command" stands for ``bash`` where there is one); None when it claims no call.
+    Only a reply of a turn in which nothing ran is read so (mmd/turn/loop.py): there it is a call reported
+    that was never made, the small models' way of doing what was asked in words only."""
+    names = {name.lower(): name for name in tools}
+    if "bash" in names:
+        names.setdefault("command", names["bash"])
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+        if _EARLIER.search(sentence):
+            continue
+        for match in (*_CLAIM.finditer(sentence), *_CLAIM_PASSIVE.finditer(sentence)):
+            word = match.group(1).lower().rstrip(".-")
+            if word in names:
+                return names[word]
+    return None
 
 
 def _is_call(text: str) -> bool:

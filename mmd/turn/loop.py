@@ -40,6 +40,8 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     stop_blocks = 0  # times a Stop hook made the model go on in this turn (stop_hook_active once any)
     for _ in range(setup.max_steps):
         completion = await model_step(session, setup, lead=lead)
+        if not completion.tool_calls and _answer_claim(session, setup, completion, progress):
+            completion = await model_step(session, setup, lead="call")  # the call it said it made
         if not completion.tool_calls:
             status, text = await _final(session, setup, completion, progress)
             go_on = await hookpoints.stop_blocked(session, setup, text, stop_blocks)
@@ -74,6 +76,7 @@ class Progress(msgspec.Struct):
     wrote: bool = False  # a write (not a read) succeeded in this turn
     acted: bool = False  # a declared or MCP tool succeeded in this turn
     ungrounded: set[Key] = msgspec.field(default_factory=set)  # calls refused for a value nobody gave
+    claim_answered: bool = False  # a reply that said a call was made when none was: answered once
 
     def record(self, key: Key, name: str, tool: Tool | None, result: ToolResult) -> None:
         self.ran.append((name, result))
@@ -165,6 +168,26 @@ async def _run(
     return result.content
 
 
+def _answer_claim(
+    session: Conversation, setup: TurnSetup, completion: Completion, progress: Progress
+) -> bool:
+    """Whether the reply says a tool was called though nothing ran in this turn (answers.claimed_call) and
+    mm told the model so (once a turn): its next step is then the call. Seen: the 0.5B answered "Call the
+    bash tool with {…}" with "I called the bash tool with the command …" and no call, turn after turn."""
+    if progress.ran or progress.claim_answered:
+        return False
+    tool = answers.claimed_call(completion.text, setup.registry.names())
+    if tool is None:
+        return False
+    progress.claim_answered = True
+    data = {"text": completion.text, "reason": answers.CLAIMED, "action": "ask_for_call", "tool": tool}
+    session.emit("unusable_answer", data)
+    session.add_message(
+        Message(role="user", content=f"You wrote that you called {tool}, but {answers.NOT_CALLED}")
+    )
+    return True
+
+
 def _next_lead(setup: TurnSetup, ran: list[tuple[str, ToolResult]]) -> Lead:
     """How the step after calls that ran opens (for the models mm constrains; others are free)."""
     if not setup.words_after_success or not all(r.ok for _, r in ran):  # repeats only: all ok too
@@ -206,12 +229,12 @@ async def _final(
 ) -> tuple[str, str]:
     """The turn's answer: the model's text, or — when that is no answer — a sentence asked for or written."""
     text = completion.text
-    reason = _unusable(completion)
+    reason = _unusable(setup, completion, progress)
     if reason is None:
         return "ok", text
     session.emit("unusable_answer", {"text": text, "reason": reason, "action": "ask_again"})
-    retry = await _ask_for_words(session, setup)
-    still = _unusable(retry)
+    retry = await _ask_for_words(session, setup, nothing_ran=not progress.ran)
+    still = _unusable(setup, retry, progress)
     if still is None:
         session.add_message(Message(role="assistant", content=retry.text))
         session.emit("text", {"text": retry.text})
@@ -234,9 +257,14 @@ async def _final(
     return "ok", written
 
 
-def _unusable(completion: Completion) -> str | None:
-    """Why a step's reply is no answer (answers.unusable), or that it was cut for repeating the prompt."""
-    return answers.ECHO if completion.finish_reason == "echo" else answers.unusable(completion.text)
+def _unusable(setup: TurnSetup, completion: Completion, progress: Progress) -> str | None:
+    """Why a step's reply is no answer (answers.unusable), that it was cut for repeating the prompt, or
+    that it reports a call when nothing ran in the turn."""
+    if completion.finish_reason == "echo":
+        return answers.ECHO
+    if not progress.ran and answers.claimed_call(completion.text, setup.registry.names()):
+        return answers.CLAIMED
+    return answers.unusable(completion.text)
 
 
 async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "free") -> Completion:
@@ -289,14 +317,12 @@ def _kept(call: ToolCall) -> ToolCall:
     return msgspec.structs.replace(call, arguments=marker)
 
 
-async def _ask_for_words(session: Conversation, setup: TurnSetup) -> Completion:
+async def _ask_for_words(session: Conversation, setup: TurnSetup, *, nothing_ran: bool) -> Completion:
     """One more step, without tools, asking for an answer in words; a failed request is no answer."""
+    ask = answers.ASK_FOR_WORDS_NOTHING_RAN if nothing_ran else answers.ASK_FOR_WORDS
     try:
         await context.fit(session, setup)
-        messages = [
-            *setup.request_messages(session.messages),
-            Message(role="user", content=answers.ASK_FOR_WORDS),
-        ]
+        messages = [*setup.request_messages(session.messages), Message(role="user", content=ask)]
         return await setup.provider.complete(
             messages,
             [],

@@ -473,9 +473,9 @@ def test_the_real_llama_server_takes_the_grammar_answers_in_words_and_calls_vali
 
 
 # The long session: the window of the added model it runs (small enough that within 30 steps old outputs
-# become stubs and older turns a summary), and the most steps it may take to get there.
+# become stubs and older turns a summary), the tool outputs it reads, and the most prompts it may take.
 LONG_WINDOW = 4096
-LONG_STEPS = 30
+LONG_OUTPUTS = 30
 LONG_PROMPTS = 36
 # Lines of a tool's output the model reads in the long session (daemon.output_max_lines).
 LONG_LINES = 20
@@ -497,7 +497,7 @@ def _long_session_files(work: Path) -> list[str]:
 
 @needs_stack
 def test_a_long_session_over_files_larger_than_the_window_stays_inside_it(mm_home: Path) -> None:
-    """Issue 15's long session: 30 model steps of the real 0.5B over 60 KB files in a 4,096-token window;
+    """Issue 15's long session: 30 tool outputs read by the real 0.5B over 60 KB files in a 4,096-token window;
     llama-server never refuses a request for its size, and the session still answers afterwards."""
     link_stack(mm_home)
     work = mm_home / "work"
@@ -522,9 +522,11 @@ def test_a_long_session_over_files_larger_than_the_window_stays_inside_it(mm_hom
         "system: You run commands for the user with the bash tool.\n"
         "builtins: [bash]\nmax_steps: 1\ntemperature: 0\nyolo: true\n"
     )
-    started, steps, turn = time.monotonic(), 0, 0
+    started, outputs, turn = time.monotonic(), 0, 0
     base = ["--agent", "agent.yaml", "--model", "local/small"]
-    while steps < LONG_STEPS and turn < LONG_PROMPTS:
+    # Counted in tool outputs, not model steps: a step that only said it called bash (the 0.5B did so after
+    # a summary, in CI) is answered by mm and followed by a second step that makes the call.
+    while outputs < LONG_OUTPUTS and turn < LONG_PROMPTS:
         again = ["--continue"] if turn else []
         # A call to copy: the 0.5B copies it into a call (recovered from its text) every time.
         name = names[turn % len(names)]  # 60 KB: cut to LONG_LINES lines as it streams
@@ -532,10 +534,9 @@ def test_a_long_session_over_files_larger_than_the_window_stays_inside_it(mm_hom
         result = run_mm(*base, *again, "-p", prompt, cwd=work, timeout=900)
         assert result.returncode in (0, 1), result.stderr  # statuses are checked below: never `error`
         turn += 1
-        steps = sum(e["kind"] == "assistant" for e in _session_events(work))
-    assert steps >= LONG_STEPS, f"only {steps} model steps in {turn} prompts"
-    outputs = sum(e["kind"] == "tool_result" for e in _session_events(work))
-    assert outputs >= LONG_STEPS - 3, f"only {outputs} tool outputs in {steps} steps: {_uncalled(work)}"
+        outputs = sum(e["kind"] == "tool_result" for e in _session_events(work))
+    steps = sum(e["kind"] == "assistant" for e in _session_events(work))
+    assert outputs >= LONG_OUTPUTS - 3, f"only {outputs} tool outputs in {turn} prompts: {_uncalled(work)}"
     (work / "answer.yaml").write_text("system: Answer in one short sentence.\nbuiltins: []\ntemperature: 0\n")
     final = run_mm(
         "--agent", "answer.yaml", "--model", "local/small", "--continue", "-p", "Which files did you read?",
@@ -548,12 +549,13 @@ def test_a_long_session_over_files_larger_than_the_window_stays_inside_it(mm_hom
     assert all(refused not in json.dumps(e["data"]) for e in events)
     assert refused not in (mm_home / "state" / "mm" / "llama-server-small.log").read_text()
     statuses = [e["data"]["status"] for e in events if e["kind"] == "turn_ended"]
-    assert set(statuses) <= {"ok", "max_steps"}, statuses  # never `error`: no request was refused
+    # never `error`: no request was refused (no_answer: a reply that claimed a call, twice, with none made)
+    assert set(statuses) <= {"ok", "max_steps", "no_answer"}, statuses
     assert max(inputs) <= LONG_WINDOW
     assert any(e["kind"] == "context_stubbed" for e in events)
     compactions = sum(e["kind"] == "context_compacted" for e in events)
     print(
-        f"long session: {steps} steps in {turn} prompts, {time.monotonic() - started:.0f} s; "
+        f"long session: {outputs} outputs, {steps} steps in {turn} prompts, {time.monotonic() - started:.0f} s; "
         f"peak prompt {max(inputs)} tokens of {LONG_WINDOW}; "
         f"{sum(e['kind'] == 'context_stubbed' for e in events)} stub rounds, {compactions} summaries"
     )

@@ -219,3 +219,32 @@ def test_a_reply_that_repeats_the_instructions_is_cut_and_asked_again(mm_home: P
     assert "NEVER-SHOWN" not in unusable["text"] and "NEVER-SHOWN" not in result.stdout
     assert not (work / "x").exists()  # nothing recovered from the echo ran
     assert [e["data"]["name"] for e in events if e["kind"] == "tool_call"] == ["bash"]
+
+
+def test_a_reply_that_says_it_ran_a_command_it_never_ran_is_told_and_the_next_step_runs_it(
+    mm_home: Path, scripted: Any
+) -> None:
+    """loop._answer_claim through a real daemon and real bash: the model says "I called the bash tool…"
+    with no call (the 0.5B did so after a summary, turn after turn); mm tells it nothing ran, the next
+    step must be a call, and the command runs."""
+    work = mm_home / "work"
+    agent = work / "agent.yaml"
+    agent.write_text(yaml.safe_dump({"system": "You run commands.", "builtins": ["bash"]}))
+    (work / "data.txt").write_text("sensor 3 read 41 units\n")
+    server = scripted(
+        [
+            {"text": 'I called the bash tool with the command "cat data.txt". It printed the data.'},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "cat data.txt"}}]},
+            {"text": "Sensor 3 read 41 units."},
+        ],
+        default=False,
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Show me data.txt.", "--agent", str(agent), "--yolo", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Sensor 3 read 41 units."
+    assert "the model said it called bash, but no tool ran" in result.stderr
+    _, told, answered = completions(server)
+    assert "You wrote that you called bash, but no tool was called in this turn" in told["prompt"]
+    assert root_rule(told["grammar"]) == "root ::= [ \\t\\n]* block"  # the next step is a call
+    assert "sensor 3 read 41 units" in answered["prompt"]  # the command ran; its output was read

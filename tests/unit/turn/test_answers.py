@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmd.contract import ToolResult
-from mmd.turn.answers import summary, unusable
+from mmd.turn.answers import claimed_call, summary, unusable
 
 
 @pytest.mark.parametrize(
@@ -124,3 +124,41 @@ def test_summary_names_what_succeeded_and_cuts_long_results() -> None:
 
 def test_no_summary_without_a_success() -> None:
     assert summary([("status", ToolResult(ok=False, content="down"))]) is None
+
+
+TOOLS = ["bash", "read_file", "status"]
+
+
+@pytest.mark.parametrize(
+    ("text", "tool"),
+    [
+        (
+            'I called the bash tool with the command "cat data10.txt". The tool was called with a timeout',
+            "bash",
+        ),
+        ("I ran the command ls -la and found three files.", "bash"),  # "the command": bash
+        ("The status tool was called and billing is running.", "status"),
+        ("I have run `status` for billing: it is up.", "status"),
+        ("First I looked. Then we used the read_file tool.", "read_file"),
+    ],
+)
+def test_a_claimed_call(text: str, tool: str) -> None:
+    assert claimed_call(text, TOOLS) == tool
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I ran into a problem: the file is missing.",  # no tool after the verb
+        "I used bash earlier to list the files; there are three.",  # an earlier turn's call
+        "Billing is running.",
+        "I ran a search for it.",  # no tool of this turn is named
+        "I called deploy and it worked.",  # no such tool: nothing to call
+    ],
+)
+def test_no_claimed_call(text: str) -> None:
+    assert claimed_call(text, TOOLS) is None
+
+
+def test_the_command_is_no_tool_without_bash() -> None:
+    assert claimed_call("I ran the command ls.", ["status"]) is None

@@ -388,6 +388,36 @@ async def test_no_words_and_nothing_succeeded_is_not_ok(turn: Turn) -> None:
     assert end["status"] == "no_answer" and "no call of this turn succeeded" in end["text"]
 
 
+async def test_a_reply_that_says_it_called_a_tool_when_none_ran_is_told_and_the_next_step_is_the_call(
+    turn: Turn,
+) -> None:
+    claim = 'I called the lookup tool with {"key": "a"}. The value is 7.'
+    provider = await turn.run(answer(claim), call("lookup", {"key": "a"}), answer("The value of a is 1."))
+    assert turn.ended() == {"status": "ok", "text": "The value of a is 1.", "error": None}
+    [event] = turn.events("unusable_answer")
+    assert event["action"] == "ask_for_call" and event["tool"] == "lookup"
+    told = provider.requests[1]
+    assert told.lead == "call" and told.messages[-1].content.startswith(
+        "You wrote that you called lookup, but"
+    )
+    assert tool_messages(turn.session.messages) == ["a is 1"]  # the call it claimed now ran
+
+
+async def test_a_claimed_call_is_told_once_then_is_no_answer(turn: Turn) -> None:
+    claim = "I ran the lookup tool and the value is 7."
+    provider = await turn.run(answer(claim), answer(claim), answer("I used lookup: it says 7."))
+    end = turn.ended()
+    assert end["status"] == "no_answer"  # nothing ran: no sentence to write, and no made-up result passed on
+    assert [e["action"] for e in turn.events("unusable_answer")] == ["ask_for_call", "ask_again", "none"]
+    asked = provider.requests[-1]
+    assert asked.tools == [] and "no tool has run in this turn" in asked.messages[-1].content
+
+
+async def test_a_claim_after_a_call_ran_or_about_an_earlier_turn_is_an_answer(turn: Turn) -> None:
+    await turn.run(call("lookup", {"key": "a"}), answer("I called lookup: a is 1."))
+    assert turn.ended()["text"] == "I called lookup: a is 1." and turn.events("unusable_answer") == []
+
+
 async def test_json_that_is_no_call_is_an_answer(turn: Turn) -> None:
     await turn.run(answer('{"a": 1, "b": 2}'))
     assert turn.ended()["text"] == '{"a": 1, "b": 2}' and turn.events("unusable_answer") == []
