@@ -150,6 +150,8 @@ class View:
             self.note(
                 f"  (the model's reply was not an answer: {data['reason']}; asking it for one in words)"
             )
+        elif self.fmt == "text" and data.get("action") == "ask_again_with_tools":
+            self.note("  (the model's reply was empty; asking it again)")
         elif self.fmt == "text" and data.get("action") == "ask_for_call":
             self.note(
                 f"  (the model said it called {data.get('tool')}, but no tool ran; asking it to make the call)"

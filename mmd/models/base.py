@@ -30,6 +30,10 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     tool_calls: list[ToolCall] = []
     tool_call_id: str | None = None  # role == "tool": which call this answers
     name: str | None = None  # role == "tool": the tool's name
+    # role == "assistant" whose calls were read from its text (mmd/models/recovery.py): that text as the
+    # model wrote it. A provider that renders the model's own template shows it so (mmd/models/openai.py):
+    # the template would write the call in another form, and the server's prompt cache would end there.
+    said: str | None = None
 
 
 def grown_from(messages: list[Message], last: list[Message]) -> bool:

@@ -36,7 +36,6 @@ _MAX_TOOL_GRAMMAR = 64 * 1024
 _MAX_ORDERED_OPTIONAL = 8
 
 _BASE = r"""
-ws ::= [ \t\n]{0,8}
 string ::= "\"" char* "\""
 char ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 integer ::= "-"? ("0" | [1-9] [0-9]{0,17})
@@ -44,8 +43,8 @@ number ::= integer ("." [0-9]{1,17})? ([eE] [-+]? [0-9]{1,3})?
 boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null
-object ::= "{" ws (string ws ":" ws value (ws "," ws string ws ":" ws value)*)? ws "}"
-array ::= "[" ws (value (ws "," ws value)*)? ws "]"
+object ::= "{" (string ": " value (", " string ": " value)*)? "}"
+array ::= "[" (value (", " value)*)? "]"
 prose ::= [^{`< \t\n] any* | not-fence | not-tag
 any ::= [^\x00]
 """
@@ -72,10 +71,10 @@ def call_grammar(tools: list[ToolSpec], *, lead: Lead = "free") -> str:
         if sum(len(body) for body in own.values()) > _MAX_TOOL_GRAMMAR:
             args, own = "object", {}  # a schema too big to say (thousands of keys or enum values)
         rules.update(own)
-        rules[f"t{index}"] = f'{_literal(tool.name)} ws "," ws "\\"arguments\\"" ws ":" ws {args}'
+        rules[f"t{index}"] = f'{_literal(tool.name)} ", \\"arguments\\": " {args}'
         alternatives.append(f"t{index}")
-    rules["call"] = '"{" ws "\\"name\\"" ws ":" ws (' + " | ".join(alternatives) + ') ws "}"'
-    rules["block"] = '"```json" ws call ws "```" | "<tool_call>" ws call ws "</tool_call>" | call'
+    rules["call"] = '"{\\"name\\": " (' + " | ".join(alternatives) + ') "}"'
+    rules["block"] = '"```json\\n" call "\\n```" | "<tool_call>\\n" call "\\n</tool_call>" | call'
     if lead == "words":  # words first; what follows them is free (a call there is read by recovery)
         rules["root"] = "[ \\t\\n]* [^{`< \\t\\n] any*"
     elif lead == "call":
@@ -118,7 +117,7 @@ def _value(schema: Any, name: str, rules: dict[str, str]) -> str:
         return name
     if kind == "array":
         item = _value(schema.get("items"), f"{name}-item", rules)
-        rules[name] = f'"[" ws ({item} (ws "," ws {item})*)? ws "]"'
+        rules[name] = f'"[" ({item} (", " {item})*)? "]"'
         return name
     if kind == "string":
         body = _string(schema)
@@ -152,31 +151,31 @@ def _object(schema: dict[str, Any], name: str, rules: dict[str, str]) -> str:
     listed = schema.get("required")
     wanted = {k for k in listed if isinstance(k, str)} if isinstance(listed, list) else set()
     if wanted - set(props) or schema.get("additionalProperties", False) is not False:
-        return '"{" ws (string ws ":" ws value (ws "," ws string ws ":" ws value)*)? ws "}"'  # open: any keys
+        return "object"  # open: any keys
     required = [k for k in props if k in wanted]
     optional = [k for k in props if k not in required]
     member = {
-        k: f'{_literal(k)} ws ":" ws {_value(v, f"{name}-{n}-{_slug(k)}", rules)}'
+        k: f'{_literal(k)} ": " {_value(v, f"{name}-{n}-{_slug(k)}", rules)}'
         for n, (k, v) in enumerate(props.items())
     }
     if len(optional) > _MAX_ORDERED_OPTIONAL:  # linear, not quadratic: any of them, in any order
         rules[f"{name}-opt"] = " | ".join(member[k] for k in optional)
-        tail = f' (ws "," ws {name}-opt)*'
-        head = ' ws "," ws '.join(member[k] for k in required)
+        tail = f' (", " {name}-opt)*'
+        head = ' ", " '.join(member[k] for k in required)
         body = f"{head}{tail}" if required else f"({name}-opt{tail})?"
-        return f'"{{" ws {body} ws "}}"'
+        return f'"{{" {body} "}}"'
     if required:
-        body = ' ws "," ws '.join(member[k] for k in required)
-        body += "".join(f' (ws "," ws {member[k]})?' for k in optional)
+        body = ' ", " '.join(member[k] for k in required)
+        body += "".join(f' (", " {member[k]})?' for k in optional)
     elif optional:
         firsts = [
-            member[k] + "".join(f' (ws "," ws {member[o]})?' for o in optional[i + 1 :])
+            member[k] + "".join(f' (", " {member[o]})?' for o in optional[i + 1 :])
             for i, k in enumerate(optional)
         ]
         body = "(" + " | ".join(f"({f})" for f in firsts) + ")?"
     else:
         body = ""
-    return f'"{{" ws {body} ws "}}"' if body else '"{" ws "}"'
+    return f'"{{" {body} "}}"' if body else '"{}"'
 
 
 def _literal(value: Any) -> str:

@@ -8,6 +8,7 @@ answers malformed JSON, never this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -59,6 +60,7 @@ class OpenAIProvider:
         if api_key:
             sent["Authorization"] = f"Bearer {api_key}"
         self._wire = Wire()
+        self._said = Wire(said_message)  # the constrained step's messages: past calls as the model wrote them
         self._http = HttpModel(
             label=name,
             url=self.base_url + "/chat/completions",
@@ -92,12 +94,14 @@ class OpenAIProvider:
         stream that broke off after deltas were handed on.
         Cancellation: closes the HTTP stream at once.
         """
-        body = request_body(self.model, messages, tools, _limit(self.max_tokens, max_tokens), self._wire)
+        constrained = self.constrain_calls and bool(tools)
+        wire = self._said if constrained else self._wire
+        body = request_body(self.model, messages, tools, _limit(self.max_tokens, max_tokens), wire)
         if temperature is not None:
             body["temperature"] = temperature
         if self.cache_prompt:
             body["cache_prompt"] = True
-        if self.constrain_calls and tools:
+        if constrained:
             root = server_root(self.base_url)
             return await constrained_step(
                 self._http, root, body, tools, on_text=on_text, on_retry=on_retry, lead=lead
@@ -124,16 +128,17 @@ class Wire:
     """Each message of the last request in its wire form: a step sends the whole history again, and
     the messages it began with keep theirs (built anew, ~1 µs a message, at every step before)."""
 
-    def __init__(self) -> None:
+    def __init__(self, form: Callable[[Message], dict[str, Any]] | None = None) -> None:
+        self.form = form or _message
         self.messages: list[Message] = []
         self.forms: list[dict[str, Any]] = []
 
     def of(self, messages: list[Message]) -> list[dict[str, Any]]:
         last = self.messages
         if grown_from(messages, last):
-            forms = self.forms + [_message(m) for m in messages[len(last) :]]
+            forms = self.forms + [self.form(m) for m in messages[len(last) :]]
         else:
-            forms = [_message(m) for m in messages]
+            forms = [self.form(m) for m in messages]
         self.messages, self.forms = list(messages), forms
         return forms
 
@@ -175,6 +180,16 @@ def _message(message: Message) -> dict[str, Any]:
         ]
         return {"role": "assistant", "content": message.content or None, "tool_calls": calls}
     return {"role": message.role, "content": message.content}
+
+
+def said_message(message: Message) -> dict[str, Any]:
+    """A message as a model's own chat template is given it (mmd/models/llama.py): an assistant message whose
+    calls were read from its text is that text, not the calls. Qwen's template writes a past call as
+    ``<tool_call>`` and one-line JSON; the model wrote it in a fence. Given its own text, llama-server's
+    prompt cache holds up to the tool's result, and the next step processes only what is new."""
+    if message.role == "assistant" and message.said is not None:
+        return {"role": "assistant", "content": message.said}
+    return _message(message)
 
 
 class OpenAIStream(Accumulator):

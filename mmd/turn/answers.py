@@ -28,6 +28,10 @@ ASK_FOR_WORDS_NOTHING_RAN = (
 )
 # mm's answer to a reply that says a call was made when none was (claimed_call); the tool's name goes first.
 NOT_CALLED = "no tool was called in this turn, so nothing ran and there is no result. Make the call now."
+# mm's answer to an empty reply in a turn where nothing has run; the step is then taken again, tools offered.
+EMPTY_REPLY = (
+    "Your reply was empty. Do what the user asked: call a tool if it needs one, or answer in plain words."
+)
 # Why such a reply is no answer.
 CLAIMED = "says a tool was called, but no tool ran in this turn"
 # The close of mm's answer to a call that already succeeded (mmd/turn/loop.py).
@@ -110,6 +114,7 @@ _ECHOED = set().union(
             ASK_FOR_WORDS,
             ASK_FOR_WORDS_NOTHING_RAN,
             NOT_CALLED,
+            EMPTY_REPLY,
             grounding.NOWHERE,
             grounding.WHAT_NEXT,
             ANSWER_NOW,

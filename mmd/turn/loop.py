@@ -40,8 +40,8 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     stop_blocks = 0  # times a Stop hook made the model go on in this turn (stop_hook_active once any)
     for _ in range(setup.max_steps):
         completion = await model_step(session, setup, lead=lead)
-        if not completion.tool_calls and _answer_claim(session, setup, completion, progress):
-            completion = await model_step(session, setup, lead="call")  # the call it said it made
+        if not completion.tool_calls and (again := _retry_lead(session, setup, completion, progress)):
+            completion = await model_step(session, setup, lead=again)  # not counted against max_steps
         if not completion.tool_calls:
             status, text = await _final(session, setup, completion, progress)
             go_on = await hookpoints.stop_blocked(session, setup, text, stop_blocks)
@@ -76,7 +76,7 @@ class Progress(msgspec.Struct):
     wrote: bool = False  # a write (not a read) succeeded in this turn
     acted: bool = False  # a declared or MCP tool succeeded in this turn
     ungrounded: set[Key] = msgspec.field(default_factory=set)  # calls refused for a value nobody gave
-    claim_answered: bool = False  # a reply that said a call was made when none was: answered once
+    retold: bool = False  # a reply that did nothing was answered and the step taken again (once a turn)
 
     def record(self, key: Key, name: str, tool: Tool | None, result: ToolResult) -> None:
         self.ran.append((name, result))
@@ -168,24 +168,33 @@ async def _run(
     return result.content
 
 
-def _answer_claim(
+def _retry_lead(
     session: Conversation, setup: TurnSetup, completion: Completion, progress: Progress
-) -> bool:
-    """Whether the reply says a tool was called though nothing ran in this turn (answers.claimed_call) and
-    mm told the model so (once a turn): its next step is then the call. Seen: the 0.5B answered "Call the
-    bash tool with {…}" with "I called the bash tool with the command …" and no call, turn after turn."""
-    if progress.ran or progress.claim_answered:
-        return False
-    tool = answers.claimed_call(completion.text, setup.registry.names())
-    if tool is None:
-        return False
-    progress.claim_answered = True
-    data = {"text": completion.text, "reason": answers.CLAIMED, "action": "ask_for_call", "tool": tool}
-    session.emit("unusable_answer", data)
-    session.add_message(
-        Message(role="user", content=f"You wrote that you called {tool}, but {answers.NOT_CALLED}")
-    )
-    return True
+) -> Lead | None:
+    """How the step after a reply that did nothing opens, once mm has told the model why (once a turn,
+    and only while nothing has run in it); None: the reply stands as the turn's answer (or is judged by
+    _final). Two such replies, both seen with the 0.5B in the long-session test after a summary:
+
+    - it says a tool was called (answers.claimed_call): "I called the bash tool with the command …" and
+      no call. It is told nothing ran, and the next step must be the call;
+    - it is empty. Asked for words without tools, it then wrote "I called the bash tool …" or "I'm sorry,
+      but I can't assist with that.", which later turns copied. It is told so, and the next step is free:
+      the request may need a tool, or only words.
+    """
+    if progress.ran or progress.retold:
+        return None
+    if (tool := answers.claimed_call(completion.text, setup.registry.names())) is not None:
+        reason, action, lead = answers.CLAIMED, "ask_for_call", "call"
+        told = f"You wrote that you called {tool}, but {answers.NOT_CALLED}"
+    elif not completion.text.strip() and completion.finish_reason != "echo":
+        reason, action, lead, told = "empty", "ask_again_with_tools", "free", answers.EMPTY_REPLY
+    else:
+        return None
+    progress.retold = True
+    data = {"text": completion.text, "reason": reason, "action": action}
+    session.emit("unusable_answer", {**data, "tool": tool} if tool else data)
+    session.add_message(Message(role="user", content=told))
+    return lead
 
 
 def _next_lead(setup: TurnSetup, ran: list[tuple[str, ToolResult]]) -> Lead:
@@ -288,15 +297,19 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
         temperature=setup.temperature,
         lead=lead,
     )
+    written, recovered = completion.text, False
     # A call written as text; not in a reply cut for repeating the prompt (the tools' JSON is in it).
     if not completion.tool_calls and setup.recover_tool_calls and completion.finish_reason != "echo":
         completion = recover_completion(completion, setup.recoverable_names())
+        recovered = bool(completion.tool_calls)
         for c in completion.tool_calls:
             session.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
     if held:
         held.finish(was_call=bool(completion.tool_calls))
     kept = [_kept(c) for c in completion.tool_calls]
-    session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept))
+    # Calls read from the text: the text is kept as written (Message.said), unless an argument was too big.
+    said = written if recovered and kept == completion.tool_calls else None
+    session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept, said=said))
     session.emit("assistant", _assistant_record(completion))
     return completion
 

@@ -248,3 +248,29 @@ def test_a_reply_that_says_it_ran_a_command_it_never_ran_is_told_and_the_next_st
     assert "You wrote that you called bash, but no tool was called in this turn" in told["prompt"]
     assert root_rule(told["grammar"]) == "root ::= [ \\t\\n]* block"  # the next step is a call
     assert "sensor 3 read 41 units" in answered["prompt"]  # the command ran; its output was read
+
+
+def test_a_call_read_from_the_text_is_shown_to_the_model_as_it_wrote_it(mm_home: Path, scripted: Any) -> None:
+    """openai.said_message through a real daemon: the next step's prompt holds the model's own fenced call,
+    not the template's form of it, so llama-server's prompt cache reaches past it (docs/local.md); the
+    session keeps it across a daemon restart."""
+    work = mm_home / "work"
+    agent = work / "agent.yaml"
+    agent.write_text(yaml.safe_dump({"system": "You run commands.", "builtins": ["bash"]}))
+    (work / "data.txt").write_text("sensor 3 read 41 units\n")
+    written = '```json\n{"name": "bash", "arguments": {"command": "cat data.txt"}}\n```'
+    server = scripted(
+        [{"text": written}, {"text": "Sensor 3 read 41 units."}, {"text": "Still 41."}], default=False
+    )
+    as_llama_server(mm_home, server)
+    result = run_mm("-p", "Show me data.txt.", "--agent", str(agent), "--yolo", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Sensor 3 read 41 units."
+    first, second = completions(server)
+    assert second["prompt"].startswith(first["prompt"] + written)  # the first prompt, then what it wrote
+    assert "<tool_call>" not in second["prompt"]
+    assert run_mm("daemon", "stop").returncode == 0
+    again = run_mm("-p", "And now?", "--agent", str(agent), "--continue", cwd=work)
+    assert again.returncode == 0, again.stderr
+    third = completions(server)[-1]
+    assert third["prompt"].startswith(second["prompt"])  # the stored session renders as it was sent

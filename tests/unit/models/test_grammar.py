@@ -186,11 +186,15 @@ def test_a_valid_call_is_accepted_bare_fenced_and_tagged(
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_call_may_be_spread_over_lines_and_follow_a_newline(shape: str) -> None:
-    text = call("deploy", {"service": "api", "target": {"host": "h1", "port": 80}}, indent=2)
-    assert accepts(SHAPES[shape](text))
-    assert accepts("\n" + SHAPES[shape](text))
-    assert accepts(SHAPES[shape](call("scale", {"service": "web", "replicas": 3}, separators=(",", ":"))))
+def test_a_call_is_one_line_as_the_chat_template_writes_one_and_may_follow_a_newline(shape: str) -> None:
+    """The call's JSON has json.dumps' spacing, which Qwen's template gives a past call: 8 of 28 tokens of a
+    pretty-printed call fewer for the model to write, and its next prompt can be cached up to the call."""
+    arguments = {"service": "api", "target": {"host": "h1", "port": 80}}
+    assert accepts(SHAPES[shape](call("deploy", arguments)))
+    assert accepts("\n" + SHAPES[shape](call("deploy", arguments)))
+    assert accepts(SHAPES[shape](call("label", {"service": "web", "tags": ["a", "b"]})))
+    assert not accepts(SHAPES[shape](call("deploy", arguments, indent=2)))
+    assert not accepts(SHAPES[shape](call("scale", {"service": "web", "replicas": 3}, separators=(",", ":"))))
 
 
 def test_the_schema_is_followed_where_there_is_one_and_the_parameters_where_not() -> None:

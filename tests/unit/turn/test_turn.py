@@ -413,6 +413,23 @@ async def test_a_claimed_call_is_told_once_then_is_no_answer(turn: Turn) -> None
     assert asked.tools == [] and "no tool has run in this turn" in asked.messages[-1].content
 
 
+async def test_an_empty_first_reply_is_told_and_the_step_taken_again_with_the_tools(turn: Turn) -> None:
+    provider = await turn.run(answer(""), call("lookup", {"key": "a"}), answer("a is 1."))
+    assert turn.ended()["text"] == "a is 1."
+    [event] = turn.events("unusable_answer")
+    assert (event["reason"], event["action"]) == ("empty", "ask_again_with_tools")
+    again = provider.requests[1]
+    assert again.tools and again.lead == "free"  # the request may need a tool, or only words
+    assert again.messages[-1].content.startswith("Your reply was empty.")
+    assert tool_messages(turn.session.messages) == ["a is 1"]
+
+
+async def test_an_empty_reply_after_a_call_ran_is_asked_for_words_as_before(turn: Turn) -> None:
+    provider = await turn.run(call("lookup", {"key": "a"}), answer(""), answer("a is 1."))
+    assert [e["action"] for e in turn.events("unusable_answer")] == ["ask_again"]
+    assert provider.requests[-1].tools == []
+
+
 async def test_a_claim_after_a_call_ran_or_about_an_earlier_turn_is_an_answer(turn: Turn) -> None:
     await turn.run(call("lookup", {"key": "a"}), answer("I called lookup: a is 1."))
     assert turn.ended()["text"] == "I called lookup: a is 1." and turn.events("unusable_answer") == []
