@@ -112,6 +112,7 @@ class ChatMessage(_Result, omit_defaults=True):
     tool_calls: list[ChatToolCall] = []
     tool_call_id: str | None = None
     name: str | None = None
+    said: str | None = None  # assistant: the text its calls were read from, as the model wrote it
 
 
 class SessionShow(_Result):
