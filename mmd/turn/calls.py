@@ -123,7 +123,7 @@ class CallRunner:
         self._said = grounding.corpus(session.messages)
         self._told = grounding.corpus(session.messages, skip=(READ_SKILL,))
         self._system = setup.system.lower()
-        self._request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
+        self.request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
         self.checkpoints = Recorder(
             store=session.store,
@@ -197,7 +197,7 @@ class CallRunner:
                 if value in examples and (name, value) not in missing
             ]
         if missing:
-            content = grounding.answer(c.call.name, missing, self._request)
+            content = grounding.answer(c.call.name, missing, self.request)
             data = {"error": {"code": "ungrounded_value", "values": [v for _, v in missing]}}
             c.answer = ToolResult(ok=False, content=content, data=data)
 
@@ -208,9 +208,7 @@ class CallRunner:
             return
         if (why := commands.refusal(str(c.args.get("command", "")), self._told)) is not None:
             # grounding's opening, so that the quoted value never grounds a later turn (grounding.corpus)
-            content = (
-                f"{c.call.name} was not run: {why} The user's request: {grounding.quote(self._request)}."
-            )
+            content = f"{c.call.name} was not run: {why} The user's request: {grounding.quote(self.request)}."
             c.answer = ToolResult(ok=False, content=content, data={"error": {"code": "skill_command"}})
 
     async def pre_hooks(self, c: Call) -> None:

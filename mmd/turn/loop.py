@@ -35,7 +35,7 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     runner = CallRunner(session, setup)
     phases.begin(session, setup)  # with phases: only the current phase's tools
     await skillpick.begin(session, setup)  # small local models: the skill chosen and given to them
-    progress = Progress(detector=LoopDetector(setup.loop))
+    progress = Progress(detector=LoopDetector(setup.loop), request=runner.request)
     lead: Lead = "call" if setup.act_first else "free"
     stop_blocks = 0  # times a Stop hook made the model go on in this turn (stop_hook_active once any)
     for _ in range(setup.max_steps):
@@ -77,6 +77,7 @@ class Progress(msgspec.Struct):
     acted: bool = False  # a declared or MCP tool succeeded in this turn
     ungrounded: set[Key] = msgspec.field(default_factory=set)  # calls refused for a value nobody gave
     retold: bool = False  # a reply that did nothing was answered and the step taken again (once a turn)
+    request: str = ""  # the user's message the turn answers
 
     def record(self, key: Key, name: str, tool: Tool | None, result: ToolResult) -> None:
         self.ran.append((name, result))
@@ -183,7 +184,7 @@ def _retry_lead(
     """
     if progress.ran or progress.retold:
         return None
-    if (tool := answers.claimed_call(completion.text, setup.registry.names())) is not None:
+    if (tool := _claimed(session, setup, progress, completion.text)) is not None:
         reason, action, lead = answers.CLAIMED, "ask_for_call", "call"
         told = f"You wrote that you called {tool}, but {answers.NOT_CALLED}"
     elif not completion.text.strip() and completion.finish_reason != "echo":
@@ -195,6 +196,19 @@ def _retry_lead(
     session.emit("unusable_answer", {**data, "tool": tool} if tool else data)
     session.add_message(Message(role="user", content=told))
     return lead
+
+
+def _claimed(session: Conversation, setup: TurnSetup, progress: Progress, text: str) -> str | None:
+    """The tool *text* says was called (answers.claimed_call) though nothing ran in this turn: one the
+    user's request names, or one never called in the conversation. Otherwise the reply may be telling what
+    an earlier turn's call did ("I used grep to find it", asked how a file was found): it stands."""
+    if progress.ran:
+        return None
+    tool = answers.claimed_call(text, setup.registry.names())
+    if tool is None or tool.lower() in progress.request.lower():
+        return tool
+    called = any(c.name == tool for m in session.messages for c in m.tool_calls)
+    return None if called else tool
 
 
 def _next_lead(setup: TurnSetup, ran: list[tuple[str, ToolResult]]) -> Lead:
@@ -238,12 +252,12 @@ async def _final(
 ) -> tuple[str, str]:
     """The turn's answer: the model's text, or — when that is no answer — a sentence asked for or written."""
     text = completion.text
-    reason = _unusable(setup, completion, progress)
+    reason = _unusable(session, setup, completion, progress)
     if reason is None:
         return "ok", text
     session.emit("unusable_answer", {"text": text, "reason": reason, "action": "ask_again"})
     retry = await _ask_for_words(session, setup, nothing_ran=not progress.ran)
-    still = _unusable(setup, retry, progress)
+    still = _unusable(session, setup, retry, progress)
     if still is None:
         session.add_message(Message(role="assistant", content=retry.text))
         session.emit("text", {"text": retry.text})
@@ -266,12 +280,14 @@ async def _final(
     return "ok", written
 
 
-def _unusable(setup: TurnSetup, completion: Completion, progress: Progress) -> str | None:
+def _unusable(
+    session: Conversation, setup: TurnSetup, completion: Completion, progress: Progress
+) -> str | None:
     """Why a step's reply is no answer (answers.unusable), that it was cut for repeating the prompt, or
     that it reports a call when nothing ran in the turn."""
     if completion.finish_reason == "echo":
         return answers.ECHO
-    if not progress.ran and answers.claimed_call(completion.text, setup.registry.names()):
+    if _claimed(session, setup, progress, completion.text) is not None:
         return answers.CLAIMED
     return answers.unusable(completion.text)
 

@@ -433,6 +433,15 @@ async def test_an_empty_reply_after_a_call_ran_is_asked_for_words_as_before(turn
 async def test_a_claim_after_a_call_ran_or_about_an_earlier_turn_is_an_answer(turn: Turn) -> None:
     await turn.run(call("lookup", {"key": "a"}), answer("I called lookup: a is 1."))
     assert turn.ended()["text"] == "I called lookup: a is 1." and turn.events("unusable_answer") == []
+    # The next turn asks how it knew: nothing runs, and the reply tells what the earlier call did.
+    await turn.run(answer("I used lookup with the key a."), prompt="How do you know?")
+    assert turn.events("turn_ended")[-1]["text"] == "I used lookup with the key a."
+    assert turn.events("unusable_answer") == []
+    # A request that names the tool is one to act on: the same claim there is told.
+    await turn.run(
+        answer("I used lookup with the key a."), call("lookup", {"key": "a"}), answer("1."), prompt="lookup a"
+    )
+    assert [e["action"] for e in turn.events("unusable_answer")] == ["ask_for_call"]
 
 
 async def test_json_that_is_no_call_is_an_answer(turn: Turn) -> None:
