@@ -74,7 +74,6 @@ def withhold(names: Iterable[str]) -> None:
     Errors: none; essential names (PATH, HOME...) are never withheld.
     """
     _withheld.update(n for n in names if n and n not in ESSENTIAL)
-    _INHERITED.clear()  # what is withheld changed: every kept environment is made again
 
 
 def is_secret(name: str) -> bool:
@@ -99,30 +98,8 @@ def child_environment(
     Errors: none.
     """
     source = os.environ if environ is None else environ
-    if inherit and source is os.environ:
-        base = _inherited(pass_env)
-    elif inherit:
+    if inherit:
         base = {k: v for k, v in source.items() if k in pass_env or not is_secret(k)}
     else:
         base = {k: source[k] for k in pass_env if k in source}
     return {**base, **extra}
-
-
-# The daemon's environment without its secrets, by the names passed on anyway: kept with the raw environment
-# it was made from, and made again when that changed. Made anew for every child, it was a third of the
-# daemon's own work for a call of a declared tool (~0.25 ms: each variable decoded and judged).
-_INHERITED: dict[frozenset[str], tuple[dict[bytes, bytes], dict[str, str]]] = {}
-
-
-def _inherited(pass_env: Collection[str]) -> dict[str, str]:
-    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping behind os.environ
-    key = frozenset(pass_env)
-    kept = _INHERITED.get(key)
-    if raw is not None and kept is not None and kept[0] == raw:
-        return kept[1]
-    base = {k: v for k, v in os.environ.items() if k in key or not is_secret(k)}
-    if raw is not None:
-        if len(_INHERITED) >= 16:  # a few agent files' pass_env lists at most; never grows without end
-            _INHERITED.clear()
-        _INHERITED[key] = (dict(raw), base)
-    return base

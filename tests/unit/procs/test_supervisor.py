@@ -412,23 +412,3 @@ async def test_a_cut_output_cancelled_leaves_no_spill_file(tmp_path: Path) -> No
             nursery.cancel_scope.cancel()
     assert not scope.cancelled_caught, "no spill file was made"
     assert not spill.exists()
-
-
-def test_the_daemons_environment_is_read_again_when_it_or_what_is_withheld_changed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """environ._inherited keeps the filtered environment; a change of os.environ or of withhold() is seen."""
-    monkeypatch.setattr(environ, "_withheld", set())  # withhold() lasts for the process: undone after
-    monkeypatch.setattr(environ, "_INHERITED", {})
-    monkeypatch.setenv("MMTEST_ENV_PLAIN", "one")
-    assert environ.child_environment({})["MMTEST_ENV_PLAIN"] == "one"
-    monkeypatch.setenv("MMTEST_ENV_PLAIN", "two")
-    assert environ.child_environment({})["MMTEST_ENV_PLAIN"] == "two"
-    monkeypatch.setenv("MMTEST_ENV_TOKEN", "t")
-    assert "MMTEST_ENV_TOKEN" not in environ.child_environment({})
-    assert environ.child_environment({}, pass_env=["MMTEST_ENV_TOKEN"])["MMTEST_ENV_TOKEN"] == "t"
-    environ.withhold(["MMTEST_ENV_PLAIN"])
-    assert "MMTEST_ENV_PLAIN" not in environ.child_environment({})
-    got = environ.child_environment({"X": "1"})
-    got["Y"] = "mutated"  # a child's environment is its own: the kept one is not changed through it
-    assert "Y" not in environ.child_environment({})
