@@ -123,6 +123,7 @@ class CallRunner:
         self._said = grounding.corpus(session.messages)
         self._told = grounding.corpus(session.messages, skip=(READ_SKILL,))
         self._system = setup.system.lower()
+        self.invalid: set[str] = set()  # ids of the calls the contract refused (loop.py reads it)
         self.request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
         self.checkpoints = Recorder(
@@ -405,6 +406,7 @@ class CallRunner:
 
     def _invalid_answer(self, call: ToolCall, tool: Tool | None, err: ToolError) -> ToolResult:
         schema, example = (tool.parameters, _answer_example(tool)) if tool else (None, None)
+        self.invalid.add(call.id)  # answered by the contract: it never ran
         return contract.answer(call.name, call.arguments, err, schema=schema, example=example)
 
     async def _verify(

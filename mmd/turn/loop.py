@@ -75,11 +75,15 @@ class Progress(msgspec.Struct):
     told: set[Key] = msgspec.field(default_factory=set)  # repeats answered "already succeeded"
     wrote: bool = False  # a write (not a read) succeeded in this turn
     acted: bool = False  # a declared or MCP tool succeeded in this turn
-    ungrounded: set[Key] = msgspec.field(default_factory=set)  # calls refused for a value nobody gave
+    # Calls that never ran and cannot be the action asked for: a value nobody gave (grounding), or arguments
+    # the contract refused for a tool that already succeeded in this turn. A loop on one ends the turn ok.
+    refused: set[Key] = msgspec.field(default_factory=set)
     retold: bool = False  # a reply that did nothing was answered and the step taken again (once a turn)
     request: str = ""  # the user's message the turn answers
 
-    def record(self, key: Key, name: str, tool: Tool | None, result: ToolResult) -> None:
+    def record(
+        self, key: Key, name: str, tool: Tool | None, result: ToolResult, *, invalid: bool = False
+    ) -> None:
         self.ran.append((name, result))
         if result.ok:
             if tool is not None and tool.tier != "read":
@@ -88,7 +92,12 @@ class Progress(msgspec.Struct):
             self.acted = self.acted or (tool is not None and tool.source != "builtin")
             self.succeeded[key] = result
         elif error_code(result.ok, result.data) == "ungrounded_value":
-            self.ungrounded.add(key)
+            self.refused.add(key)
+        elif invalid and any(done == name and r.ok for done, r in self.ran):
+            # The contract refused it, and the same tool already succeeded in this turn: seen, the 0.5B
+            # sent `pkgtest` its own past call and a made-up tool_response as arguments after `pkgtest
+            # greet` ran, until stopped (status loop although the action had run).
+            self.refused.add(key)
 
     def repeats(self, key: Key, tool: Tool | None) -> Key | None:
         """The call that already succeeded which *key* repeats: the same call, or — measured with the 0.5B
@@ -154,15 +163,15 @@ async def _run(
     if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
         session.emit("loop_detected", loop.data("stop"))
         # The action may be done: a write succeeded, or a declared or MCP tool did and the call repeated
-        # carries a value the user never gave, so it cannot be what was asked for (contrib/eval: `pkgtest
-        # greet` ran, then the 0.5B sent a refused `release 1.4.2 stable` until stopped, status `loop`).
+        # never ran and cannot be what was asked for (Progress.refused; contrib/eval: `pkgtest greet` ran,
+        # then the 0.5B sent a refused `release 1.4.2 stable` until stopped, status `loop`).
         done = answers.summary(progress.ran)
-        if done is not None and (progress.wrote or (progress.acted and key in progress.ungrounded)):
+        if done is not None and (progress.wrote or (progress.acted and key in progress.refused)):
             raise StopTurn("ok", done)
         raise StopTurn("loop", loop.message)
     result = await runner.run(call)
     tool = runner.setup.registry.get(call.name)
-    progress.record(key, call.name, tool, result)
+    progress.record(key, call.name, tool, result, invalid=call.id in runner.invalid)
     if (loop := progress.detector.after(key, error_code(result.ok, result.data))) is not None:
         session.emit("loop_detected", loop.data("nudge"))
         return f"{result.content}\n\n{loop.message}"  # read right after the call

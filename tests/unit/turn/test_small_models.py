@@ -223,6 +223,28 @@ async def test_a_loop_of_a_refused_value_after_the_asked_read_ran_ends_ok(turn: 
     assert restart.ran == []
 
 
+async def test_a_loop_of_arguments_the_contract_refuses_after_the_same_tool_succeeded_ends_ok(
+    turn: Turn,
+) -> None:
+    # contrib/eval at fcc83da, the 0.5B: `pkgtest greet` ran, then pkgtest was sent its own past call and a
+    # made-up tool_response as one string of arguments until stopped, status loop although the action ran.
+    status = Status()
+    babble = '{"name": "status", "arguments": {"service": "billing"}}\n{"name": "tool_response"}'
+    junk = [call("status", babble) for _ in range(4)]
+    await run(turn, [status], call("status", {"service": "billing"}), *junk, prompt="How is billing?")
+    ended = turn.ended()
+    assert ended["status"] == "ok" and "status: billing is up" in ended["text"]
+
+
+async def test_a_loop_of_refused_arguments_for_another_tool_is_still_a_loop(turn: Turn) -> None:
+    status, restart = Status(), Restart()
+    junk = [call("restart", "not json") for _ in range(4)]
+    await run(
+        turn, [status, restart], call("status", {"service": "billing"}), *junk, prompt="billing?", yolo=True
+    )
+    assert turn.ended()["status"] == "loop"  # what was asked for may be the call it cannot write
+
+
 async def test_a_loop_with_nothing_done_still_ends_as_a_loop(turn: Turn) -> None:
     status = Status()
     await run(turn, [status], *[call("status", {"service": "nope"}) for _ in range(4)], prompt="nope?")
