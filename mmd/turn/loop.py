@@ -332,8 +332,10 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
     if held:
         held.finish(was_call=bool(completion.tool_calls))
     kept = [_kept(c) for c in completion.tool_calls]
-    # Calls read from the text: the text is kept as written (Message.said), unless an argument was too big.
-    said = written if recovered and kept == completion.tool_calls else None
+    # Calls read from the text: the text is kept as written (Message.said), unless an argument was too big
+    # or the text is (it is stored beside the message's content and sent again with every later step).
+    whole = recovered and kept == completion.tool_calls and len(written) <= 2 * KEPT_ARGUMENTS
+    said = written if whole else None
     session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept, said=said))
     session.emit("assistant", _assistant_record(completion))
     return completion

@@ -444,6 +444,16 @@ async def test_a_claim_after_a_call_ran_or_about_an_earlier_turn_is_an_answer(tu
     assert [e["action"] for e in turn.events("unusable_answer")] == ["ask_for_call"]
 
 
+@pytest.mark.parametrize(("before", "kept"), [("Looking it up.\n", True), ("x" * 40_000 + "\n", False)])
+async def test_a_call_read_from_the_text_keeps_the_text_as_written_unless_it_is_too_big(
+    turn: Turn, before: str, kept: bool
+) -> None:
+    written = before + '```json\n{"name": "lookup", "arguments": {"key": "a"}}\n```'
+    await turn.run(answer(written), answer("a is 1."), recover_tool_calls=True)
+    [step] = [m for m in turn.session.messages if m.tool_calls]
+    assert step.said == (written if kept else None) and step.tool_calls[0].name == "lookup"
+
+
 async def test_json_that_is_no_call_is_an_answer(turn: Turn) -> None:
     await turn.run(answer('{"a": 1, "b": 2}'))
     assert turn.ended()["text"] == '{"a": 1, "b": 2}' and turn.events("unusable_answer") == []
