@@ -112,8 +112,10 @@ _ECHOED = set().union(
         _shingles,
         (
             ASK_FOR_WORDS,
-            ASK_FOR_WORDS_NOTHING_RAN,
-            NOT_CALLED,
+            # Of the sentences about a turn where nothing ran, only what an honest answer would not say
+            # ("No tool was called in this turn, I did not run anything" is an answer).
+            ASK_FOR_WORDS_NOTHING_RAN.partition("sentences, ")[2],
+            NOT_CALLED.partition("nothing ran and ")[2],
             EMPTY_REPLY,
             grounding.NOWHERE,
             grounding.WHAT_NEXT,

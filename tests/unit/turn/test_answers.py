@@ -49,6 +49,9 @@ from mmd.turn.answers import claimed_call, summary, unusable
             "mm's own words to the model, repeated",
         ),
         ("Loop: you have called bash with {} 3 times", "mm's own words to the model, repeated"),
+        # mm's answers in a turn where nothing ran, echoed (their distinctive part).
+        ("There is no result. Make the call now.", "mm's own words to the model, repeated"),
+        ("Your reply was empty. Do what the user asked.", "mm's own words to the model, repeated"),
         (
             "This is not a command the skill release-ops names. Its commands, run from the working directory:",
             "mm's own words to the model, repeated",
@@ -105,6 +108,10 @@ def test_not_an_answer(text: str, reason: str) -> None:
         'Config: {"dependencies": {"trio": "0.27"}}',
         "See http://example.com/ for more.",
         "Note that the files are these three: a.py, b.py and c.py, and nothing else in the folder: {}",
+        # Honest replies in a turn where nothing ran share words with mm's sentences about it, not six in a row
+        # of what only mm says.
+        "No tool was called in this turn: I did not run anything.",
+        "No tool has run in this turn, so I cannot say how billing is.",
     ],
 )
 def test_an_answer(text: str) -> None:
