@@ -221,6 +221,14 @@ def test_a_reply_that_repeats_the_instructions_is_cut_and_asked_again(mm_home: P
     assert [e["data"]["name"] for e in events if e["kind"] == "tool_call"] == ["bash"]
 
 
+def bash_project(work: Path) -> Path:
+    """An agent with bash only, and a data file to read; returns the agent file."""
+    agent = work / "agent.yaml"
+    agent.write_text(yaml.safe_dump({"system": "You run commands.", "builtins": ["bash"]}))
+    (work / "data.txt").write_text("sensor 3 read 41 units\n")
+    return agent
+
+
 def test_a_reply_that_says_it_ran_a_command_it_never_ran_is_told_and_the_next_step_runs_it(
     mm_home: Path, scripted: Any
 ) -> None:
@@ -228,9 +236,7 @@ def test_a_reply_that_says_it_ran_a_command_it_never_ran_is_told_and_the_next_st
     with no call (the 0.5B did so after a summary, turn after turn); mm tells it nothing ran, the next
     step must be a call, and the command runs."""
     work = mm_home / "work"
-    agent = work / "agent.yaml"
-    agent.write_text(yaml.safe_dump({"system": "You run commands.", "builtins": ["bash"]}))
-    (work / "data.txt").write_text("sensor 3 read 41 units\n")
+    agent = bash_project(work)
     server = scripted(
         [
             {"text": 'I called the bash tool with the command "cat data.txt". It printed the data.'},
@@ -255,9 +261,7 @@ def test_a_call_read_from_the_text_is_shown_to_the_model_as_it_wrote_it(mm_home:
     not the template's form of it, so llama-server's prompt cache reaches past it (docs/local.md); the
     session keeps it across a daemon restart."""
     work = mm_home / "work"
-    agent = work / "agent.yaml"
-    agent.write_text(yaml.safe_dump({"system": "You run commands.", "builtins": ["bash"]}))
-    (work / "data.txt").write_text("sensor 3 read 41 units\n")
+    agent = bash_project(work)
     written = '```json\n{"name": "bash", "arguments": {"command": "cat data.txt"}}\n```'
     server = scripted(
         [{"text": written}, {"text": "Sensor 3 read 41 units."}, {"text": "Still 41."}], default=False
