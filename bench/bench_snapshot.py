@@ -3,9 +3,11 @@
 For each tree, generated under /tmp and removed afterwards:
 
 1. the first snapshot (a new shadow repository hashes every file);
-2. an incremental snapshot with nothing changed, and one after one file changed;
+2. an incremental snapshot with nothing changed (watched by inotify, mmd/undo/watch.py: no git; and not
+   watched: ``git add``), setting the watches, and a snapshot after one file changed;
 3. one whole step as a turn takes it (mmd.undo.Recorder: the file count of the turn's first step, a
-   snapshot before, one file changed, a snapshot after, the changed files, the store row);
+   snapshot before, one file changed, a snapshot after, the changed files, the store row), and the
+   step of a call that changed nothing;
 4. the same ``git add -A`` + ``git write-tree`` run bare with subprocess.run (the supervisor's share);
 5. ``git status --porcelain`` in an ordinary repository of the same tree, and the ratio of 2 and 3 to it.
 
@@ -31,7 +33,7 @@ import trio
 
 from mmd import procs
 from mmd.store import Store
-from mmd.undo import Recorder, Shadow, shadow_dir
+from mmd.undo import Recorder, Shadow, shadow_dir, watch
 
 SMALL_FILES = 60
 
@@ -95,8 +97,9 @@ class Toucher:
         self.n += 1
 
 
-async def one_step(store: Store, tree: Path, snapshots: Path, touch: Toucher) -> None:
-    """A step exactly as a turn's first write call takes it (the file count included)."""
+async def one_step(store: Store, tree: Path, snapshots: Path, touch: Toucher | None) -> None:
+    """A step exactly as a turn's first write call takes it (the file count included); *touch* None: a
+    call that changes nothing (no step is recorded)."""
     row = store.create_session(cwd=str(tree), agent=None, model="bench")
     rec = Recorder(
         store=store,
@@ -107,8 +110,15 @@ async def one_step(store: Store, tree: Path, snapshots: Path, touch: Toucher) ->
         emit=lambda *a: None,
     )
     before = await rec.before("call")
-    touch()
-    assert before is not None and await rec.after("call", "bash", "", before) is not None
+    if touch is not None:
+        touch()
+    assert before is not None
+    assert (await rec.after("call", "bash", "", before) is None) == (touch is None)
+
+
+def watch_folders(shadow: Shadow) -> int:
+    w = watch.watch_of(shadow.git_dir, shadow.project)
+    return w.folders if w is not None else 0
 
 
 def bare_git(tree: Path, git_dir: Path) -> Callable[[], None]:
@@ -144,14 +154,22 @@ async def bench_tree(label: str, files: int, args: argparse.Namespace, scratch: 
     first = await first_snapshot(tree, scratch, args.first_runs)
     print(f"first snapshot (new shadow repository)      {first:9.1f} ms  (median of {args.first_runs})")
     await shadow.snapshot()
+    watched = await timed(shadow.snapshot, args.runs)
+    print(f"incremental snapshot, nothing changed       {watched:9.1f} ms  (watched: no git)")
+    watch.ENABLED = False
     still = await timed(shadow.snapshot, args.runs)
-    print(f"incremental snapshot, nothing changed       {still:9.1f} ms")
+    print(f"  the same, not watched (git add)           {still:9.1f} ms")
+    watch.ENABLED = True
+    setup = await timed(shadow.snapshot, max(1, args.runs // 5), before=watch.forget)
+    print(f"  setting the watches, then the snapshot    {setup:9.1f} ms  ({watch_folders(shadow)} folders)")
     one = await timed(shadow.snapshot, args.runs, before=touch)
     print(f"incremental snapshot, one file changed      {one:9.1f} ms")
     count = await timed(lambda: shadow.count_files(10**7), args.runs)
     print(f"file count (once per turn)                  {count:9.1f} ms")
     step = await timed(lambda: one_step(store, tree, snapshots, touch), args.runs)
     print(f"one step: count + before + after + record    {step:9.1f} ms")
+    idle = await timed(lambda: one_step(store, tree, snapshots, None), args.runs)
+    print(f"one step of a call that changed nothing      {idle:9.1f} ms  (watched)")
     bare = timed_sync(bare_git(tree, shadow.git_dir), args.runs)
     print(
         f"bare add -A + write-tree (subprocess.run)   {bare:9.1f} ms  (supervisor's share: {one - bare:+.1f} ms)"

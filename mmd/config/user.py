@@ -70,6 +70,9 @@ class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Checkpoints for mm undo (docs/undo.md): no snapshot in a turn whose working tree holds more
     # files than this (ignored files not counted); 0 turns them off.
     snapshot_max_files: Annotated[int, msgspec.Meta(ge=0)] = 100_000
+    # Watch the project with inotify, so that a snapshot of a tree nothing changed in runs no git
+    # (mmd/undo/watch.py); false: every snapshot runs git.
+    snapshot_watch: bool = True
 
 
 class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -132,6 +132,7 @@ class CallRunner:
             project=session.cwd,
             snapshots=session.dir.parent.parent / "snapshots",
             max_files=setup.snapshot_max_files,
+            watch=setup.snapshot_watch,
             emit=session.emit,
             timeout=setup.limits.timeout,
         )

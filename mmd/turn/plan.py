@@ -78,6 +78,7 @@ class TurnSetup(msgspec.Struct, kw_only=True):
     # Checkpoints of the working tree around write calls, for mm undo (mmd/undo): the most files a
     # snapshot may hold (daemon.snapshot_max_files); 0: none are taken.
     snapshot_max_files: int = 0
+    snapshot_watch: bool = True  # daemon.snapshot_watch: a tree nothing changed in is snapshotted without git
     # The allowed-tools of the skill in use, and the registry before it narrowed it (mmd/turn/skilluse.py).
     skill_limit: Limit | None = None
     unlimited: Registry | None = None
@@ -319,6 +320,7 @@ def assemble(
         ),
         budget=budget,
         snapshot_max_files=d.snapshot_max_files,
+        snapshot_watch=d.snapshot_watch,
         skills=skills,
         recover_tool_calls=plan.model.recover_tool_calls,
         choose_skills=plan.model.constrain_calls,  # a server that takes a grammar can make the choice

@@ -5,6 +5,7 @@ steps and answers ``session.diff`` and ``session.undo``. docs/undo.md says what 
 is not.
 """
 
+from . import watch
 from .shadow import EMPTY_TREE, Change, Shadow, SnapshotError, shadow_dir
 from .steps import Recorder, UndoError, diff, undo
 
@@ -18,4 +19,5 @@ __all__ = [
     "diff",
     "shadow_dir",
     "undo",
+    "watch",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -34,6 +35,7 @@ import msgspec
 import trio
 
 from ..procs import communicate, supervised_process
+from .watch import Unwatchable, Watch, refuse, watch_of
 
 # The tree of an empty project: what ``git write-tree`` gives for an empty index.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -85,6 +87,9 @@ class Change(msgspec.Struct, frozen=True, array_like=True):
 # Called with each chunk of a git's stdout; True: enough was read, stop git.
 Stop = Callable[[bytes], bool]
 
+# What check-ignore could take for a glob in a path it is given.
+_GLOB = re.compile(rb"[*?[\]\\]")
+
 _CHANGES = {b"A": "added", b"M": "modified", b"D": "deleted", b"T": "type"}
 
 
@@ -120,10 +125,11 @@ class Shadow(msgspec.Struct):
     project: Path
     timeout: float = 300.0  # seconds one git process may take before its group is stopped
     index: Path | None = None  # another index than the repository's own (an overlay's)
+    watched: bool = True  # may a snapshot skip git when the project's watch saw no change (watch.py)
 
     # -- git ----------------------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, literal: bool = True) -> dict[str, str]:
         home = str(self.git_dir / "home")
         return {
             "PATH": os.environ.get("PATH") or os.defpath,
@@ -132,34 +138,42 @@ class Shadow(msgspec.Struct):
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": "/dev/null",
             "GIT_TERMINAL_PROMPT": "0",
-            "GIT_LITERAL_PATHSPECS": "1",
+            "GIT_LITERAL_PATHSPECS": "1" if literal else "0",
             "LC_ALL": "C",
             "TZ": "UTC",
             **({"GIT_INDEX_FILE": str(self.index)} if self.index else {}),
         }
 
-    async def git(self, *args: str, stdin: bytes | None = None, stop: Stop | None = None) -> bytes:
+    async def git(
+        self,
+        *args: str,
+        stdin: bytes | None = None,
+        stop: Stop | None = None,
+        ok: tuple[int, ...] = (0,),
+        literal: bool = True,
+    ) -> bytes:
         """Run one git on the shadow repository; its stdout, up to the chunk for which *stop* said True
-        (git is then stopped: its exit is no error).
+        (git is then stopped: its exit is no error). An exit code not in *ok* is a failure; pathspecs
+        are literal unless *literal* is False (``check-ignore`` refuses literal pathspecs).
 
         Errors: SnapshotError when git cannot start, fails, or takes longer than ``timeout``.
         """
         argv = ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", f"--work-tree={self.project}"]
-        out, err, code = await self._run([*argv, *args], stdin, stop)
-        if code is not None and code != 0:
+        out, err, code = await self._run([*argv, *args], stdin, stop, literal)
+        if code is not None and code not in ok:
             message = err.decode("utf-8", "replace").strip() or f"exit code {code}"
             raise SnapshotError(f"git {args[0]} failed in {self.project}: {message}")
         return out
 
     async def _run(
-        self, argv: list[str], stdin: bytes | None, stop: Stop | None
+        self, argv: list[str], stdin: bytes | None, stop: Stop | None, literal: bool = True
     ) -> tuple[bytes, bytes, int | None]:
         try:
             with trio.fail_after(self.timeout):
                 async with supervised_process(
                     argv,
                     cwd=self.project,
-                    env=self._env(),
+                    env=self._env(literal),
                     inherit_env=False,
                     stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -213,8 +227,46 @@ class Shadow(msgspec.Struct):
         return min(seen, limit + 1)
 
     async def snapshot(self) -> str:
-        """The tree of the working tree now (ignored files left out). Errors: SnapshotError."""
+        """The tree of the working tree now (ignored files left out). Errors: SnapshotError.
+
+        Where the project is watched (watch.py), a tree in which nothing changed since the last snapshot
+        is that snapshot's, without git.
+        """
+        watch = watch_of(self.git_dir, self.project) if self.watched and not self.index else None
+        if watch is not None and not watch.changed():
+            assert watch.tree is not None
+            return watch.tree
         await self.ensure()
+        if watch is not None and watch.stale:
+            await self._watch_again(watch)
+        tree = await self._write_tree()
+        if watch is not None and not watch.stale:
+            watch.tree = tree
+        return tree
+
+    async def _watch_again(self, watch: Watch) -> None:
+        """Watch every folder of the project but those git ignores as a whole (and holding no snapshotted
+        file): ``ls-files --directory`` names the candidates, ``check-ignore`` keeps those ignored themselves
+        (a folder of ignored files alone is listed too, yet a new file in it would be snapshotted)."""
+        listed = await self.git(
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        )
+        # check-ignore reads its paths as pathspecs: a name that could be magic or a glob stays watched.
+        candidates = [
+            p[:-1] for p in listed.split(b"\0") if p.endswith(b"/") and not _GLOB.search(p) and p[:1] != b":"
+        ]
+        ignored: set[bytes] = set()
+        if candidates:
+            stdin = b"\0".join(candidates) + b"\0"
+            # Exit code 1: none of them is ignored.
+            out = await self.git("check-ignore", "-z", "--stdin", stdin=stdin, ok=(0, 1), literal=False)
+            ignored = {p + b"/" for p in out.split(b"\0") if p}
+        try:
+            watch.start(ignored)
+        except Unwatchable as exc:
+            refuse(self.git_dir, str(exc))
+
+    async def _write_tree(self) -> str:
         await self.git("add", "--all", "--", ".")
         # The same index gives the same tree: the index's own checksum (its last 20 bytes) says
         # whether `git add` changed it, which saves one git process in most snapshots (the one
@@ -269,7 +321,7 @@ class Shadow(msgspec.Struct):
             index.unlink(missing_ok=True)
 
     async def _overlay(self, index: Path, base: str, top: str, paths: list[bytes]) -> str:
-        over = Shadow(self.git_dir, self.project, self.timeout, index=index)
+        over = Shadow(self.git_dir, self.project, self.timeout, index=index, watched=False)
         entries = await self.entries(top)
         lines = [entries.get(p) or b"0 " + EMPTY_BLOB_ID + b"\t" + p for p in paths]
         await over.git("read-tree", base)

@@ -66,9 +66,10 @@ class Recorder:
         max_files: int,
         emit: Callable[[str, dict[str, Any]], object],
         timeout: float = 300.0,
+        watch: bool = True,
     ) -> None:
         self.store, self.session_id, self.emit = store, session_id, emit
-        self.shadow = Shadow(shadow_dir(snapshots, project), project, timeout)
+        self.shadow = Shadow(shadow_dir(snapshots, project), project, timeout, watched=watch)
         self.max_files = max_files
         self.off = max_files <= 0  # snapshots are off for the rest of the turn (said once)
         self.counted = False
@@ -182,7 +183,8 @@ def _shadow(steps: list[CheckpointRow], snapshots: Path) -> Shadow:
         )
     if git_missing():
         raise UndoError("no_git", "git is not installed: mm diff and mm undo need it (install git)")
-    return Shadow(shadow_dir(snapshots, project), project)
+    # No watch: what undo checks and restores is what git reads now, whatever inotify could not see.
+    return Shadow(shadow_dir(snapshots, project), project, watched=False)
 
 
 async def _paths(shadow: Shadow, steps: list[CheckpointRow]) -> list[bytes]:

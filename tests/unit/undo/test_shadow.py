@@ -12,6 +12,7 @@ import trio
 
 from mmd.store import Store
 from mmd.undo import EMPTY_TREE, Recorder, Shadow, SnapshotError, UndoError, diff, shadow_dir, undo
+from mmd.undo import shadow as shadow_module
 from mmd.undo.shadow import Change
 
 pytestmark = pytest.mark.skipif(
@@ -266,6 +267,7 @@ async def test_a_call_that_changed_nothing_is_no_step_and_an_undo_with_nothing_t
 async def test_an_unchanged_index_skips_write_tree_and_a_changed_one_never_does(project, shadow, monkeypatch):
     # snapshot() keeps the tree of the last index by the index's checksum: one git (add) when
     # nothing changed, and never a stale tree after a change, even one of the same size.
+    monkeypatch.setattr(shadow_module, "watch_of", lambda *_: None)  # git each time, as without inotify
     ran: list[str] = []
     git = Shadow.git
 

@@ -1,0 +1,253 @@
+"""Whether a project's working tree may have changed since a moment: inotify on each of its folders.
+
+A checkpoint snapshots the tree right before and right after every write call (steps.py), and a snapshot
+is a git process or two (shadow.py). Most calls change nothing — a test run, an ``ls``, a ``grep`` — and
+between two calls the tree is most often as the last call left it. A :class:`Watch` lets a snapshot say
+"the tree of the last snapshot" without running git, when the kernel reported no change in between.
+
+Why that is sound: the kernel queues an event for a change as the change is made, and keeps it until it
+is read. :meth:`Watch.changed` reads the whole queue; the snapshot that follows reads the tree only after
+that. A change made after the read is in the queue at the next :meth:`Watch.changed` (so the next
+snapshot runs git); one made between the read and git's reading of the tree is in this snapshot, and in
+the queue too (the next snapshot runs git for nothing, which is only slower).
+
+Every folder is watched except those git ignores as a whole (``node_modules/``, ``.venv/``: nothing in
+them is snapshotted), the project's own ``.git`` included (its ``info/exclude`` and a nested repository's
+``HEAD`` are part of what a snapshot reads). A folder made or moved in, a ``.gitignore`` or
+``.git/info/exclude`` changed, or events lost (the queue overflowed) make the watch start again over the
+whole tree, before the snapshot that follows reads it.
+
+Where mm does not watch, a snapshot runs git as before: inotify missing or refused (no instance or watch
+left), more than ``max_folders`` folders to watch, an overlay index. What inotify cannot see is named in
+docs/undo.md: a file changed through a hard link outside the project, or through a shared ``mmap``, and
+changes made on another machine to a network file system.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import errno
+import logging
+import os
+import struct
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
+IN_CLOSE_WRITE = 0x00000008
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_ISDIR = 0x40000000
+# Every change to what a folder holds or to what its files hold, mode and times included.
+MASK = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+    | IN_DONT_FOLLOW
+)
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+# Folders watched in one project at most (each watch holds about a kilobyte of kernel memory).
+MAX_FOLDERS = 4096
+# Projects watched at once; the least recently snapshotted one stops being watched.
+MAX_WATCHES = 8
+# False: no project is watched and every snapshot runs git (bench/bench_snapshot.py compares the two).
+ENABLED = True
+# Seconds before a project that could not be watched (too many folders, no watch left) is tried again.
+RETRY_AFTER = 60.0
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    except (OSError, AttributeError):  # not Linux, or a libc without inotify
+        return None
+    return libc
+
+
+_LIBC = _libc()
+
+
+class Unwatchable(Exception):
+    """The tree cannot be watched now; the message says why (for the log)."""
+
+
+class Watch:
+    """The inotify watches of one project's folders, and the tree of the last snapshot taken since a read
+    of the queue found it empty.
+
+    ``tree`` is None until a snapshot sets it, and again as soon as :meth:`changed` finds an event.
+    """
+
+    def __init__(self, project: Path, max_folders: int | None = None) -> None:
+        self.project = os.fsencode(os.path.realpath(project))  # a link to it is watched as itself
+        self.max_folders = MAX_FOLDERS if max_folders is None else max_folders
+        self.tree: str | None = None
+        self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
+        self._fd = -1
+        self._folders: dict[int, bytes] = {}  # watch descriptor → folder, relative to the project
+
+    def changed(self) -> bool:
+        """Read every event queued; whether the tree may differ from ``tree`` (then ``tree`` is None).
+
+        Sets ``stale`` when the watches must be set again (see :meth:`start`). Errors: none.
+        """
+        changed = self.tree is None or self.stale
+        while self._fd >= 0:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                log.debug("inotify read failed: %s", exc)
+                self.stale = changed = True
+                break
+            changed = True
+            self._read(data)
+        if changed:
+            self.tree = None
+        return changed
+
+    def _read(self, data: bytes) -> None:
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size : offset + _EVENT.size + size].rstrip(b"\0")
+            offset += _EVENT.size + size
+            folder = self._folders.get(wd)
+            if mask & IN_IGNORED:
+                self._folders.pop(wd, None)
+            if (
+                mask & IN_Q_OVERFLOW
+                or (mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM))
+                or (folder == b"" and mask & (IN_DELETE_SELF | IN_MOVE_SELF))
+                or name == b".gitignore"
+                or folder == b".git/info"
+            ):
+                self.stale = True
+
+    def start(self, ignored: set[bytes]) -> None:
+        """Watch every folder of the project again, but the *ignored* ones (relative paths ending in ``/``,
+        as ``git ls-files --directory`` names them), starting from an empty queue.
+
+        Errors: Unwatchable (the old watches are gone; :meth:`changed` answers True till a start succeeds).
+        """
+        self.close()
+        self.tree = None
+        if _LIBC is None:
+            raise Unwatchable("inotify is not available here")
+        fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise Unwatchable(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
+        self._fd = fd
+        try:
+            self._walk(ignored)
+        except Unwatchable:
+            self.close()
+            raise
+        self.stale = False
+
+    def _walk(self, ignored: set[bytes]) -> None:
+        # Each folder is watched before it is listed: a child made after the listing is an event.
+        pending = [b""]
+        while pending:
+            folder = pending.pop()
+            if not self._add(folder):
+                continue  # gone meanwhile (its parent's event says so) or not a folder any more
+            try:
+                with os.scandir(os.path.join(self.project, folder)) as entries:
+                    for entry in entries:
+                        path = os.path.join(folder, entry.name) if folder else entry.name
+                        if entry.is_dir(follow_symlinks=False) and path + b"/" not in ignored:
+                            pending.append(path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone meanwhile: its parent's event says so
+            except OSError as exc:  # unreadable: what changes in it would go unseen
+                raise Unwatchable(f"cannot list {os.fsdecode(folder)}: {exc.strerror}") from None
+
+    def _add(self, folder: bytes) -> bool:
+        assert _LIBC is not None
+        if len(self._folders) >= self.max_folders:
+            raise Unwatchable(f"more than {self.max_folders} folders to watch")
+        wd = _LIBC.inotify_add_watch(
+            self._fd, os.path.join(self.project, folder) if folder else self.project, MASK
+        )
+        if wd >= 0:
+            self._folders[wd] = folder
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.ENOENT, errno.ENOTDIR) and folder:
+            return False  # gone meanwhile, or a file now: its parent's event says so
+        raise Unwatchable(f"inotify_add_watch {os.fsdecode(folder) or '.'}: {os.strerror(err)}")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+        self._folders.clear()
+        self.stale = True
+        self.tree = None
+
+    @property
+    def folders(self) -> int:
+        """How many folders are watched."""
+        return len(self._folders)
+
+
+# The watch of each shadow repository's project (by the shadow's folder), least recently used first.
+_watches: collections.OrderedDict[Path, Watch] = collections.OrderedDict()
+# When a project that could not be watched may be tried again (monotonic seconds), by shadow folder.
+_refused: dict[Path, float] = {}
+
+
+def watch_of(git_dir: Path, project: Path) -> Watch | None:
+    """The watch of *project* (shadow repository *git_dir*), made on first use; None where mm does not watch
+    it now (inotify missing, or it could not be watched less than RETRY_AFTER seconds ago)."""
+    if not ENABLED or _LIBC is None or _refused.get(git_dir, 0.0) > time.monotonic():
+        return None
+    watch = _watches.get(git_dir)
+    if watch is None or watch.project != os.fsencode(os.path.realpath(project)):
+        if watch is not None:
+            watch.close()
+        watch = _watches[git_dir] = Watch(project)
+        while len(_watches) > MAX_WATCHES:
+            _watches.popitem(last=False)[1].close()
+    _watches.move_to_end(git_dir)
+    return watch
+
+
+def refuse(git_dir: Path, reason: str) -> None:
+    """Stop watching the project of *git_dir* for RETRY_AFTER seconds (its snapshots run git meanwhile)."""
+    log.info("not watching the project of %s: %s; its snapshots run git", git_dir, reason)
+    watch = _watches.pop(git_dir, None)
+    if watch is not None:
+        watch.close()
+    _refused[git_dir] = time.monotonic() + RETRY_AFTER
+
+
+def forget() -> None:
+    """Close every watch (tests; a daemon's closes with it)."""
+    for watch in _watches.values():
+        watch.close()
+    _watches.clear()
+    _refused.clear()

@@ -1,0 +1,363 @@
+"""Snapshots that skip git when inotify saw no change (mmd/undo/watch.py), against real files and real git.
+
+Every test compares the watched shadow's tree with the tree git makes from scratch in a second shadow
+repository of the same project: a change the watch missed would show as a different tree.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mmd.store import Store
+from mmd.undo import Recorder, Shadow, shadow_dir, watch
+from mmd.undo.watch import Watch
+
+pytestmark = [
+    pytest.mark.skipif(os.system("git --version >/dev/null 2>&1") != 0, reason="git is not installed"),
+    pytest.mark.skipif(watch._LIBC is None, reason="no inotify here"),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_watch_left():
+    yield
+    watch.forget()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "src" / "a.py").write_text("a = 1\n")
+    (work / "notes.txt").write_text("notes\n")
+    (work / ".gitignore").write_text("node_modules/\n*.log\n")
+    (work / "node_modules" / "pkg").mkdir(parents=True)
+    (work / "node_modules" / "pkg" / "index.js").write_text("x\n")
+    return work
+
+
+class CountingShadow(Shadow):
+    """A shadow that names each git it runs in ``ran``."""
+
+    ran: list[str] = []
+
+    async def git(self, *args, **kw):
+        self.ran.append(args[0])
+        return await super().git(*args, **kw)
+
+
+class Counted:
+    """A watched shadow whose git processes are counted, and a second one that never watches (the reference)."""
+
+    def __init__(self, tmp_path: Path, project: Path) -> None:
+        self.ran: list[str] = []
+        self.shadow = CountingShadow(shadow_dir(tmp_path / "snapshots", project), project, ran=self.ran)
+        self.reference = Shadow(tmp_path / "reference", project)
+
+    async def snapshot(self) -> str:
+        """The watched shadow's tree, checked against git's tree made from scratch."""
+        self.ran.clear()
+        tree = await self.shadow.snapshot()
+        await self.reference.ensure()
+        assert tree == await self.reference._write_tree(), "the watch missed a change"
+        return tree
+
+
+@pytest.fixture
+def shadows(tmp_path: Path, project: Path) -> Counted:
+    return Counted(tmp_path, project)
+
+
+async def test_a_tree_nothing_changed_in_is_the_last_snapshot_without_git(shadows):
+    first = await shadows.snapshot()
+    assert "add" in shadows.ran  # the first one runs git, and sets the watches
+    for _ in range(3):
+        assert await shadows.snapshot() == first
+        assert shadows.ran == []
+
+
+def change_content(p: Path) -> None:
+    (p / "notes.txt").write_text("NOTES\n")  # same size
+
+
+def append(p: Path) -> None:
+    with open(p / "src" / "a.py", "a") as f:
+        f.write("b = 2\n")
+
+
+def truncate(p: Path) -> None:
+    os.truncate(p / "notes.txt", 0)
+
+
+def make_executable(p: Path) -> None:
+    (p / "notes.txt").chmod(0o755)
+
+
+def create(p: Path) -> None:
+    (p / "src" / "b.py").write_text("b\n")
+
+
+def delete(p: Path) -> None:
+    (p / "notes.txt").unlink()
+
+
+def rename(p: Path) -> None:
+    (p / "notes.txt").rename(p / "src" / "notes.md")
+
+
+def symlink(p: Path) -> None:
+    os.symlink("/etc/hostname", p / "link")
+
+
+def new_folder(p: Path) -> None:
+    (p / "docs" / "deep").mkdir(parents=True)
+    (p / "docs" / "deep" / "x.md").write_text("x\n")
+
+
+def unignore(p: Path) -> None:
+    (p / ".gitignore").write_text("*.log\n")
+
+
+CHANGES = [
+    change_content,
+    append,
+    truncate,
+    make_executable,
+    create,
+    delete,
+    rename,
+    symlink,
+    new_folder,
+    unignore,
+]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__)
+async def test_every_kind_of_change_between_snapshots_is_seen(shadows, project, change):
+    first = await shadows.snapshot()
+    change(project)
+    assert await shadows.snapshot() != first
+    assert "add" in shadows.ran
+
+
+async def test_a_file_in_a_folder_made_after_the_watches_were_set_is_seen(shadows, project):
+    await shadows.snapshot()
+    (project / "new" / "inner").mkdir(parents=True)
+    await shadows.snapshot()  # sees the folder: the watches are set again, over it too
+    (project / "new" / "inner" / "f.txt").write_text("f\n")
+    second = await shadows.snapshot()
+    (project / "new" / "inner" / "f.txt").write_text("g\n")
+    assert await shadows.snapshot() != second
+
+
+async def test_a_folder_moved_in_the_tree_is_still_watched_under_its_new_name(shadows, project):
+    (project / "old" / "sub").mkdir(parents=True)
+    await shadows.snapshot()
+    (project / "old").rename(project / "moved")
+    first = await shadows.snapshot()
+    (project / "moved" / "sub" / "f.txt").write_text("f\n")
+    assert await shadows.snapshot() != first
+
+
+async def test_a_folder_moved_in_from_outside_the_project_is_watched(shadows, project, tmp_path):
+    (tmp_path / "outside" / "sub").mkdir(parents=True)
+    await shadows.snapshot()
+    (tmp_path / "outside").rename(project / "inside")
+    first = await shadows.snapshot()
+    (project / "inside" / "sub" / "f.txt").write_text("f\n")
+    assert await shadows.snapshot() != first
+
+
+async def test_a_folder_ignored_again_is_watched_once_it_is_not(shadows, project):
+    await shadows.snapshot()
+    (project / "node_modules" / "pkg" / "index.js").write_text("changed\n")
+    await shadows.snapshot()  # ignored: the tree is the same (git may or may not run)
+    unignore(project)
+    first = await shadows.snapshot()
+    (project / "node_modules" / "pkg" / "index.js").write_text("changed again\n")
+    assert await shadows.snapshot() != first
+
+
+async def test_a_folder_excluded_in_git_info_is_watched_once_it_is_not(shadows, project):
+    (project / ".git" / "info").mkdir(parents=True)
+    (project / ".git" / "info" / "exclude").write_text("build/\n")
+    (project / "build").mkdir()
+    await shadows.snapshot()
+    (project / ".git" / "info" / "exclude").write_text("")
+    first = await shadows.snapshot()
+    (project / "build" / "out.txt").write_text("out\n")
+    assert await shadows.snapshot() != first
+
+
+async def test_a_change_in_an_ignored_folder_runs_no_git(shadows, project):
+    first = await shadows.snapshot()
+    (project / "node_modules" / "pkg" / "index.js").write_text("changed\n")
+    (project / "node_modules" / "new").mkdir()
+    assert await shadows.snapshot() == first
+    assert shadows.ran == []
+
+
+async def test_a_folder_of_ignored_files_alone_is_watched(shadows, project):
+    # ls-files --directory lists build/ (all it holds is ignored), yet a new file in it is snapshotted.
+    (project / "build").mkdir()
+    (project / "build" / "out.log").write_text("log\n")
+    first = await shadows.snapshot()
+    (project / "build" / "keep.txt").write_text("keep\n")
+    assert await shadows.snapshot() != first
+
+
+async def test_a_commit_in_a_nested_repository_changes_the_tree(shadows, project):
+    nested = project / "vendor"
+    nested.mkdir()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=nested, check=True, env=env)
+    (nested / "f").write_text("1\n")
+    subprocess.run([*git, "add", "f"], cwd=nested, check=True, env=env)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=nested, check=True, env=env)
+    first = await shadows.snapshot()
+    (nested / "f").write_text("2\n")
+    subprocess.run([*git, "commit", "-qam", "two"], cwd=nested, check=True, env=env)
+    assert await shadows.snapshot() != first
+
+
+async def test_lost_events_make_the_watch_start_again(shadows, project):
+    await shadows.snapshot()
+    # More events than the kernel queues (16,384 by default): two files in turn, so none are merged.
+    a, b = project / "notes.txt", project / "src" / "a.py"
+    for i in range(17_000):
+        os.utime(a if i % 2 else b, ns=(i, i))
+    (project / "late").mkdir()  # its event is lost: only the overflow says the watches are not complete
+    first = await shadows.snapshot()
+    (project / "late" / "c.py").write_text("c\n")
+    assert await shadows.snapshot() != first
+
+
+async def test_a_tree_with_too_many_folders_is_not_watched_and_snapshots_run_git(
+    shadows, project, monkeypatch
+):
+    monkeypatch.setattr(watch, "MAX_FOLDERS", 1)
+    first = await shadows.snapshot()
+    assert await shadows.snapshot() == first
+    assert "add" in shadows.ran  # not watched: git each time
+    change_content(project)
+    assert await shadows.snapshot() != first
+
+
+async def test_without_inotify_snapshots_run_git(shadows, project, monkeypatch):
+    monkeypatch.setattr(watch, "_LIBC", None)
+    first = await shadows.snapshot()
+    assert await shadows.snapshot() == first
+    assert "add" in shadows.ran
+    create(project)
+    assert await shadows.snapshot() != first
+
+
+async def test_only_a_few_projects_are_watched_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(watch, "MAX_WATCHES", 2)
+    made = []
+    for i in range(4):
+        work = tmp_path / f"p{i}"
+        work.mkdir()
+        (work / "f").write_text("f\n")
+        made.append(Shadow(shadow_dir(tmp_path / "s", work), work))
+        await made[-1].snapshot()
+    assert list(watch._watches) == [s.git_dir for s in made[2:]]
+
+
+def test_the_inotify_descriptor_is_not_inherited(tmp_path):
+    (tmp_path / "f").write_text("f\n")
+    w = Watch(tmp_path)
+    w.start(set())
+    try:
+        fds = subprocess.run(["ls", "/proc/self/fd"], capture_output=True, text=True, close_fds=False).stdout
+        assert str(w._fd) not in fds.split()
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_random_changes_never_give_a_stale_tree(shadows, project, seed):
+    rng = random.Random(seed)
+    names = ["a", "b", "c", "d.log"]
+
+    def folder() -> Path:
+        return rng.choice(
+            [project, project / "src", project / "x", project / "x" / "y", project / "node_modules"]
+        )
+
+    for _ in range(60):
+        for _ in range(rng.randrange(0, 3)):
+            where, name = folder(), rng.choice(names)
+            op = rng.randrange(6)
+            if op == 0:
+                where.mkdir(parents=True, exist_ok=True)
+                (where / name).write_text(rng.choice(["1", "22", "333"]))
+            elif op == 1 and (where / name).is_file():
+                (where / name).unlink()
+            elif op == 2 and (where / name).is_file():
+                (where / name).chmod(rng.choice([0o644, 0o755]))
+            elif op == 3 and where.is_dir() and where != project:
+                target = project / rng.choice(["x", "z", "src2"])
+                if not target.exists():
+                    where.rename(target)
+            elif op == 4:
+                (project / ".gitignore").write_text(rng.choice(["node_modules/\n", "*.log\n", "x/\n", ""]))
+            elif op == 5 and (where / name).is_file():
+                with open(where / name, "a") as f:
+                    f.write("+")
+        await shadows.snapshot()
+
+
+@pytest.mark.parametrize("watched", [True, False])
+async def test_a_turn_s_call_that_changes_nothing_runs_git_only_where_not_watched(
+    tmp_path, project, monkeypatch, watched
+):
+    ran: list[str] = []
+    git = Shadow.git
+
+    async def counted(self, *args, **kw):
+        ran.append(args[0])
+        return await git(self, *args, **kw)
+
+    monkeypatch.setattr(Shadow, "git", counted)
+    with Store.open(tmp_path / "mm.db") as store:
+        row = store.create_session(cwd=str(project), agent=None, model="m")
+        events: list[str] = []
+        rec = Recorder(
+            store=store,
+            session_id=row.id,
+            project=project,
+            snapshots=tmp_path / "snapshots",
+            max_files=1000,
+            emit=lambda kind, data: events.append(kind),
+            watch=watched,
+        )
+        first = await rec.before("c1")
+        assert first is not None and await rec.after("c1", "bash", "ls", first) is None
+        ran.clear()
+        for n in range(2, 4):  # calls that change nothing
+            before = await rec.before(f"c{n}")
+            assert before == first and await rec.after(f"c{n}", "bash", "ls", before) is None
+        assert ("add" in ran) is not watched
+        ran.clear()
+        before = await rec.before("c4")
+        (project / "notes.txt").write_text("changed\n")
+        step = await rec.after("c4", "bash", "edit", before)
+        assert step is not None and step.files == [{"path": "notes.txt", "change": "modified"}]
+        assert "add" in ran and events == ["files_changed"]
+
+
+async def test_a_project_reached_through_a_link_is_watched_as_itself(tmp_path, project):
+    link = tmp_path / "link"
+    os.symlink(project, link)
+    shadows = Counted(tmp_path, link)
+    first = await shadows.snapshot()
+    assert await shadows.snapshot() == first and shadows.ran == []
+    change_content(project)
+    assert await shadows.snapshot() != first
