@@ -65,14 +65,23 @@ MASK = (
     | IN_DONT_FOLLOW
 )
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
-# Folders watched in one project at most (each watch holds about a kilobyte of kernel memory).
+# Folders watched in one project at most (each watch holds about a kilobyte of kernel memory), and never more
+# than 1/32 of the user's inotify watches (fs.inotify.max_user_watches: editors need theirs).
 MAX_FOLDERS = 4096
 # Projects watched at once; the least recently snapshotted one stops being watched.
-MAX_WATCHES = 8
+MAX_WATCHES = 4
 # False: no project is watched and every snapshot runs git (bench/bench_snapshot.py compares the two).
 ENABLED = True
 # Seconds before a project that could not be watched (too many folders, no watch left) is tried again.
 RETRY_AFTER = 60.0
+
+
+def _user_watches() -> int:
+    try:
+        with open("/proc/sys/fs/inotify/max_user_watches") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 8192  # the old kernels' default
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -101,7 +110,7 @@ class Watch:
 
     def __init__(self, project: Path, max_folders: int | None = None) -> None:
         self.project = os.fsencode(os.path.realpath(project))  # a link to it is watched as itself
-        self.max_folders = MAX_FOLDERS if max_folders is None else max_folders
+        self.max_folders = min(MAX_FOLDERS, _user_watches() // 32) if max_folders is None else max_folders
         self.tree: str | None = None
         self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
         self._fd = -1

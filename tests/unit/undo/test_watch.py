@@ -361,3 +361,15 @@ async def test_a_project_reached_through_a_link_is_watched_as_itself(tmp_path, p
     assert await shadows.snapshot() == first and shadows.ran == []
     change_content(project)
     assert await shadows.snapshot() != first
+
+
+def test_a_project_never_takes_more_than_a_32nd_of_the_user_s_watches(tmp_path, monkeypatch):
+    monkeypatch.setattr(watch, "_user_watches", lambda: 8192)
+    assert Watch(tmp_path).max_folders == 256
+    monkeypatch.setattr(watch, "_user_watches", lambda: 1 << 20)
+    assert Watch(tmp_path).max_folders == watch.MAX_FOLDERS
+    monkeypatch.setattr(watch, "_user_watches", lambda: 64)
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(watch.Unwatchable, match="more than 2 folders"):
+        Watch(tmp_path).start(set())
