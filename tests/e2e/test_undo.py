@@ -153,6 +153,38 @@ def test_a_declared_tool_that_creates_files_in_a_folder_that_is_not_a_git_reposi
     assert not (work / "out").exists()  # the folders it created are gone with their files
 
 
+def test_calls_that_change_nothing_are_no_steps_and_a_change_between_turns_is_nobody_s_step(
+    mm_home, scripted, project
+):
+    # The daemon watches the project (mmd/undo/watch.py): a snapshot of an unchanged tree runs no git.
+    # What the steps record must not depend on it: each step has exactly its call's files, and what
+    # someone else changed between two turns belongs to no step.
+    work = project
+    scripted(
+        [
+            bash("cat notes.txt"),
+            bash("echo one > one.txt"),
+            bash("ls -la && git status --short"),
+            bash("mkdir -p made/deep && echo two > made/deep/two.txt"),
+            bash("echo three > made/deep/three.txt"),
+            {"text": "Done."},
+        ]
+    )
+    steps = changed(turn(work))
+    assert [sorted(f["path"] for f in s["files"]) for s in steps] == [
+        ["one.txt"],
+        ["made/deep/two.txt"],
+        ["made/deep/three.txt"],  # in a folder made by the call before: watched since
+    ]
+    (work / "notes.txt").write_text("my own edit\n")  # by someone else, between the turns
+    scripted([bash("cat notes.txt"), bash("echo four > four.txt"), {"text": "Done."}])
+    [step] = changed(turn(work))
+    assert step["files"] == [{"path": "four.txt", "change": "added"}]
+    mm_ok("undo", cwd=work)
+    assert not (work / "four.txt").exists()
+    assert (work / "notes.txt").read_text() == "my own edit\n"  # not undone: no step of mm's
+
+
 def test_undo_refuses_files_changed_since_and_names_them_unless_forced(mm_home, scripted):
     work = mm_home / "work"
     (work / "config.ini").write_text("a = 1\n")
