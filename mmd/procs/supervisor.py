@@ -680,13 +680,19 @@ def sweep_orphans(owner: str, grace: float = 1.0) -> list[int]:
     Errors: none; processes that vanish meanwhile are skipped.
     """
     prefix = f"{TAG_VAR}={owner}.".encode()
-    victims = [
-        (pid, ticks)
-        for pid in _pids()
-        if pid != os.getpid()
-        and any(e.startswith(prefix) for e in _read_proc(pid, "environ").split(b"\0"))
-        and (ticks := _start_ticks(pid)) is not None
-    ]
+    # A process started within the last second may be in the middle of its exec, its environment empty
+    # for a moment: that one is looked at again (_environ), the others once (kernel threads, processes
+    # of other users and those that cleared their environment read empty too).
+    recent = _now_ticks() - _CLK_TCK
+    victims = []
+    for pid in _pids():
+        if pid == os.getpid() or (ticks := _start_ticks(pid)) is None:
+            continue
+        env = _read_proc(pid, "environ").split(b"\0")
+        if env == [b""] and ticks >= recent:
+            env = _environ(pid)
+        if any(e.startswith(prefix) for e in env):
+            victims.append((pid, ticks))
     _terminate(victims, grace)
     return [pid for pid, _ in victims]
 
@@ -729,15 +735,33 @@ def _carries(pid: int, needle: bytes) -> bool:
     and looked at again, a few times over about 5 ms; a zombie's is empty for good, and so is that of a
     process that cleared its own (``env -i``): after the last look it counts as untagged.
     """
+    return needle in _environ(pid)
+
+
+def _environ(pid: int) -> list[bytes]:
+    """The entries of *pid*'s environment, looked at again while it reads empty and *pid* lives (_carries)."""
     for pause in _RELOOK:
         env = _read_proc(pid, "environ")
         if env:
-            return needle in env.split(b"\0")
+            return env.split(b"\0")
         stat = _stat(pid)
         if stat is None or stat[0] in "ZX":
-            return False
+            return []
         time.sleep(pause)
-    return needle in _read_proc(pid, "environ").split(b"\0")
+    return _read_proc(pid, "environ").split(b"\0")
+
+
+# Clock ticks a second, the unit of a process's start time in /proc.
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _now_ticks() -> float:
+    """Clock ticks since boot now, as a process's start time counts them."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            return float(f.read().split()[0]) * _CLK_TCK
+    except (OSError, ValueError, IndexError):
+        return 0.0  # every process counts as recent: looked at again if it reads empty
 
 
 # The pauses between looks at an environment that reads empty (_carries).
