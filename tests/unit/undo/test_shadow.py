@@ -264,18 +264,13 @@ async def test_a_call_that_changed_nothing_is_no_step_and_an_undo_with_nothing_t
     assert row is None and first == 1 and len(store.checkpoints(rec.session_id)) == 1
 
 
-async def test_an_unchanged_index_skips_write_tree_and_a_changed_one_never_does(project, shadow, monkeypatch):
+async def test_an_unchanged_index_skips_write_tree_and_a_changed_one_never_does(
+    project, shadow, monkeypatch, git_runs
+):
     # snapshot() keeps the tree of the last index by the index's checksum: one git (add) when
     # nothing changed, and never a stale tree after a change, even one of the same size.
     monkeypatch.setattr(shadow_module, "watch_of", lambda *_: None)  # git each time, as without inotify
-    ran: list[str] = []
-    git = Shadow.git
-
-    async def counted(self, *args, **kw):
-        ran.append(args[0])
-        return await git(self, *args, **kw)
-
-    monkeypatch.setattr(Shadow, "git", counted)
+    ran = git_runs
     first = await shadow.snapshot()
     # git may rewrite a racily clean index again (files as new as the index); then it settles.
     for _ in range(10):

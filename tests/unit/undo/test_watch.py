@@ -316,16 +316,9 @@ async def test_random_changes_never_give_a_stale_tree(shadows, project, seed):
 
 @pytest.mark.parametrize("watched", [True, False])
 async def test_a_turn_s_call_that_changes_nothing_runs_git_only_where_not_watched(
-    tmp_path, project, monkeypatch, watched
+    tmp_path, project, git_runs, watched
 ):
-    ran: list[str] = []
-    git = Shadow.git
-
-    async def counted(self, *args, **kw):
-        ran.append(args[0])
-        return await git(self, *args, **kw)
-
-    monkeypatch.setattr(Shadow, "git", counted)
+    ran = git_runs
     with Store.open(tmp_path / "mm.db") as store:
         row = store.create_session(cwd=str(project), agent=None, model="m")
         events: list[str] = []
