@@ -18,9 +18,10 @@ them is snapshotted), the project's own ``.git`` included (its ``info/exclude`` 
 whole tree, before the snapshot that follows reads it.
 
 Where mm does not watch, a snapshot runs git as before: inotify missing or refused (no instance or watch
-left), more than ``max_folders`` folders to watch, an overlay index. What inotify cannot see is named in
-docs/undo.md: a file changed through a hard link outside the project, or through a shared ``mmap``, and
-changes made on another machine to a network file system.
+left), more than ``max_folders`` folders to watch, a folder on a file system another machine can change
+without an event here (anything not in LOCAL_FILE_SYSTEMS: nfs, cifs, 9p, virtiofs, fuse), an overlay
+index. What inotify cannot see is named in docs/undo.md: a file changed through a hard link outside the
+project, or through a shared ``mmap``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,30 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; t
 MAX_FOLDERS = 4096
 # Projects watched at once; the least recently snapshotted one stops being watched.
 MAX_WATCHES = 4
+# File systems on which every change is made through this kernel, so that inotify reports it. A network or
+# shared one (nfs, cifs, 9p and virtiofs — WSL's /mnt/c, a VM's shared folder —, fuse) can be changed from
+# elsewhere without an event: a project with a folder on one is not watched.
+LOCAL_FILE_SYSTEMS = frozenset(
+    {
+        "btrfs",
+        "bcachefs",
+        "exfat",
+        "ext2",
+        "ext3",
+        "ext4",
+        "f2fs",
+        "hfsplus",
+        "jfs",
+        "nilfs2",
+        "overlay",
+        "ramfs",
+        "reiserfs",
+        "tmpfs",
+        "vfat",
+        "xfs",
+        "zfs",
+    }
+)
 # False: no project is watched and every snapshot runs git (bench/bench_snapshot.py compares the two).
 ENABLED = True
 # Seconds before a project that could not be watched (too many folders, no watch left) is tried again.
@@ -82,6 +107,24 @@ def _user_watches() -> int:
             return int(f.read())
     except (OSError, ValueError):
         return 8192  # the old kernels' default
+
+
+def _file_systems() -> dict[int, str]:
+    """The type of each mounted file system, by its device number (/proc/self/mountinfo)."""
+    found: dict[int, str] = {}
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            for line in f:
+                fields = line.split()
+                try:
+                    major, minor = fields[2].split(b":")
+                    kind = fields[fields.index(b"-") + 1]
+                    found[os.makedev(int(major), int(minor))] = kind.decode("ascii", "replace")
+                except (ValueError, IndexError):
+                    continue
+    except OSError:
+        pass
+    return found
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -115,6 +158,8 @@ class Watch:
         self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
         self._fd = -1
         self._folders: dict[int, bytes] = {}  # watch descriptor → folder, relative to the project
+        self._mounts: dict[int, str] = {}  # file system type by device number, read at each start
+        self._devices: dict[int, str] = {}  # the devices the folders are on, checked
 
     def changed(self) -> bool:
         """Read every event queued; whether the tree may differ from ``tree`` (then ``tree`` is None).
@@ -169,6 +214,7 @@ class Watch:
         if fd < 0:
             raise Unwatchable(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
         self._fd = fd
+        self._devices, self._mounts = {}, _file_systems()
         try:
             self._walk(ignored)
         except Unwatchable:
@@ -198,6 +244,20 @@ class Watch:
         assert _LIBC is not None
         if len(self._folders) >= self.max_folders:
             raise Unwatchable(f"more than {self.max_folders} folders to watch")
+        try:
+            device = os.lstat(os.path.join(self.project, folder) if folder else self.project).st_dev
+        except (FileNotFoundError, NotADirectoryError):
+            if folder:
+                return False  # gone meanwhile: its parent's event says so
+            raise Unwatchable("the project is gone") from None
+        except OSError as exc:
+            raise Unwatchable(f"cannot read {os.fsdecode(folder) or '.'}: {exc.strerror}") from None
+        if device not in self._devices:
+            kind = self._devices[device] = self._mounts.get(device, "unknown")
+            if kind not in LOCAL_FILE_SYSTEMS:
+                raise Unwatchable(
+                    f"{os.fsdecode(folder) or '.'} is on a file system ({kind}) that may change without an event here"
+                )
         wd = _LIBC.inotify_add_watch(
             self._fd, os.path.join(self.project, folder) if folder else self.project, MASK
         )

@@ -366,3 +366,21 @@ def test_a_project_never_takes_more_than_a_32nd_of_the_user_s_watches(tmp_path, 
         (tmp_path / name).mkdir()
     with pytest.raises(watch.Unwatchable, match="more than 2 folders"):
         Watch(tmp_path).start(set())
+
+
+async def test_a_project_on_a_file_system_changed_from_elsewhere_is_not_watched(
+    shadows, project, monkeypatch
+):
+    # A network or shared file system (nfs, 9p: WSL's /mnt/c) may change with no event here.
+    device = os.lstat(project / "src").st_dev
+    monkeypatch.setattr(watch, "_file_systems", lambda: {device: "nfs4"})
+    first = await shadows.snapshot()
+    assert await shadows.snapshot() == first
+    assert "add" in shadows.ran  # not watched: git each time
+    with pytest.raises(watch.Unwatchable, match=r"file system \(nfs4\)"):
+        Watch(project).start(set())
+
+
+def test_the_file_system_this_test_runs_on_is_known(tmp_path):
+    kinds = watch._file_systems()
+    assert kinds.get(os.lstat(tmp_path).st_dev) is not None
