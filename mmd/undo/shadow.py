@@ -236,11 +236,14 @@ class Shadow(msgspec.Struct):
         if watch is not None and not watch.changed():
             assert watch.tree is not None
             return watch.tree
+        read = watch.reads if watch is not None else 0
         await self.ensure()
         if watch is not None and watch.stale:
             await self._watch_again(watch)
         tree = await self._write_tree()
-        if watch is not None and not watch.stale:
+        # Another snapshot that read the queue meanwhile (none does under steps.py's lock) may have taken
+        # events this tree was read before: then it is not kept as the unchanged tree.
+        if watch is not None and not watch.stale and watch.reads == read:
             watch.tree = tree
         return tree
 

@@ -156,6 +156,9 @@ class Watch:
         self.max_folders = min(MAX_FOLDERS, _user_watches() // 32) if max_folders is None else max_folders
         self.tree: str | None = None
         self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
+        self.reads = (
+            0  # how many times the queue was read: a snapshot sets ``tree`` only if none came after its own
+        )
         self._fd = -1
         self._folders: dict[int, bytes] = {}  # watch descriptor → folder, relative to the project
         self._mounts: dict[int, str] = {}  # file system type by device number, read at each start
@@ -166,6 +169,7 @@ class Watch:
 
         Sets ``stale`` when the watches must be set again (see :meth:`start`). Errors: none.
         """
+        self.reads += 1
         changed = self.tree is None or self.stale
         while self._fd >= 0:
             try:

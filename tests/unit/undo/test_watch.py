@@ -384,3 +384,27 @@ async def test_a_project_on_a_file_system_changed_from_elsewhere_is_not_watched(
 def test_the_file_system_this_test_runs_on_is_known(tmp_path):
     kinds = watch._file_systems()
     assert kinds.get(os.lstat(tmp_path).st_dev) is not None
+
+
+async def test_a_snapshot_never_keeps_a_tree_read_before_a_change_another_reader_took(shadows, project):
+    # steps.py's lock keeps two snapshots of a shadow from running at once (git's index.lock too); were
+    # they not, one could read the queue, taking the event of a change made after the other's git read
+    # the tree: that tree must not then be kept as the unchanged one.
+    await shadows.snapshot()
+    w = watch.watch_of(shadows.shadow.git_dir, project)
+    change_content(project)
+    git = CountingShadow.git
+
+    async def then_change(self, *args, **kw):
+        out = await git(self, *args, **kw)
+        if args[0] == "add":  # the tree is read: change it, and let another reader take the event
+            append(project)
+            assert w.changed()
+        return out
+
+    CountingShadow.git = then_change
+    try:
+        await shadows.shadow.snapshot()
+    finally:
+        CountingShadow.git = git
+    await shadows.snapshot()  # compared with git's tree from scratch
