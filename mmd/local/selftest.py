@@ -27,7 +27,7 @@ import msgspec
 
 from .. import paths
 from ..untrusted import check_json
-from . import catalog, cpu
+from . import catalog, children, cpu
 
 QUESTION = "What is 12 + 30? Reply with the number only."
 EXPECTED = "42"
@@ -180,15 +180,13 @@ def _run(name: str, expect_answer: bool) -> Result:
         log.write(f"--- mm self-test starts {' '.join(argv)}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env={}
-            )
+            proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={})
         except OSError as exc:
             return Result("error", f"could not start {argv[0]}: {exc.strerror or exc}", log=str(logfile))
         try:
             result = _exchange(proc, port, expect_answer)
         finally:
-            _stop(proc)
+            children.stop_group(proc, grace=5.0)
     result.seconds = round(time.monotonic() - t0, 2)
     result.log = str(logfile)
     if result.outcome == "crashed":
@@ -278,16 +276,3 @@ def _healthy(base: str) -> bool:
             return resp.status == 200
     except (OSError, urllib.error.URLError):
         return False
-
-
-def _stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """SIGTERM to the server's process group, SIGKILL after *grace*, then reap."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()

@@ -445,6 +445,7 @@ OWN_SPAWNERS = {
     "mmd/procs/supervisor.py": "the supervisor itself",
     "mmd/local/install.py": "`mm local setup`: a process of its own (python -m mmd.local.install)",
     "mmd/local/selftest.py": "run by mmd/local/install.py, in that process",
+    "mmd/local/children.py": "the children of mmd/local/install.py and selftest.py, in that process",
 }
 SPAWN_CALLS = re.compile(
     r"\b(subprocess\.(run|Popen|call|check_call|check_output)|trio\.run_process|open_process|os\.fork|"

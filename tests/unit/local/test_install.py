@@ -47,3 +47,40 @@ def test_a_size_mismatch_and_a_missing_member_are_refused(tmp_path: Path) -> Non
             size=model.size,
             sha256=model.sha256,
         )
+
+
+def test_an_interrupt_while_a_build_child_starts_stops_it_too(tmp_path: Path) -> None:
+    # SIGTERM (or Ctrl-C) that lands inside Popen, before the child is registered, used to leave it running.
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = f"""
+import os, signal, subprocess
+from pathlib import Path
+from mmd.local import install
+signal.signal(signal.SIGTERM, install._interrupt)
+real = subprocess.Popen
+def popen(*args, **kw):
+    proc = real(*args, **kw)
+    print(proc.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # the interrupt comes while the child starts
+    return proc
+subprocess.Popen = popen
+try:
+    install._run(["sleep", "1000"], Path({str(tmp_path / "b.log")!r}), "build")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    pid, said = out.split()
+    assert said == "interrupted"
+    try:
+        child = psutil.Process(int(pid))
+        running = child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        running = False  # gone: stopped with its group
+    if running:
+        child.kill()  # leave no orphan behind the failure
+    assert not running
