@@ -61,11 +61,6 @@ def stop_group(proc: subprocess.Popen[Any], grace: float = 3.0) -> None:
     _running.discard(proc)
 
 
-def forget(proc: subprocess.Popen[Any]) -> None:
-    """The child has ended (or is stopped by its caller): it is not stop_all's any more."""
-    _running.discard(proc)
-
-
 def stop_all() -> None:
     """Stop every child still running, each with its group (the setup is interrupted)."""
     global _stopping

