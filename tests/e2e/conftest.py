@@ -166,6 +166,22 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def cmdline_of(proc: psutil.Process) -> list[str]:
+    """*proc*'s command line; [] for a zombie or a process gone meanwhile (a list of children holds both)."""
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
+def name_of(proc: psutil.Process) -> str:
+    """*proc*'s name; "" for a process gone meanwhile."""
+    try:
+        return proc.name()
+    except psutil.Error:
+        return ""
+
+
 def daemon_pids(home: Path) -> list[int]:
     sock = str(socket_of(home))
     pids = []

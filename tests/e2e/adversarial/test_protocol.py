@@ -13,7 +13,7 @@ import psutil
 
 from mmd.rpc import PROTOCOL_VERSION, RPCError
 
-from ..conftest import run_mm, spawn_mm, start_mmd, stop_daemon
+from ..conftest import name_of, run_mm, spawn_mm, start_mmd, stop_daemon
 from .raw_client import Raw, scripted_agent, wait_until
 from .serves import assert_daemon_serves
 
@@ -93,7 +93,7 @@ def test_a_daemon_killed_mid_turn_leaves_the_turn_closed_as_interrupted(mm_home)
 
         def sleeping() -> psutil.Process | None:
             kids = daemon.children(recursive=True)
-            return next((p for p in kids if p.name() == "sleep"), None)
+            return next((p for p in kids if name_of(p) == "sleep"), None)
 
         sleeper = wait_until(sleeping, "the tool's sleep starts")
         with Raw(mm_home) as raw:
