@@ -155,21 +155,14 @@ async def test_a_file_in_a_folder_made_after_the_watches_were_set_is_seen(shadow
     assert await shadows.snapshot() != second
 
 
-async def test_a_folder_moved_in_the_tree_is_still_watched_under_its_new_name(shadows, project):
-    (project / "old" / "sub").mkdir(parents=True)
+@pytest.mark.parametrize("source", ["work/old", "outside"], ids=["within_the_project", "from_outside_it"])
+async def test_a_folder_moved_is_watched_under_its_new_name(shadows, project, tmp_path, source):
+    # Within the project its watches go with it; from outside it had none, and its move-in sets them.
+    (tmp_path / source / "sub").mkdir(parents=True)
     await shadows.snapshot()
-    (project / "old").rename(project / "moved")
+    (tmp_path / source).rename(project / "moved")
     first = await shadows.snapshot()
     (project / "moved" / "sub" / "f.txt").write_text("f\n")
-    assert await shadows.snapshot() != first
-
-
-async def test_a_folder_moved_in_from_outside_the_project_is_watched(shadows, project, tmp_path):
-    (tmp_path / "outside" / "sub").mkdir(parents=True)
-    await shadows.snapshot()
-    (tmp_path / "outside").rename(project / "inside")
-    first = await shadows.snapshot()
-    (project / "inside" / "sub" / "f.txt").write_text("f\n")
     assert await shadows.snapshot() != first
 
 
