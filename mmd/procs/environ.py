@@ -99,7 +99,30 @@ def child_environment(
     """
     source = os.environ if environ is None else environ
     if inherit:
-        base = {k: v for k, v in source.items() if k in pass_env or not is_secret(k)}
+        kept = _daemon_kept() if environ is None else None
+        if kept is None:
+            kept = {k: v for k, v in source.items() if not is_secret(k)}
+        base = {**kept, **{k: source[k] for k in pass_env if k in source}}
     else:
         base = {k: source[k] for k in pass_env if k in source}
     return {**base, **extra}
+
+
+# The daemon's environment less its secrets, and what it was made from: os.environ's raw bytes and
+# how many names were withheld (that set only grows). A spawn compares the two (a C-level dict
+# comparison) instead of decoding and judging every variable again: 40 variables cost ~500 Python
+# calls, a quarter of a tool call's supervision.
+_kept_cache: tuple[dict[bytes, bytes], int, dict[str, str]] | None = None
+
+
+def _daemon_kept() -> dict[str, str] | None:
+    global _kept_cache
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping behind os.environ
+    if not isinstance(raw, dict):
+        return None
+    cached = _kept_cache
+    if cached is not None and cached[1] == len(_withheld) and cached[0] == raw:
+        return cached[2]
+    kept = {k: v for k, v in os.environ.items() if not is_secret(k)}
+    _kept_cache = (dict(raw), len(_withheld), kept)
+    return kept

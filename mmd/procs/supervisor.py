@@ -51,7 +51,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from subprocess import DEVNULL
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 import trio
@@ -63,6 +63,7 @@ from mmd.sandbox.landlock import Unavailable
 from mmd.sandbox.links import HardLinkRefused, check_links
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Seconds between two records of a running child's descendants while they change.
 POLL_INTERVAL = 0.05
@@ -208,7 +209,7 @@ async def supervised_process(
         yield tree.proc
     finally:
         await _stop(tree, grace)
-        await _close(tree)
+        _close(tree)
 
 
 async def communicate(
@@ -387,12 +388,7 @@ async def _spawn(
     stdio = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio}
     _spawning += 1  # until the new child is in _leaders, no zombie child is taken for an orphan
     try:
-        if sandbox is not None and sandbox.confined:
-            proc = await _open_confined(argv, sandbox, cwd=cwd, env=child_env, **stdio)
-        else:
-            proc = await trio.lowlevel.open_process(
-                argv, cwd=cwd, env=child_env, start_new_session=True, **stdio
-            )
+        proc = await _open(argv, sandbox, cwd=cwd, env=child_env, **stdio)
         _leaders.add(proc.pid)
     finally:
         _spawning -= 1
@@ -405,55 +401,38 @@ async def _spawn(
         raise
 
 
-async def _open_confined(argv: list[str], sandbox: Sandbox, **options: Any) -> trio.Process:
-    """``trio.lowlevel.open_process``, the child confined to *sandbox* from its first instruction.
+async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> trio.Process:
+    """Start the child in a new session as ``trio.lowlevel.open_process`` would, confined to *sandbox* if
+    it is not off.
 
-    Landlock and no_new_privs belong to a thread, and a process inherits its
-    creator thread's: so a thread is made for this one spawn, confines itself,
-    starts the child (subprocess's vfork fast path kept, no Python code run in
-    the child) and ends. The daemon's other threads are never confined. The
-    pipes are made here as trio makes them, since trio's own open_process
-    starts the child in a pooled thread that would stay confined.
+    Unconfined, subprocess.Popen runs right here, in the event loop's thread: its vfork fast path returns
+    once the child has exec'd (a fraction of a millisecond), and trio's hop to a worker thread and back
+    cost more than that (a third of a tool call's supervision). Confined, a thread is made for this one
+    spawn (:func:`_in_new_thread`): Landlock and no_new_privs belong to a thread, and a process
+    inherits its creator thread's, so that thread checks the project's hard links, confines itself and
+    starts the child (no Python code runs in the child); the daemon's other threads are never confined.
+    The pipes are made here as trio makes them.
 
-    Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable,
-    OSError, ValueError.
+    Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable, OSError, ValueError.
     """
     parent_ends: list[trio.lowlevel.FdStream | None] = [None, None, None]
     child_ends: list[int] = []
-    for i, name in enumerate(("stdin", "stdout", "stderr")):
-        if options.get(name) == subprocess.PIPE:
-            r, w = os.pipe()
-            mine, theirs = (w, r) if i == 0 else (r, w)
-            parent_ends[i] = trio.lowlevel.FdStream(mine)
-            child_ends.append(theirs)
-            options[name] = theirs
-
-    def start() -> subprocess.Popen[bytes]:
-        if (missing := unavailable_reason(sandbox)) is not None:
-            raise Unavailable(missing)
-        check_links(sandbox.roots)
-        outcome: list[Any] = []
-
-        def confined() -> None:
-            try:
-                confine_thread(sandbox)
-                outcome.append(subprocess.Popen(argv, start_new_session=True, **options))
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append(exc)
-
-        thread = threading.Thread(target=confined, name="mm-sandbox-spawn")
-        thread.start()
-        thread.join()
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        return outcome[0]
-
     try:
-        popen = await trio.to_thread.run_sync(start)
+        for i, name in enumerate(("stdin", "stdout", "stderr")):
+            if options.get(name) == subprocess.PIPE:
+                r, w = os.pipe()
+                mine, theirs = (w, r) if i == 0 else (r, w)
+                child_ends.append(theirs)
+                parent_ends[i] = trio.lowlevel.FdStream(mine)
+                options[name] = theirs
+        if sandbox is None or not sandbox.confined:
+            popen = subprocess.Popen(argv, start_new_session=True, **options)
+        else:
+            popen = await _in_new_thread(_start_confined, argv, sandbox, options)
     except BaseException:
         for stream in parent_ends:
             if stream is not None:
-                await stream.aclose()
+                stream.close()
         raise
     finally:
         for fd in child_ends:
@@ -463,30 +442,67 @@ async def _open_confined(argv: list[str], sandbox: Sandbox, **options: Any) -> t
     return trio.Process._create(popen, *parent_ends)  # type: ignore[attr-defined]
 
 
+def _start_confined(argv: list[str], sandbox: Sandbox, options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    # Runs in a thread of its own, which stays confined: _in_new_thread never reuses it.
+    if (missing := unavailable_reason(sandbox)) is not None:
+        raise Unavailable(missing)
+    check_links(sandbox.roots)
+    confine_thread(sandbox)
+    return subprocess.Popen(argv, start_new_session=True, **options)
+
+
+async def _in_new_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a new thread that ends with it; the task waits, uncancellable, for its outcome.
+
+    trio.to_thread would run *fn* in a pooled thread, which a confinement would leave confined for the
+    next job; and a pooled thread starting one more thread is two hops where one does.
+    """
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+    done: list[tuple[bool, Any]] = []
+
+    def body() -> None:
+        try:
+            done.append((True, fn(*args)))
+        except BaseException as exc:  # handed to the task
+            done.append((False, exc))
+        token.run_sync_soon(trio.lowlevel.reschedule, task)
+
+    threading.Thread(target=body, name="mm-sandbox-spawn", daemon=True).start()
+    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+    ok, value = done[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: float) -> bool:
     """Pump the output until the child exits or time is up, stop the tree; True on timeout."""
+    left = [2]  # pumps still reading
+    drained = trio.Event()
+
+    async def pump(stream: Any, name: str) -> None:
+        await _pump(stream, name, capture)
+        left[0] -= 1
+        if not left[0]:
+            drained.set()
+
     try:
         async with trio.open_nursery() as nursery:
-            drained = trio.Event()
-            nursery.start_soon(_pump_both, tree.proc, capture, drained)
+            nursery.start_soon(pump, tree.proc.stdout, "stdout")
+            nursery.start_soon(pump, tree.proc.stderr, "stderr")
             with trio.move_on_after(timeout) as timer:
                 await tree.wait_exit()
             await _stop(tree, grace)
-            with trio.move_on_after(DRAIN_WAIT):
-                await drained.wait()
-            nursery.cancel_scope.cancel()
+            if not drained.is_set():
+                with trio.move_on_after(DRAIN_WAIT):
+                    await drained.wait()
+                nursery.cancel_scope.cancel()
         capture.finish()
         return timer.cancelled_caught
     finally:
         await _stop(tree, grace)
-        await _close(tree)
-
-
-async def _pump_both(proc: trio.Process, capture: OutputCapture, drained: trio.Event) -> None:
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_pump, proc.stdout, "stdout", capture)
-        nursery.start_soon(_pump, proc.stderr, "stderr", capture)
-    drained.set()
+        _close(tree)
 
 
 async def _pump(stream: Any, name: str, capture: OutputCapture) -> None:
@@ -512,7 +528,8 @@ async def _stop(tree: _Tree, grace: float) -> None:
             # Catch what the TERM handlers started.
             await _off_thread(tree, tree.record_tagged)
         tree.signal(signal.SIGKILL)
-        await tree.proc.wait()
+        if tree.proc.poll() is None:  # poll reaps a child that has exited: no lock, no checkpoint
+            await tree.proc.wait()
         _leaders.discard(tree.proc.pid)
         if not await _wait_gone(tree, KILL_WAIT):
             log.warning("processes of %s survived SIGKILL: %s", tree.proc.pid, tree.alive())
@@ -539,6 +556,8 @@ def _record_all(tree: _Tree) -> None:
 async def _wait_gone(tree: _Tree, timeout: float) -> bool:
     # Most processes die within a millisecond of a signal: look early, then back off.
     delay = GONE_POLL / 16
+    if tree.exited() and not tree.alive():  # the usual case: no scope to set up
+        return True
     with trio.move_on_after(timeout):
         while not tree.exited() or tree.alive():
             await trio.sleep(delay)
@@ -547,11 +566,11 @@ async def _wait_gone(tree: _Tree, timeout: float) -> bool:
     return False
 
 
-async def _close(tree: _Tree) -> None:
-    with trio.CancelScope(shield=True):
-        for stream in (tree.proc.stdin, tree.proc.stdout, tree.proc.stderr):
-            if stream is not None:
-                await stream.aclose()
+def _close(tree: _Tree) -> None:
+    # Synchronous (FdStream.close): nothing to wait for, and a call may close twice (its finally).
+    for stream in (tree.proc.stdin, tree.proc.stdout, tree.proc.stderr):
+        if stream is not None:
+            stream.close()
     tree.close()
 
 

@@ -189,6 +189,28 @@ async def test_children_never_inherit_a_secret(tmp_path: Path, monkeypatch: pyte
     assert json.loads(out) == {names[0]: None, names[1]: "plain"}
 
 
+def test_the_daemons_kept_environment_follows_every_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    # child_environment keeps the filtered os.environ between spawns: a variable set, changed or
+    # removed since, or a name withheld since, must show in the very next child's environment.
+    name = "MMTEST_KEPT_PLAIN"
+    monkeypatch.setattr(environ, "_withheld", set())  # withhold() lasts the process's life
+    monkeypatch.delenv(name, raising=False)
+    assert name not in environ.child_environment({})
+    monkeypatch.setenv(name, "one")
+    assert environ.child_environment({})[name] == "one"
+    monkeypatch.setenv(name, "two")  # same names, another value
+    assert environ.child_environment({})[name] == "two"
+    environ.withhold([name])
+    assert name not in environ.child_environment({})
+    assert environ.child_environment({}, pass_env=[name])[name] == "two"
+    monkeypatch.setenv("MMTEST_KEPT_OTHER", "x")
+    monkeypatch.delenv(name)
+    got = environ.child_environment({"X": "1"})
+    assert name not in got and got["MMTEST_KEPT_OTHER"] == "x" and got["X"] == "1"
+    got["MMTEST_KEPT_OTHER"] = "changed"  # a child's dict is its own: the cache is not touched
+    assert environ.child_environment({})["MMTEST_KEPT_OTHER"] == "x"
+
+
 async def test_invalid_utf8_and_nul(tmp_path: Path) -> None:
     code = (
         "import sys, time; out = sys.stdout.buffer;"
