@@ -345,13 +345,27 @@ class Store:
     }
 
     def _numbered(
-        self, session_id: str, table: str, insert: Callable[[sqlite3.Connection, int], None]
+        self,
+        session_id: str,
+        table: str,
+        insert: Callable[[sqlite3.Connection, int], None],
+        *,
+        one_statement: bool = False,
     ) -> int:
-        """Write the session's next row of *table* by ``insert(db, number)``, in one transaction; its number."""
+        """Write the session's next row of *table* by ``insert(db, number)``, in one transaction; its number.
+
+        ``one_statement``: *insert* executes one statement. Once the number is known, that statement
+        then runs on its own, which SQLite commits as it ends (the connection is in autocommit mode):
+        the same single transaction, without the two round trips of BEGIN and COMMIT.
+        """
         key = (session_id, table)
         for fresh in (False, True):
             number = None if fresh else self._next.get(key)
             try:
+                if number is not None and one_statement:
+                    insert(self._conn, number)
+                    self._next[key] = number + 1
+                    return number
                 with self._write() as db:
                     if number is None:
                         self._require_session(session_id)
@@ -486,7 +500,7 @@ class Store:
                 (session_id, seq, ts, kind, blob),
             )
 
-        seq = self._numbered(session_id, "events", insert)
+        seq = self._numbered(session_id, "events", insert, one_statement=True)
         return Event(session_id=session_id, seq=seq, ts=ts, kind=kind, data=data)
 
     def events_after(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
@@ -560,7 +574,7 @@ class Store:
             if msg.role == "user":
                 db.execute("UPDATE sessions SET turns = turns + 1 WHERE id = ?", (session_id,))
 
-        idx = self._numbered(session_id, "messages", insert)
+        idx = self._numbered(session_id, "messages", insert, one_statement=msg.role != "user")
         return idx
 
     def replace_messages(self, session_id: str, messages: list[Message]) -> None:
@@ -756,12 +770,11 @@ class Store:
 
         Errors: none.
         """
-        with self._write() as db:
-            cur = db.execute(
-                "INSERT INTO tool_calls (session_id, ts, tool, valid, error, retry) VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, time.time(), tool, int(valid), error, int(retry)),
-            )
-            return int(cur.lastrowid or 0)
+        cur = self._conn.execute(  # one statement: committed as it ends (autocommit)
+            "INSERT INTO tool_calls (session_id, ts, tool, valid, error, retry) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, time.time(), tool, int(valid), error, int(retry)),
+        )
+        return int(cur.lastrowid or 0)
 
     def mark_recovered(self, call_row: int) -> None:
         """An invalid call was followed by a valid retry of the same tool."""

@@ -505,3 +505,35 @@ def test_numbers_stay_consecutive_when_another_writer_took_the_next(tmp_path):
     assert one.get_session(s.id).turns == 3  # the replacement counts no turn, each user message one
     with pytest.raises(NotFound):
         one.append_event("nosuchsession", "a", {})
+
+
+def test_a_numbered_row_is_committed_when_its_append_returns(tmp_path):
+    # Events and non-user messages are one INSERT each, run without BEGIN/COMMIT (autocommit):
+    # another connection reads each at once, and nothing is left in a transaction.
+    store = Store.open(tmp_path / "mm.db")
+    other = sqlite3.connect(tmp_path / "mm.db")
+    try:
+        s = store.create_session(cwd="/w", agent=None, model="m")
+        for i in range(3):
+            seq = store.append_event(s.id, "text", {"i": i}).seq
+            idx = store.append_message(s.id, Message(role="assistant" if i else "user", content=str(i)))
+            assert not store._conn.in_transaction
+            assert other.execute("SELECT max(seq) FROM events WHERE session_id = ?", (s.id,)).fetchone() == (
+                seq,
+            )
+            assert other.execute(
+                "SELECT max(idx) FROM messages WHERE session_id = ?", (s.id,)
+            ).fetchone() == (idx,)
+        store.record_tool_call(session_id=s.id, tool="bash", valid=True, error=None, retry=False)
+        assert other.execute("SELECT count(*) FROM tool_calls").fetchone() == (1,)
+        # The session's next number is remembered; a session gone meanwhile is still NotFound.
+        other.execute("PRAGMA foreign_keys=ON")
+        other.execute("DELETE FROM sessions WHERE id = ?", (s.id,))
+        other.commit()
+        with pytest.raises(NotFound):
+            store.append_event(s.id, "text", {})
+        with pytest.raises(NotFound):
+            store.append_message(s.id, Message(role="assistant", content="late"))
+    finally:
+        other.close()
+        store.close()
