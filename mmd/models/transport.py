@@ -21,6 +21,7 @@ answer, not an error.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import time
 from collections.abc import AsyncIterator
@@ -69,6 +70,7 @@ class Client(Protocol):
     async def aclose(self) -> None: ...
 
 
+@functools.lru_cache(maxsize=64)  # asked for every request: a model's few URLs repeat
 def is_loopback(url: str) -> bool:
     """Whether *url* is plain HTTP to this machine (127.0.0.0/8, ::1 or localhost)."""
     parts = urlsplit(url)
@@ -80,6 +82,16 @@ def is_loopback(url: str) -> bool:
         return ipaddress.ip_address(parts.hostname).is_loopback
     except ValueError:
         return False
+
+
+@functools.lru_cache(maxsize=64)
+def _where(url: str) -> tuple[tuple[str, int], str, str]:
+    """The address to connect to, the request target and the Host of the loopback *url*."""
+    parts = urlsplit(url)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    return (parts.hostname or "127.0.0.1", parts.port or 80), target, parts.netloc.rpartition("@")[2]
 
 
 def client_for(url: str, timeout: float) -> Client:
@@ -157,8 +169,14 @@ class LoopbackResponse:
                 while await self._client.read_line(self._conn):  # trailers, then the empty line
                     pass
                 return
-            async for chunk in self._sized(size):
+            buffer = self._conn.buffer
+            if len(buffer) >= size:  # the usual case, a chunk read whole: no generator for it
+                chunk = bytes(buffer[:size])
+                del buffer[:size]
                 yield chunk
+            else:
+                async for chunk in self._sized(size):
+                    yield chunk
             if await self._client.read_line(self._conn):
                 raise TransportError("protocol", "a chunk of the body does not end where its size says")
 
@@ -178,14 +196,10 @@ class LoopbackClient:
     async def stream(
         self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
     ) -> AsyncIterator[LoopbackResponse]:
-        parts = urlsplit(url)
         if not is_loopback(url):
             raise TransportError("url", f"{url} is not plain HTTP to this machine")
-        address = (parts.hostname or "127.0.0.1", parts.port or 80)
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        head = _request_head(method, target, parts.netloc.rpartition("@")[2], headers, content)
+        address, target, host = _where(url)
+        head = _request_head(method, target, host, headers, content)
         conn, status, response_headers = await self._send(address, head + (content or b""))
         response = LoopbackResponse(self, conn, status, response_headers, method)
         try:

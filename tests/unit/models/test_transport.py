@@ -112,6 +112,26 @@ async def test_chunks_with_extensions_and_trailers_and_a_streamed_read(nursery: 
     await client.aclose()
 
 
+async def test_a_chunk_that_arrives_in_pieces_and_one_that_arrives_with_the_next(
+    nursery: trio.Nursery,
+) -> None:
+    # A chunk read whole from the buffer takes a short way (_chunked); one whose bytes are still coming
+    # is read on; both give the same bytes, and a chunk's end must still be where its size says.
+    big = b"data: " + b"x" * 5000 + b"\n\n"
+
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await stream.send_all(b"%x\r\n%s" % (len(big), big[:100]))
+        await trio.sleep(0.02)
+        await stream.send_all(big[100:] + b"\r\n" + b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
+        return True
+
+    url = await Server(answer).serve(nursery)
+    client = LoopbackClient(timeout=5)
+    assert await body_of(client, url) == (200, big + b"abcdefg")
+    await client.aclose()
+
+
 async def test_a_body_to_the_end_of_the_connection_is_not_reused(nursery: trio.Nursery) -> None:
     async def answer(stream: trio.SocketStream, request: bytes) -> bool:
         await stream.send_all(b"HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\nbroken")
