@@ -124,6 +124,7 @@ class CallRunner:
         self._told = grounding.corpus(session.messages, skip=(READ_SKILL,))
         self._system = setup.system.lower()
         self.invalid: set[str] = set()  # ids of the calls the contract refused (loop.py reads it)
+        self._resolved_roots: list[str] | None = None  # _roots
         self.request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
         self.checkpoints = Recorder(
@@ -387,8 +388,13 @@ class CallRunner:
         return self.setup.sandbox if self.setup.sandbox_missing is None else None
 
     def _roots(self) -> list[str]:
-        folders = self.setup.skills.folders() if self.setup.skills else ()
-        return consent.confined_roots(self.session.cwd, self.session.dir, list(folders))
+        # Resolved once a turn (~100 Python calls and a dozen lstat each time): a call's paths are resolved
+        # afresh and compared with these, so a folder link swapped during the turn only makes more paths
+        # outside, never fewer.
+        if self._resolved_roots is None:
+            folders = self.setup.skills.folders() if self.setup.skills else ()
+            self._resolved_roots = consent.confined_roots(self.session.cwd, self.session.dir, list(folders))
+        return self._resolved_roots
 
     def _context(self, call: ToolCall, key: str | None, suffix: str = "") -> ToolContext:
         return ToolContext(
