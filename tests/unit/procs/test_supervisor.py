@@ -247,6 +247,33 @@ async def test_timeout_stops_the_group(tmp_path: Path) -> None:
     assert result.output == "started\n"
 
 
+async def test_a_flood_of_output_neither_starves_the_loop_nor_escapes_the_timeout_or_a_cancel(
+    tmp_path: Path,
+) -> None:
+    # The pumps read on without yielding while bytes are there: a command that never pauses must
+    # still let other tasks run, and be stopped by its timeout and by a cancel.
+    flood = ["bash", "-c", "exec yes flood"]
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0.01)
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        started = trio.current_time()
+        result = await run(flood, tmp_path, timeout=0.5)
+        assert result.timed_out and result.truncated and result.total_bytes > 1_000_000
+        assert ticks >= 10  # the loop ran other tasks meanwhile, every 10 ms or so
+        with trio.move_on_after(0.5) as scope:
+            await run(flood, tmp_path, timeout=60)
+        assert scope.cancelled_caught
+        assert trio.current_time() - started < 10
+        nursery.cancel_scope.cancel()
+
+
 async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
     result = await run(["bash", "-c", "(trap '' TERM; exec sleep 1000) & echo $!"], tmp_path)
     assert result.exit_code == 0
