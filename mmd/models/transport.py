@@ -5,8 +5,10 @@ scripted model of the tests and benchmarks. For them httpx cost more than everyt
 the daemon does in a tool round trip (about half of its CPU per call: request and response
 objects, cookie handling, four layers of streams), 40–50 ms of every daemon start and 5 MiB
 of its memory. :class:`LoopbackClient` speaks the part of HTTP/1.1 those servers use, on a
-kept-alive trio socket: one request line, a Content-Length body, a response framed by
-Content-Length, chunks, or the end of the connection. Requests to any other host keep
+kept-alive socket: one request line, a Content-Length body, a response framed by
+Content-Length, chunks, or the end of the connection. The socket is read and written directly,
+and trio is asked to wait only when it would block: trio's stream layers yield to the scheduler
+after every read and write even when nothing had to wait. Requests to any other host keep
 httpx (:class:`HttpxClient`, imported on first use): TLS, proxies from the environment,
 HTTP/2-capable pools are worth their cost where the network's latency dwarfs it.
 
@@ -23,8 +25,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -37,6 +40,8 @@ from . import tls
 MAX_HEAD = 64 * 1024
 # Bytes asked for per read of a body.
 READ_SIZE = 64 * 1024
+# Bytes received without a wait after which a read yields to the scheduler anyway.
+YIELD_BYTES = 1 << 20
 # An idle connection is dropped after this many seconds. llama-server (cpp-httplib), uvicorn and
 # Node close idle keep-alive connections after 5 s; a client that waits 5 s too sometimes sends its
 # next request into a connection the server is closing ("Server disconnected without sending a
@@ -111,9 +116,10 @@ async def fetch(client: Client, method: str, url: str, body: bytes | None = None
 
 
 class _Conn(msgspec.Struct):
-    stream: trio.SocketStream
+    sock: socket.socket  # non-blocking
     buffer: bytearray = msgspec.field(default_factory=bytearray)
     idle_since: float = 0.0
+    unyielded: int = 0  # bytes received since the last wait or checkpoint
 
 
 class LoopbackResponse:
@@ -209,7 +215,7 @@ class LoopbackClient:
                 conn.idle_since = time.monotonic()
                 self._idle.setdefault(address, []).append(conn)
             else:  # a body left unread (an abandoned stream, an error): the connection cannot be reused
-                await _close(conn)
+                _close(conn)
 
     async def _send(self, address: tuple[str, int], request: bytes) -> tuple[_Conn, int, dict[str, str]]:
         # A kept-alive connection the server closed meanwhile fails before any byte of an answer:
@@ -219,19 +225,19 @@ class LoopbackClient:
                 await self._write(conn, request)
                 return (conn, *await self._read_head(conn))
             except _Stale:
-                await _close(conn)
+                _close(conn)
             except BaseException:
-                await _close(conn)
+                _close(conn)
                 raise
         conn = await self._connect(address)
         try:
             await self._write(conn, request)
             return (conn, *await self._read_head(conn))
         except _Stale:
-            await _close(conn)
+            _close(conn)
             raise TransportError("protocol", "the server closed the connection without an answer") from None
         except BaseException:
-            await _close(conn)
+            _close(conn)
             raise
 
     def _reuse(self, address: tuple[str, int]) -> _Conn | None:
@@ -241,7 +247,7 @@ class LoopbackClient:
             conn = pool.pop()
             if now - conn.idle_since < KEEPALIVE:
                 return conn
-            conn.stream.socket.close()  # expired: the server may close it any moment
+            _close(conn)  # expired: the server may close it any moment
         return None
 
     async def _connect(self, address: tuple[str, int]) -> _Conn:
@@ -254,16 +260,30 @@ class LoopbackClient:
             raise TransportError(
                 "connect", f"cannot connect to {address[0]}:{address[1]}: {exc.strerror or exc}"
             ) from None
-        return _Conn(stream)
+        # The connected socket (trio set TCP_NODELAY), taken out of trio's stream to be used directly.
+        sock = socket.socket(fileno=stream.socket.detach())
+        sock.setblocking(False)
+        return _Conn(sock)
 
     async def _write(self, conn: _Conn, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[conn.sock.send(view) :]
+            except BlockingIOError:
+                await self._wait(conn, trio.lowlevel.wait_writable, "the request was not taken")
+            except OSError:
+                raise _Stale() from None
+
+    async def _wait(self, conn: _Conn, wait: Callable[[socket.socket], Awaitable[None]], what: str) -> None:
         try:
             with trio.fail_after(self.timeout):
-                await conn.stream.send_all(data)
+                await wait(conn.sock)
         except trio.TooSlowError:
-            raise TransportError("timeout", f"the request was not taken within {self.timeout:g} s") from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            raise _Stale() from None
+            raise TransportError("timeout", f"{what} within {self.timeout:g} s") from None
+        except trio.ClosedResourceError:
+            raise TransportError("protocol", "the connection was closed") from None
+        conn.unyielded = 0
 
     async def _read_head(self, conn: _Conn) -> tuple[int, dict[str, str]]:
         while (end := conn.buffer.find(b"\r\n\r\n")) < 0:
@@ -313,18 +333,26 @@ class LoopbackClient:
         return line
 
     async def _receive(self, conn: _Conn, most: int = READ_SIZE) -> bytes:
-        try:
-            with trio.fail_after(self.timeout):
-                return await conn.stream.receive_some(most)
-        except trio.TooSlowError:
-            raise TransportError("timeout", f"no answer within {self.timeout:g} s") from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise TransportError("protocol", f"the connection broke: {exc}") from None
+        # Waits only when nothing is there; a stream that never makes it wait still yields to the
+        # scheduler (and to a cancel) once YIELD_BYTES came.
+        while True:
+            try:
+                chunk = conn.sock.recv(most)
+            except BlockingIOError:
+                await self._wait(conn, trio.lowlevel.wait_readable, "no answer")
+                continue
+            except OSError as exc:
+                raise TransportError("protocol", f"the connection broke: {exc}") from None
+            conn.unyielded += len(chunk)
+            if conn.unyielded >= YIELD_BYTES:
+                conn.unyielded = 0
+                await trio.lowlevel.checkpoint()
+            return chunk
 
     async def aclose(self) -> None:
         for pool in self._idle.values():
             for conn in pool:
-                await _close(conn)
+                _close(conn)
         self._idle.clear()
 
 
@@ -332,9 +360,9 @@ class _Stale(Exception):
     """A connection that ended before any byte of an answer."""
 
 
-async def _close(conn: _Conn) -> None:
-    with trio.CancelScope(shield=True):
-        await conn.stream.aclose()
+def _close(conn: _Conn) -> None:
+    trio.lowlevel.notify_closing(conn.sock)  # a task waiting on it gets ClosedResourceError
+    conn.sock.close()
 
 
 def _length(value: str) -> int:

@@ -284,3 +284,28 @@ async def test_a_server_on_ipv6_loopback_gets_a_bracketed_host(nursery: trio.Nur
     assert await body_of(client, f"http://[::1]:{port}/x") == (200, b"six")
     assert f"host: [::1]:{port}\r\n".encode() in seen[0]
     await client.aclose()
+
+
+async def test_a_body_read_without_waiting_still_yields_to_a_cancel(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The socket is read directly, and trio is asked to wait only when nothing is there: an answer
+    # already in the socket's buffer must still reach a cancel once YIELD_BYTES came.
+    monkeypatch.setattr(transport, "YIELD_BYTES", 16 * 1024)
+    body = b"x" * (100 * 1024)  # within the socket buffers of both sides
+
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(sized(body))
+        return False
+
+    url = await Server(answer).serve(nursery)
+    client = LoopbackClient(timeout=5)
+    got = bytearray()
+    async with client.stream("GET", url, content=None, headers={}) as response:
+        await trio.sleep(0.2)  # the whole body is in this side's socket buffer now
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            async for chunk in response.aiter_bytes():
+                got += chunk
+    assert scope.cancelled_caught and len(got) < len(body)
+    await client.aclose()
