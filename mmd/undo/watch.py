@@ -153,6 +153,7 @@ class Watch:
 
     def __init__(self, project: Path, max_folders: int | None = None) -> None:
         self.project = os.fsencode(os.path.realpath(project))  # a link to it is watched as itself
+        self.identity: tuple[int, int] | None = None  # device and inode of the project folder (watch_of)
         self.max_folders = min(MAX_FOLDERS, _user_watches() // 32) if max_folders is None else max_folders
         self.tree: str | None = None
         self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
@@ -299,10 +300,18 @@ def watch_of(git_dir: Path, project: Path) -> Watch | None:
     if not ENABLED or _LIBC is None or _refused.get(git_dir, 0.0) > time.monotonic():
         return None
     watch = _watches.get(git_dir)
-    if watch is None or watch.project != os.fsencode(os.path.realpath(project)):
+    # The folder the path names now (one stat, not a realpath): a link turned elsewhere, or the project or a
+    # folder above it moved away and another made in its place, is a new watch; the old watches follow the
+    # folder that moved and would miss every change in the new one.
+    try:
+        st = os.stat(project)
+    except OSError:
+        return None  # gone: the snapshot runs git, which says so
+    if watch is None or watch.identity != (st.st_dev, st.st_ino):
         if watch is not None:
             watch.close()
         watch = _watches[git_dir] = Watch(project)
+        watch.identity = (st.st_dev, st.st_ino)
         while len(_watches) > MAX_WATCHES:
             _watches.popitem(last=False)[1].close()
     _watches.move_to_end(git_dir)

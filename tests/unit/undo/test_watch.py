@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -347,6 +348,37 @@ async def test_a_project_reached_through_a_link_is_watched_as_itself(tmp_path, p
     assert await shadows.snapshot() == first and shadows.ran == []
     change_content(project)
     assert await shadows.snapshot() != first
+
+
+@pytest.mark.parametrize("how", ["folder above moved", "project moved", "link turned"])
+async def test_a_project_folder_replaced_under_the_same_path_is_watched_anew(tmp_path, how):
+    # The watches follow the folders they were set on: when the path names another folder now, the
+    # snapshot must be of that one (watch_of compares the folder's device and inode, not the path).
+    above = tmp_path / "above"
+    (above / "proj").mkdir(parents=True)
+    (above / "proj" / "a.txt").write_text("old\n")
+    path = above / "proj"
+    if how == "link turned":
+        other = tmp_path / "other"
+        shutil.copytree(above / "proj", other)
+        (other / "a.txt").write_text("other\n")
+        path = tmp_path / "link"
+        os.symlink(above / "proj", path)
+    shadows = Counted(tmp_path, path)
+    first = await shadows.snapshot()
+    assert await shadows.snapshot() == first and shadows.ran == []
+    if how == "folder above moved":
+        above.rename(tmp_path / "moved")
+        (above / "proj").mkdir(parents=True)
+        (above / "proj" / "a.txt").write_text("new\n")
+    elif how == "project moved":
+        path.rename(tmp_path / "moved")
+        path.mkdir()
+        (path / "a.txt").write_text("new\n")
+    else:
+        path.unlink()
+        os.symlink(tmp_path / "other", path)
+    assert await shadows.snapshot() != first  # checked against a tree made from scratch, too
 
 
 def test_a_project_never_takes_more_than_a_32nd_of_the_user_s_watches(tmp_path, monkeypatch):
