@@ -226,16 +226,27 @@ class Shadow(msgspec.Struct):
         await self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard", stop=enough)
         return min(seen, limit + 1)
 
+    def unchanged(self) -> str | None:
+        """The last snapshot's tree if the project is watched and nothing changed in it since; else None.
+
+        Synchronous, so no other task runs between reading the watch's queue and answering: callers take
+        it without the shadow's lock (steps.py), which only a snapshot that runs git needs.
+        """
+        watch = watch_of(self.git_dir, self.project) if self.watched and not self.index else None
+        if watch is None or watch.changed():
+            return None
+        assert watch.tree is not None
+        return watch.tree
+
     async def snapshot(self) -> str:
         """The tree of the working tree now (ignored files left out). Errors: SnapshotError.
 
         Where the project is watched (watch.py), a tree in which nothing changed since the last snapshot
         is that snapshot's, without git.
         """
+        if (tree := self.unchanged()) is not None:
+            return tree
         watch = watch_of(self.git_dir, self.project) if self.watched and not self.index else None
-        if watch is not None and not watch.changed():
-            assert watch.tree is not None
-            return watch.tree
         read = watch.reads if watch is not None else 0
         await self.ensure()
         if watch is not None and watch.stale:

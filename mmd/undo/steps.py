@@ -78,6 +78,8 @@ class Recorder:
         """The tree before the call, or None when no snapshot is taken (a ``snapshot_skipped`` says why)."""
         if self.off:
             return None
+        if self.counted and (tree := self.shadow.unchanged()) is not None:
+            return tree  # nothing changed since the last snapshot: no lock, no git
         try:
             async with locked(self.shadow):
                 if not await self._small_enough(call_id):
@@ -93,6 +95,8 @@ class Recorder:
 
         Cancellation: shielded for up to a minute, so a cancelled call's changes are still recorded.
         """
+        if self.shadow.unchanged() == before:
+            return None  # the watch saw no change since the snapshot before the call
         with trio.CancelScope(shield=True), trio.move_on_after(60):
             try:
                 async with locked(self.shadow):
