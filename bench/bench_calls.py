@@ -1,0 +1,168 @@
+"""Python calls the daemon makes per tool call, by stage: a figure of its CPU that does not move with the machine.
+
+Run ``python bench/bench_calls.py [--turns N] [--tool-calls N]``. It starts a scripted model server
+and a daemon of its own under a counting profiler (``sys.setprofile``: every Python function called
+and every C function called from Python, in every thread), runs one turn to warm up, then counts
+over ``--turns`` turns of ``--tool-calls`` ``bash true`` calls each, twice: as a default prompt
+runs (undo checkpoint, sandbox) and with ``--sandbox off`` and no checkpoint. It prints the calls
+per tool call, each stage's share (a call is counted in the innermost stage on its stack), and the
+passes of the event loop (trio's ``epoll.poll``) per tool call. A coroutine's call and each of its
+resumes count as one call each.
+
+Why: the daemon's CPU per call (bench_client.py, figure 4) is counted by the kernel in 10 ms ticks
+and swings by a third between runs on a shared machine; the number of calls is the same in every
+run, so a change to the hot path shows in it exactly. A Python call costs 0.5-1 µs here: the
+counts are not milliseconds, and the profiler itself makes the counted run several times slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from bench_client import MM, PY, Env, bash_turns, run
+from mmd_child import BenchError, answers
+
+# Runs mmd with the counting profiler, switched on by SIGUSR1; writes the counts at exit.
+COUNTED_MMD = r"""
+import atexit, collections, json, os, signal, sys, threading
+STAGES = json.loads(os.environ.pop("MM_BENCH_STAGES"))
+counts = collections.Counter()
+main_thread = threading.main_thread()
+
+def profile(frame, event, arg):
+    if event != "call" and event != "c_call":
+        return
+    if (
+        event == "c_call"
+        and frame.f_code.co_qualname == "EpollIOManager.get_events"
+        and getattr(arg, "__qualname__", "") == "epoll.poll"
+    ):
+        counts["passes of the event loop"] += 1
+    f = frame
+    while f is not None:
+        stage = STAGES.get(f.f_code.co_qualname)
+        if stage is not None:
+            break
+        f = f.f_back
+    else:
+        stage = "event loop (trio's scheduler)" if threading.current_thread() is main_thread else "other threads"
+    counts[stage] += 1
+
+def start(*_):
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+
+def dump():
+    sys.setprofile(None)
+    with open(os.environ["MM_BENCH_COUNTS"], "w") as f:
+        json.dump(counts, f)
+
+signal.signal(signal.SIGUSR1, start)
+atexit.register(dump)
+sys.argv = ["mmd", *sys.argv[1:]]
+from mmd.main import main
+sys.exit(main())
+"""
+
+# The function (its qualified name) whose frame marks a stage, and the stage's name. The innermost
+# one on a call's stack wins: a spawn inside a call's stages counts as the supervisor's.
+STAGES = {
+    "run_tool_process": "supervisor: spawn, read the output, stop and reap",
+    "Recorder.before": "undo checkpoint",
+    "Recorder.after": "undo checkpoint",
+    "model_step": "model step: request, streamed answer, parse",
+    "Session.emit": "events: store, queue to the client",
+    "Session.add_message": "messages: store",
+    "Connection._writer": "writing to the client",
+    "CallRunner.run": "call stages: contract, consent, hooks, result",
+    "run_steps": "turn loop, the rest",
+    "Daemon.prompt": "per prompt: plan, setup",
+}
+POLLS = "passes of the event loop"
+
+
+def counted_turns(env: Env, server: str, calls: int, turns: int, extra: list[str]) -> dict[str, int]:
+    """Start a counted daemon, run a warm-up turn, count *turns* turns of *calls* calls; the counts."""
+    out = env.home / f"counts-{server}.json"
+    child_env = {**os.environ, "MM_BENCH_STAGES": json.dumps(STAGES), "MM_BENCH_COUNTS": str(out)}
+    daemon = subprocess.Popen(
+        [PY, "-c", COUNTED_MMD, "--socket", str(env.socket)],
+        env=child_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    env.daemon = daemon
+    deadline = time.monotonic() + 20
+    while not answers(env.socket):
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"the counted mmd did not start; see {env.home}/state/mm/mmd.log")
+        time.sleep(0.02)
+    argv = [*MM, "--yolo", *extra, "--output-format", "json", "--model", f"{server}/scripted", "-p", "go"]
+    for turn in range(turns + 1):
+        result = json.loads(run(argv, cwd=env.work).stdout)
+        if result.get("status") != "ok" or len(result["tool_calls"]) != calls:
+            raise BenchError(f"turn {turn} of {server} did not run {calls} calls: {result}")
+        if turn == 0:
+            daemon.send_signal(signal.SIGUSR1)
+            time.sleep(0.2)
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(60)
+    env.daemon = None
+    return json.loads(out.read_text())
+
+
+def report(label: str, counts: dict[str, int], per: int) -> None:
+    polls = counts.pop(POLLS, 0)
+    total = sum(counts.values())
+    print(
+        f"\n  {label}: {total / per:,.0f} Python calls per tool call; {polls / per:.1f} passes of the event loop"
+    )
+    for stage, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        print(f"    {n / per:8,.0f}  {100 * n / total:4.1f} %  {stage}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=5, help="counted turns per mode (default 5)")
+    parser.add_argument("--tool-calls", type=int, default=40, help="bash calls per turn (default 40)")
+    args = parser.parse_args(argv)
+    turns, calls = max(1, args.turns), max(1, args.tool_calls)
+    env = Env()
+    try:
+        env.start_servers(
+            {
+                "chat": [{"text": "hi"}],
+                "bash": bash_turns(calls, turns + 1),
+                "plain": bash_turns(calls, turns + 1),
+            },
+            default="chat",
+        )
+        print(
+            f"mm daemon call count: python {sys.version.split()[0]}; {turns} turns of {calls} `bash true` calls"
+        )
+        modes: list[tuple[str, str, list[str]]] = [
+            ("default prompt (undo checkpoint, sandbox)", "bash", []),
+            ("--sandbox off, no checkpoint", "plain", ["--sandbox", "off"]),
+        ]
+        for label, server, extra in modes:
+            if server == "plain":
+                env.set_daemon_option("snapshot_max_files", 0)
+            report(label, counted_turns(env, server, calls, turns, extra), turns * calls)
+    except BenchError as exc:
+        print(f"bench_calls: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
