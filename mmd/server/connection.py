@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -138,10 +139,30 @@ class Connection:
             async for frame in self._out_recv:
                 frames, last = _queued(frame, self._out_recv)
                 if frames:
-                    await self.stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+                    await self._send(frames[0] if len(frames) == 1 else b"".join(frames))
                 if last:
                     break
         await self.stream.aclose()
+
+    async def _send(self, data: bytes) -> None:
+        # Written to the socket directly: trio's send_all yields to the scheduler after every send, one
+        # pass of the event loop more for each batch of a turn's events, although the client's socket
+        # buffer nearly always takes them at once. trio waits here only when it is full.
+        sock = getattr(self.stream, "socket", None)
+        if sock is None:  # not a socket (the tests' memory streams)
+            await self.stream.send_all(data)
+            return
+        view = memoryview(data)
+        while view:
+            fd = sock.fileno()  # -1 once closed: never a descriptor reused meanwhile
+            if fd < 0:
+                raise trio.ClosedResourceError("the connection was closed")
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(fd)
+            except OSError as exc:  # the peer hung up (EPIPE, ECONNRESET)
+                raise trio.BrokenResourceError(str(exc)) from None
 
     # -- receiving ---------------------------------------------------------
 

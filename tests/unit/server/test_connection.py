@@ -7,6 +7,7 @@ writing frames into one end of a stream pair and reading the answers from it.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -97,9 +98,15 @@ def table(**handlers: Method) -> dict[str, Method]:
     return {"handshake": Method(Handshake, handshake), "daemon.status": Method(Empty, status), **handlers}
 
 
+def socket_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """Two ends of a real Unix socket, as the daemon's connections are (the writer writes the socket itself)."""
+    a, b = trio.socket.socketpair()
+    return trio.SocketStream(a), trio.SocketStream(b)
+
+
 @asynccontextmanager
 async def serving(
-    methods: dict[str, Method], pair: Any = trio.testing.memory_stream_pair
+    methods: dict[str, Method], pair: Any = socket_pair
 ) -> AsyncIterator[tuple[Peer, Connection, Host]]:
     """A connection served in the background; the peer hangs up when the block ends."""
     client, server = pair()
@@ -318,3 +325,73 @@ async def test_a_batch_stops_at_send_batch_bytes_and_the_rest_follows(
     assert first == [b"a" * 60, b"b" * 60] and not ended  # over 100 bytes: sent, the rest waits
     rest, ended = connection._queued(recv.receive_nowait(), recv)
     assert rest == [b"c" * 10] and ended  # then the end of the outbox
+
+
+async def test_over_a_real_socket_a_full_buffer_waits_and_a_client_that_never_reads_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The writer writes the socket itself and asks trio to wait only when the kernel's buffer is full:
+    # then the outbox fills behind it, and the connection is dropped without blocking the handler.
+    monkeypatch.setattr(connection, "OUTBOX_FRAMES", 4)
+    writes: list[int] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        n = real_write(fd, data)
+        writes.append(n)
+        return n
+
+    async def chatty(daemon: Any, conn: Connection, params: Empty) -> Done:
+        for i in range(40):
+            conn.notify("event", {"seq": i, "pad": "x" * 200_000})  # 8 MB in all: more than any buffer
+            await trio.sleep(0)  # let the writer run between them
+        return Done()
+
+    async with serving(table(**{"daemon.status": Method(Empty, chatty)})) as (peer, conn, _):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        monkeypatch.setattr(connection.os, "write", write)
+        await peer.send(request(2, "daemon.status"))
+        with trio.fail_after(10):
+            while not conn.closed:
+                await trio.sleep(0.01)
+        assert 0 < sum(writes) < 40 * 200_000  # some went out before the buffer filled, not all
+        seqs = []
+        while (msg := await peer.receive()) is not None:
+            if isinstance(msg, Notification):
+                seqs.append(decode_notification_arg(msg.params)["seq"])
+        assert seqs == list(range(len(seqs))) and 0 < len(seqs) < 40  # in order, then cut
+
+
+async def test_over_a_real_socket_a_burst_goes_out_in_one_write_and_a_hang_up_ends_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        writes.append(bytes(data))
+        return real_write(fd, data)
+
+    async def burst(daemon: Any, conn: Connection, params: Empty) -> Done:
+        for i in range(30):
+            conn.notify("event", {"seq": i})
+        return Done()
+
+    async with serving(table(**{"daemon.status": Method(Empty, burst)})) as (peer, conn, host):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        monkeypatch.setattr(connection.os, "write", write)
+        await peer.send(request(2, "daemon.status"))
+        seqs = []
+        while len(seqs) < 30:
+            msg = await peer.receive()
+            if isinstance(msg, Notification):
+                seqs.append(decode_notification_arg(msg.params)["seq"])
+        assert seqs == list(range(30))
+        assert len(writes) <= 2  # the 30 events (and the answer) in one write, or two
+        await peer.stream.aclose()  # the client hangs up; the next write fails and ends the writer
+        conn.notify("event", {"seq": 30})
+        with trio.fail_after(5):
+            while conn not in host.detached:
+                await trio.sleep(0.01)
