@@ -1,4 +1,4 @@
-"""Python calls the daemon makes per tool call, by stage: a figure of its CPU that does not move with the machine.
+"""Calls the daemon makes per tool call, by stage: a figure of its CPU that does not move with the machine.
 
 Run ``python bench/bench_calls.py [--turns N] [--tool-calls N]``. It starts a scripted model server
 and a daemon of its own under a counting profiler (``sys.setprofile``: every Python function called
@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from bench_client import MM, PY, Env, bash_turns, run
 from mmd_child import BenchError, answers
@@ -32,7 +33,10 @@ from mmd_child import BenchError, answers
 COUNTED_MMD = r"""
 import atexit, collections, json, os, signal, sys, threading
 STAGES = json.loads(os.environ.pop("MM_BENCH_STAGES"))
+DETAIL = os.environ.pop("MM_BENCH_DETAIL", "") == "1"
 counts = collections.Counter()
+frames = collections.Counter()  # of which Python functions (a frame entered or resumed), the rest C
+detail = collections.Counter()
 main_thread = threading.main_thread()
 
 def profile(frame, event, arg):
@@ -53,6 +57,11 @@ def profile(frame, event, arg):
     else:
         stage = "event loop (trio's scheduler)" if threading.current_thread() is main_thread else "other threads"
     counts[stage] += 1
+    if event == "call":
+        frames[stage] += 1
+    if DETAIL:
+        name = getattr(arg, "__qualname__", "?") if event == "c_call" else frame.f_code.co_qualname
+        detail[stage + "\t" + name] += 1
 
 def start(*_):
     threading.setprofile(profile)
@@ -61,7 +70,7 @@ def start(*_):
 def dump():
     sys.setprofile(None)
     with open(os.environ["MM_BENCH_COUNTS"], "w") as f:
-        json.dump(counts, f)
+        json.dump({"counts": counts, "frames": frames, "detail": detail.most_common(3000)}, f)
 
 signal.signal(signal.SIGUSR1, start)
 atexit.register(dump)
@@ -87,10 +96,17 @@ STAGES = {
 POLLS = "passes of the event loop"
 
 
-def counted_turns(env: Env, server: str, calls: int, turns: int, extra: list[str]) -> dict[str, int]:
+def counted_turns(
+    env: Env, server: str, calls: int, turns: int, extra: list[str], detail: bool = False
+) -> dict[str, Any]:
     """Start a counted daemon, run a warm-up turn, count *turns* turns of *calls* calls; the counts."""
     out = env.home / f"counts-{server}.json"
-    child_env = {**os.environ, "MM_BENCH_STAGES": json.dumps(STAGES), "MM_BENCH_COUNTS": str(out)}
+    child_env = {
+        **os.environ,
+        "MM_BENCH_STAGES": json.dumps(STAGES),
+        "MM_BENCH_COUNTS": str(out),
+        "MM_BENCH_DETAIL": "1" if detail else "",
+    }
     daemon = subprocess.Popen(
         [PY, "-c", COUNTED_MMD, "--socket", str(env.socket)],
         env=child_env,
@@ -119,20 +135,33 @@ def counted_turns(env: Env, server: str, calls: int, turns: int, extra: list[str
     return json.loads(out.read_text())
 
 
-def report(label: str, counts: dict[str, int], per: int) -> None:
+def report(label: str, found: dict[str, Any], per: int, detail: str | None) -> None:
+    counts: dict[str, int] = found["counts"]
+    frames: dict[str, int] = found["frames"]
     polls = counts.pop(POLLS, 0)
     total = sum(counts.values())
     print(
-        f"\n  {label}: {total / per:,.0f} Python calls per tool call; {polls / per:.1f} passes of the event loop"
+        f"\n  {label}: {total / per:,.0f} calls per tool call, {sum(frames.values()) / per:,.0f} of them to Python "
+        f"functions; {polls / per:.1f} passes of the event loop"
     )
+    print(f"    {'calls':>8}  {'share':>6}  {'Python':>7}  stage")
     for stage, n in sorted(counts.items(), key=lambda kv: -kv[1]):
-        print(f"    {n / per:8,.0f}  {100 * n / total:4.1f} %  {stage}")
+        print(f"    {n / per:8,.0f}  {100 * n / total:4.1f} %  {frames.get(stage, 0) / per:7,.0f}  {stage}")
+        if detail is not None and detail in stage:
+            rows = [(n, key.split("\t")[1]) for key, n in found["detail"] if key.startswith(stage + "\t")]
+            for calls, name in rows[:30]:
+                print(f"              {calls / per:8,.1f}  {name}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=5, help="counted turns per mode (default 5)")
     parser.add_argument("--tool-calls", type=int, default=40, help="bash calls per turn (default 40)")
+    parser.add_argument(
+        "--detail",
+        metavar="STAGE",
+        help="also list the functions most called in the stages whose name holds STAGE",
+    )
     args = parser.parse_args(argv)
     turns, calls = max(1, args.turns), max(1, args.tool_calls)
     env = Env()
@@ -155,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, server, extra in modes:
             if server == "plain":
                 env.set_daemon_option("snapshot_max_files", 0)
-            report(label, counted_turns(env, server, calls, turns, extra), turns * calls)
+            found = counted_turns(env, server, calls, turns, extra, args.detail is not None)
+            report(label, found, turns * calls, args.detail)
     except BenchError as exc:
         print(f"bench_calls: {exc}", file=sys.stderr)
         return 1
