@@ -165,26 +165,65 @@ class LoopbackResponse:
             yield chunk
 
     async def _chunked(self) -> AsyncIterator[bytes]:
+        # Every chunk already whole in the buffer is taken at once and their data yielded together: a
+        # local model streams one chunk per token, and several come in one read. A chunk still arriving
+        # is read on; one larger than READ_SIZE is streamed in pieces, so that no chunk size makes the
+        # buffer grow without the reader seeing its bytes (and refusing an answer that is too big).
+        buffer = self._conn.buffer
         while True:
-            line = await self._client.read_line(self._conn)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise TransportError("protocol", f"a chunk of the body has no size: {line[:40]!r}") from None
-            if size == 0:
+            data, ended, pending = self._whole_chunks()
+            if data:
+                yield data
+            if ended:
                 while await self._client.read_line(self._conn):  # trailers, then the empty line
                     pass
                 return
-            buffer = self._conn.buffer
-            if len(buffer) >= size:  # the usual case, a chunk read whole: no generator for it
-                chunk = bytes(buffer[:size])
-                del buffer[:size]
-                yield chunk
-            else:
-                async for chunk in self._sized(size):
-                    yield chunk
-            if await self._client.read_line(self._conn):
+            if pending is not None and pending > READ_SIZE:
+                del buffer[: buffer.find(b"\r\n") + 2]  # its size line
+                async for piece in self._sized(pending):
+                    yield piece
+                if await self._client.read_line(self._conn):
+                    raise TransportError("protocol", "a chunk of the body does not end where its size says")
+                continue
+            if pending is None and len(buffer) > MAX_HEAD:
+                raise TransportError("protocol", "a line of the chunked body is too long")
+            more = await self._client._receive(self._conn)
+            if not more:
+                raise TransportError("protocol", "the server closed the connection in the middle of the body")
+            buffer += more
+
+    def _whole_chunks(self) -> tuple[bytes, bool, int | None]:
+        """The data of every chunk whole at the start of the buffer, taken from it; whether the last chunk
+        (size 0) came, its size line taken; and the size of the next chunk if its size line is whole but
+        not its data (None if not even that)."""
+        buffer = self._conn.buffer
+        parts: list[bytes] = []
+        pos, ended, pending = 0, False, None
+        while (end := buffer.find(b"\r\n", pos)) >= 0:
+            size = _chunk_size(bytes(buffer[pos:end]))
+            if size == 0:
+                pos, ended = end + 2, True
+                break
+            start, stop = end + 2, end + 2 + size
+            if len(buffer) < stop + 2:
+                pending = size
+                break
+            if buffer[stop : stop + 2] != b"\r\n":
                 raise TransportError("protocol", "a chunk of the body does not end where its size says")
+            parts.append(bytes(buffer[start:stop]))
+            pos = stop + 2
+        del buffer[:pos]
+        return b"".join(parts), ended, pending
+
+
+def _chunk_size(line: bytes) -> int:
+    try:
+        size = int(line.split(b";", 1)[0].strip(), 16)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise TransportError("protocol", f"a chunk of the body has no size: {line[:40]!r}")
+    return size
 
 
 class LoopbackClient:

@@ -132,6 +132,44 @@ async def test_a_chunk_that_arrives_in_pieces_and_one_that_arrives_with_the_next
     await client.aclose()
 
 
+async def test_a_chunk_larger_than_a_read_is_streamed_in_pieces_not_held(nursery: trio.Nursery) -> None:
+    # Chunks whole in the buffer are taken together; a large one (a server may announce any size) is
+    # handed on as it arrives, so the reader can refuse an answer that grows too big.
+    size = 1 << 20
+    release = trio.Event()
+
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await stream.send_all(b"%x\r\n" % size + b"y" * (size // 2))
+        await release.wait()
+        await stream.send_all(b"y" * (size // 2) + b"\r\n0\r\n\r\n")
+        return True
+
+    url = await Server(answer).serve(nursery)
+    client = LoopbackClient(timeout=5)
+    got = bytearray()
+    async with client.stream("GET", url, content=None, headers={}) as response:
+        async for piece in response.aiter_bytes():
+            got += piece
+            if len(got) >= size // 2:
+                release.set()  # half the big chunk came before the server sent the rest
+    assert bytes(got) == b"abc" + b"y" * size and release.is_set()
+    await client.aclose()
+
+
+@pytest.mark.parametrize("line", [b"-5", b"zz", b""])
+async def test_a_chunk_size_that_is_not_one_is_a_protocol_error(nursery: trio.Nursery, line: bytes) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + line + b"\r\nabcde\r\n0\r\n\r\n"
+        )
+        return False
+
+    url = await Server(answer).serve(nursery)
+    with pytest.raises(TransportError, match="no size"):
+        await body_of(LoopbackClient(timeout=5), url)
+
+
 async def test_a_body_to_the_end_of_the_connection_is_not_reused(nursery: trio.Nursery) -> None:
     async def answer(stream: trio.SocketStream, request: bytes) -> bool:
         await stream.send_all(b"HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\nbroken")
