@@ -60,7 +60,7 @@ def profile(frame, event, arg):
     if event == "call":
         frames[stage] += 1
     if DETAIL:
-        name = getattr(arg, "__qualname__", "?") if event == "c_call" else frame.f_code.co_qualname
+        name = getattr(arg, "__qualname__", "?") if event == "c_call" else frame.f_code.co_qualname + "()"
         detail[stage + "\t" + name] += 1
 
 def start(*_):
@@ -149,7 +149,7 @@ def report(label: str, found: dict[str, Any], per: int, detail: str | None) -> N
         print(f"    {n / per:8,.0f}  {100 * n / total:4.1f} %  {frames.get(stage, 0) / per:7,.0f}  {stage}")
         if detail is not None and detail in stage:
             rows = [(n, key.split("\t")[1]) for key, n in found["detail"] if key.startswith(stage + "\t")]
-            for calls, name in rows[:30]:
+            for calls, name in rows[:60]:
                 print(f"              {calls / per:8,.1f}  {name}")
 
 

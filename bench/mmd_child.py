@@ -28,14 +28,17 @@ def answers(sock: Path) -> bool:
         return True
 
 
-def start_mmd(sock: Path, home: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start mmd as our own child on *sock* (in its own session) and return once it answers.
+def start_mmd(
+    sock: Path, home: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start mmd as our own child on *sock* (in its own session, in *cwd*) and return once it answers.
 
     Errors: BenchError when it exits first or does not answer within 20 s.
     """
     daemon = subprocess.Popen(
         [PY, "-m", "mmd", "--socket", str(sock)],
         env=env,
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -66,3 +66,47 @@ def test_bench_sandbox_runs_and_prints_each_figure():
     assert done.returncode == 0, done.stdout + done.stderr
     for line in ("unconfined", "confined, real project", "hard-link walk", "an exec shim", "preexec_fn"):
         assert line in done.stdout, done.stdout
+
+
+def test_bench_calls_counts_every_stage_in_both_modes():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_calls.py"), "--turns", "1", "--tool-calls", "3"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (
+        "default prompt",
+        "--sandbox off",
+        "supervisor: spawn",
+        "model step",
+        "passes of the event loop",
+    ):
+        assert line in done.stdout, done.stdout
+
+
+def test_bench_cpu_pairs_two_trees_round_by_round():
+    # Paired against this same checkout: the path that runs another tree's daemon is exercised.
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_cpu.py"),
+            "--against",
+            str(ROOT),
+            "--rounds",
+            "1",
+            "--turns",
+            "1",
+            "--tool-calls",
+            "3",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in ("floor: `true` by subprocess.run", "this tree", "against", "round by round"):
+        assert line in done.stdout, done.stdout

@@ -1,0 +1,129 @@
+"""The daemon's CPU per tool call, as the kernel counts it, optionally paired against another source tree.
+
+Run ``python bench/bench_cpu.py [--against DIR] [--rounds N] [--turns N] [--tool-calls N]``. Each round
+starts a daemon of its own (a private home, a scripted model server), runs one turn to warm up, then
+``--turns`` turns of ``--tool-calls`` ``bash true`` calls, as a default prompt runs (undo checkpoint,
+sandbox) and with ``--sandbox off`` and no checkpoint, and prints the daemon's user and system CPU per
+call, its event-loop thread's (``/proc/PID/task/PID/schedstat``, in ns) and its context switches.
+
+``--against DIR``: a checkout of another revision (``git worktree add /tmp/old REV``). Each round then
+runs that tree's daemon right after this one's, and the figure to read is the ratio of the two within
+a round: a shared machine's speed moves by a third between minutes, far more than most changes to the
+daemon's hot path. The other tree's daemon runs with ``PYTHONPATH=DIR:DIR/clients`` and its working
+directory outside both trees (``python -m mmd`` puts the working directory first on sys.path: started
+from a checkout, it would run that checkout's daemon whatever PYTHONPATH says).
+
+The same run also prints the CPU of spawning ``true`` with ``subprocess.run`` in this process: the
+floor of a tool call's spawn, for a ratio that does not move with the machine as much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from bench_client import MM, Env, bash_turns, run
+from mmd_child import BenchError, start_mmd
+
+MODES = (("default prompt", []), ("--sandbox off, no checkpoint", ["--sandbox", "off"]))
+
+
+def measure(tree: Path | None, mode: list[str], turns: int, calls: int) -> dict[str, float]:
+    """One daemon (this checkout's, or *tree*'s), one warm-up turn, then *turns* measured: per call."""
+    env = Env()
+    try:
+        env.start_servers({"chat": [{"text": "hi"}], "s": bash_turns(calls, turns + 1)}, default="chat")
+        child_env = dict(os.environ)
+        if tree is not None:
+            child_env["PYTHONPATH"] = f"{tree}:{tree / 'clients'}"
+        env.daemon = start_mmd(env.socket, env.home, env=child_env, cwd=env.home)
+        if mode:
+            env.set_daemon_option("snapshot_max_files", 0)
+        argv = [*MM, "--yolo", *mode, "--output-format", "json", "--model", "s/scripted", "-p", "go"]
+        run(argv, cwd=env.work)
+        daemon = psutil.Process(env.daemon.pid)
+        before = daemon.cpu_times(), _loop_ns(daemon.pid), daemon.num_ctx_switches()
+        for _ in range(turns):
+            run(argv, cwd=env.work)
+        after = daemon.cpu_times(), _loop_ns(daemon.pid), daemon.num_ctx_switches()
+        n = turns * calls
+        return {
+            "user": (after[0].user - before[0].user) / n,
+            "sys": (after[0].system - before[0].system) / n,
+            "loop": (after[1] - before[1]) / n / 1e9,
+            "switches": (after[2].voluntary - before[2].voluntary) / n,
+        }
+    finally:
+        env.close()
+
+
+def _loop_ns(pid: int) -> int:
+    """The CPU time of the daemon's main (event-loop) thread, in ns."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
+
+
+def spawn_floor(n: int = 200) -> float:
+    """CPU seconds this process spends on one ``subprocess.run(["true"])``."""
+    start = time.process_time()
+    for _ in range(n):
+        subprocess.run(["true"], capture_output=True, check=True)
+    return (time.process_time() - start) / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", type=Path, help="a checkout of another revision to pair each round with")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--turns", type=int, default=6, help="measured turns per daemon (default 6)")
+    parser.add_argument("--tool-calls", type=int, default=40, help="bash calls per turn (default 40)")
+    args = parser.parse_args(argv)
+    against = args.against.resolve() if args.against else None
+    if against is not None and not (against / "mmd" / "__init__.py").exists():
+        print(f"bench_cpu: {against} is not a checkout of mm (no mmd/__init__.py)", file=sys.stderr)
+        return 1
+    trees: list[tuple[str, Path | None]] = [("this tree", None)] + ([("against", against)] if against else [])
+    print(
+        f"mm daemon CPU per tool call: {args.rounds} rounds, {args.turns} turns of {args.tool_calls} `bash true`"
+    )
+    if against:
+        print(f"  against: {against}")
+    floor = spawn_floor()
+    print(f"  floor: `true` by subprocess.run costs this process {floor * 1000:.2f} ms of CPU")
+    try:
+        for label, mode in MODES:
+            rows: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
+            for _ in range(args.rounds):
+                for name, tree in trees:
+                    rows[name].append(measure(tree, mode, args.turns, args.tool_calls))
+            print(f"\n  {label} (ms per call; median of {args.rounds} rounds)")
+            print(f"    {'':<12}{'user+sys':>9}{'loop':>8}{'switches':>10}{'/ floor':>9}")
+            for name, _ in trees:
+                total = statistics.median(r["user"] + r["sys"] for r in rows[name])
+                loop = statistics.median(r["loop"] for r in rows[name])
+                switches = statistics.median(r["switches"] for r in rows[name])
+                print(
+                    f"    {name:<12}{total * 1000:9.2f}{loop * 1000:8.2f}{switches:10.1f}{total / floor:8.1f}x"
+                )
+            if against:
+                ratios = [
+                    (a["user"] + a["sys"]) / (b["user"] + b["sys"])
+                    for a, b in zip(rows["this tree"], rows["against"], strict=True)
+                ]
+                shown = ", ".join(f"{r:.2f}" for r in ratios)
+                print(
+                    f"    this tree / against, round by round: {shown}; median {statistics.median(ratios):.2f}"
+                )
+    except BenchError as exc:
+        print(f"bench_cpu: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
