@@ -1,5 +1,4 @@
-"""Smoke tests of bench/bench_client.py and bench/bench_load.py: they run end to end and print every figure
-(no timings checked)."""
+"""Smoke tests of the benches under bench/: they run end to end and print every figure (no timings checked)."""
 
 from __future__ import annotations
 
@@ -7,6 +6,20 @@ import subprocess
 import sys
 
 from ..paths import ROOT
+
+
+def bench(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """bench/<name> run to its end with *args* (no input, output captured); it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / name), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
 
 HEADINGS = (
     "== 1. client cold start",
@@ -16,36 +29,15 @@ HEADINGS = (
 
 
 def test_bench_client_runs_and_prints_each_figure():
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "bench_client.py"),
-            "--runs",
-            "2",
-            "--cold-runs",
-            "1",
-            "--tool-calls",
-            "3",
-        ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    done = bench(
+        "bench_client.py", "--runs", "2", "--cold-runs", "1", "--tool-calls", "3", "--cpu-turns", "1"
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     for heading in HEADINGS:
         assert heading in done.stdout, done.stdout
 
 
 def test_bench_load_runs_every_session_and_prints_each_figure():
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_load.py"), "--sessions", "5", "--warm-up", "1"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = bench("bench_load.py", "--sessions", "5", "--warm-up", "1")
     for heading in ("== 1. 5 mm -p at once", "== 2. the daemon", "== 3. the store, per session"):
         assert heading in done.stdout, done.stdout
     assert "completed: 5/5" in done.stdout
@@ -56,27 +48,13 @@ def test_bench_sandbox_runs_and_prints_each_figure():
 
     if not support().available:
         return  # it exits saying why: nothing to measure without a kernel sandbox
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_sandbox.py"), "--runs", "2"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = bench("bench_sandbox.py", "--runs", "2")
     for line in ("unconfined", "confined, real project", "hard-link walk", "an exec shim", "preexec_fn"):
         assert line in done.stdout, done.stdout
 
 
 def test_bench_calls_counts_every_stage_in_both_modes():
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_calls.py"), "--turns", "1", "--tool-calls", "3"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = bench("bench_calls.py", "--turns", "1", "--tool-calls", "3")
     for line in (
         "default prompt",
         "--sandbox off",
@@ -89,24 +67,6 @@ def test_bench_calls_counts_every_stage_in_both_modes():
 
 def test_bench_cpu_pairs_two_trees_round_by_round():
     # Paired against this same checkout: the path that runs another tree's daemon is exercised.
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "bench_cpu.py"),
-            "--against",
-            str(ROOT),
-            "--rounds",
-            "1",
-            "--turns",
-            "1",
-            "--tool-calls",
-            "3",
-        ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = bench("bench_cpu.py", "--against", str(ROOT), "--rounds", "1", "--turns", "1", "--tool-calls", "3")
     for line in ("floor: `true` by subprocess.run", "this tree", "against", "round by round"):
         assert line in done.stdout, done.stdout

@@ -280,29 +280,32 @@ async def test_a_client_too_slow_to_read_is_dropped_and_never_blocks_a_handler(
         assert seqs == list(range(len(seqs))) and 0 < len(seqs) <= 1 + 4
 
 
-async def test_frames_queued_together_go_out_in_one_send_whole_and_in_order() -> None:
-    sends: list[bytes] = []
+def recorded_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bytes each os.write took from now on (the writer's writes to its socket)."""
+    writes: list[bytes] = []
+    real_write = os.write
 
+    def write(fd: int, data: Any) -> int:
+        n = real_write(fd, data)
+        writes.append(bytes(data[:n]))
+        return n
+
+    monkeypatch.setattr(connection.os, "write", write)
+    return writes
+
+
+async def test_frames_queued_together_go_out_in_one_write_whole_and_in_order_and_a_hang_up_ends_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def burst(daemon: Any, conn: Connection, params: Empty) -> Done:
         for i in range(30):  # a tool call's events, queued before the writer runs
             conn.notify("event", {"seq": i, "pad": "x" * (i * 7)})
         return Done()
 
-    def counted() -> tuple[Any, Any]:
-        client, server = trio.testing.memory_stream_pair()
-        send_all = server.send_all
-
-        async def recording(data: bytes) -> None:
-            sends.append(bytes(data))
-            await send_all(data)
-
-        server.send_all = recording  # type: ignore[method-assign]
-        return client, server
-
-    async with serving(table(**{"daemon.status": Method(Empty, burst)}), counted) as (peer, _, _):
+    async with serving(table(**{"daemon.status": Method(Empty, burst)})) as (peer, conn, host):
         await peer.send(HELLO)
         assert (await peer.response()).msgid == 1
-        before = len(sends)
+        writes = recorded_writes(monkeypatch)  # the writer writes its socket itself
         await peer.send(request(2, "daemon.status"))
         seqs = []
         while len(seqs) < 30:
@@ -310,8 +313,13 @@ async def test_frames_queued_together_go_out_in_one_send_whole_and_in_order() ->
             if isinstance(msg, Notification):
                 seqs.append(decode_notification_arg(msg.params)["seq"])
         assert (await peer.response()).msgid == 2
-    assert seqs == list(range(30))  # every frame whole, in the order queued
-    assert len(sends) - before <= 2  # the 30 events and the reply: not one send each
+        assert seqs == list(range(30))  # every frame whole, in the order queued
+        assert 1 <= len(writes) <= 2  # the 30 events and the reply: not one write each
+        await peer.stream.aclose()  # the client hangs up; the next write fails and ends the writer
+        conn.notify("event", {"seq": 30})
+        with trio.fail_after(5):
+            while conn not in host.detached:
+                await trio.sleep(0.01)
 
 
 async def test_a_batch_stops_at_send_batch_bytes_and_the_rest_follows(
@@ -333,13 +341,6 @@ async def test_over_a_real_socket_a_full_buffer_waits_and_a_client_that_never_re
     # The writer writes the socket itself and asks trio to wait only when the kernel's buffer is full:
     # then the outbox fills behind it, and the connection is dropped without blocking the handler.
     monkeypatch.setattr(connection, "OUTBOX_FRAMES", 4)
-    writes: list[int] = []
-    real_write = os.write
-
-    def write(fd: int, data: Any) -> int:
-        n = real_write(fd, data)
-        writes.append(n)
-        return n
 
     async def chatty(daemon: Any, conn: Connection, params: Empty) -> Done:
         for i in range(40):
@@ -350,48 +351,14 @@ async def test_over_a_real_socket_a_full_buffer_waits_and_a_client_that_never_re
     async with serving(table(**{"daemon.status": Method(Empty, chatty)})) as (peer, conn, _):
         await peer.send(HELLO)
         assert (await peer.response()).msgid == 1
-        monkeypatch.setattr(connection.os, "write", write)
+        writes = recorded_writes(monkeypatch)
         await peer.send(request(2, "daemon.status"))
         with trio.fail_after(10):
             while not conn.closed:
                 await trio.sleep(0.01)
-        assert 0 < sum(writes) < 40 * 200_000  # some went out before the buffer filled, not all
+        assert 0 < sum(map(len, writes)) < 40 * 200_000  # some went out before the buffer filled, not all
         seqs = []
         while (msg := await peer.receive()) is not None:
             if isinstance(msg, Notification):
                 seqs.append(decode_notification_arg(msg.params)["seq"])
         assert seqs == list(range(len(seqs))) and 0 < len(seqs) < 40  # in order, then cut
-
-
-async def test_over_a_real_socket_a_burst_goes_out_in_one_write_and_a_hang_up_ends_the_writer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    writes: list[bytes] = []
-    real_write = os.write
-
-    def write(fd: int, data: Any) -> int:
-        writes.append(bytes(data))
-        return real_write(fd, data)
-
-    async def burst(daemon: Any, conn: Connection, params: Empty) -> Done:
-        for i in range(30):
-            conn.notify("event", {"seq": i})
-        return Done()
-
-    async with serving(table(**{"daemon.status": Method(Empty, burst)})) as (peer, conn, host):
-        await peer.send(HELLO)
-        assert (await peer.response()).msgid == 1
-        monkeypatch.setattr(connection.os, "write", write)
-        await peer.send(request(2, "daemon.status"))
-        seqs = []
-        while len(seqs) < 30:
-            msg = await peer.receive()
-            if isinstance(msg, Notification):
-                seqs.append(decode_notification_arg(msg.params)["seq"])
-        assert seqs == list(range(30))
-        assert len(writes) <= 2  # the 30 events (and the answer) in one write, or two
-        await peer.stream.aclose()  # the client hangs up; the next write fails and ends the writer
-        conn.notify("event", {"seq": 30})
-        with trio.fail_after(5):
-            while conn not in host.detached:
-                await trio.sleep(0.01)
