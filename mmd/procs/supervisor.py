@@ -471,8 +471,11 @@ async def _in_new_thread(fn: Callable[..., T], *args: Any) -> T:
 
 async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: float) -> bool:
     """Read the output until the child exits or time is up, stop the tree, read what is left; True on timeout."""
-    outputs = _Outputs(tree, capture)
+    outputs: _Outputs | None = None
     try:
+        outputs = _Outputs(
+            tree, capture
+        )  # inside the try: no descriptor left means the tree is still stopped
         with trio.move_on_after(timeout) as timer:
             while not outputs.exited:
                 await outputs.step()
@@ -485,7 +488,8 @@ async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: f
         capture.finish()
         return timer.cancelled_caught
     finally:
-        outputs.close()
+        if outputs is not None:
+            outputs.close()
         await _stop(tree, grace)
         _close(tree)
 
@@ -504,14 +508,18 @@ class _Outputs:
         self.names: dict[int, str] = {}  # pipes not at their end yet, by fd
         self._set = select.epoll()
         self._unyielded = 0  # bytes read since the task last yielded
-        for name, stream in (("stdout", tree.proc.stdout), ("stderr", tree.proc.stderr)):
-            fd = stream.fileno()
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-            self._set.register(fd, select.EPOLLIN)
-            self.names[fd] = name
-        if tree.pidfd is not None:
-            self._set.register(tree.pidfd, select.EPOLLIN)
+        try:
+            for name, stream in (("stdout", tree.proc.stdout), ("stderr", tree.proc.stderr)):
+                fd = stream.fileno()
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+                self._set.register(fd, select.EPOLLIN)
+                self.names[fd] = name
+            if tree.pidfd is not None:
+                self._set.register(tree.pidfd, select.EPOLLIN)
+        except BaseException:
+            self._set.close()
+            raise
 
     async def step(self) -> None:
         """Read one chunk from each pipe that has bytes (and learn of the exit), or wait until one does.

@@ -5,6 +5,7 @@ Its stress tests (a hundred cancelled trees, a gigabyte of output) are in tests/
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -289,6 +290,19 @@ async def test_without_a_pidfd_the_exit_is_polled_and_nothing_else_changes(
     assert timed.timed_out and timed.signal == 15 and timed.output == "started\n"
     background = await run(["bash", "-c", "sleep 1000 & echo bg"], tmp_path)
     assert background.exit_code == 0 and background.output == "bg\n" and background.duration < 5
+
+
+async def test_a_descriptor_refused_after_the_spawn_still_stops_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The read loop's epoll set is made after the child started: when the process is out of descriptors
+    # there, the call fails with the error and the child is stopped (the fixture checks none is left).
+    def refused() -> object:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(supervisor.select, "epoll", refused)
+    with pytest.raises(OSError, match="Too many open files"):
+        await run(["sleep", "1000"], tmp_path)
 
 
 async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
