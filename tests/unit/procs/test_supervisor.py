@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -249,29 +250,45 @@ async def test_timeout_stops_the_group(tmp_path: Path) -> None:
 
 
 async def test_a_flood_of_output_neither_starves_the_loop_nor_escapes_the_timeout_or_a_cancel(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The pumps read on without yielding while bytes are there: a command that never pauses must
-    # still let other tasks run, and be stopped by its timeout and by a cancel.
-    flood = ["bash", "-c", "exec yes flood"]
-    ticks = 0
+    # The read loop reads on without yielding while bytes are there. Here they always are: the child
+    # floods its pipe and every read of a pipe returns 64 KiB at once without taking any, so the pipe
+    # stays readable and only the loop's own checkpoints can let another task run. A task that counts
+    # its turns must get one at least every 4 MiB read, and the timeout and a cancel must still land.
+    real_read, real_init = os.read, supervisor._Outputs.__init__
+    reads_since_turn = [0]
+    output_fds: set[int] = set()
 
-    async def ticker() -> None:
-        nonlocal ticks
+    def init(self: Any, tree: Any, capture: Any) -> None:
+        real_init(self, tree, capture)
+        output_fds.clear()
+        output_fds.update(self.names)
+
+    def endless(fd: int, n: int) -> bytes:
+        if fd not in output_fds:
+            return real_read(fd, n)
+        reads_since_turn[0] += 1
+        if reads_since_turn[0] > 64:
+            raise AssertionError("4 MiB read without letting another task run")
+        return b"y\n" * (32 * 1024)
+
+    async def other_task() -> None:
         while True:
-            await trio.sleep(0.01)
-            ticks += 1
+            await trio.sleep(0)
+            reads_since_turn[0] = 0
 
+    flood = ["bash", "-c", "exec yes flood"]
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        started = trio.current_time()
+        nursery.start_soon(other_task)
+        monkeypatch.setattr(supervisor._Outputs, "__init__", init)
+        monkeypatch.setattr(supervisor.os, "read", endless)
         result = await run(flood, tmp_path, timeout=0.5)
-        assert result.timed_out and result.truncated and result.total_bytes > 1_000_000
-        assert ticks >= 10  # the loop ran other tasks meanwhile, every 10 ms or so
+        assert result.timed_out and result.truncated and result.total_bytes > 4 * 1024 * 1024
         with trio.move_on_after(0.5) as scope:
             await run(flood, tmp_path, timeout=60)
         assert scope.cancelled_caught
-        assert trio.current_time() - started < 10
+        monkeypatch.undo()
         nursery.cancel_scope.cancel()
 
 
