@@ -19,12 +19,15 @@ checked (docs/security.md says so). bench/bench_sandbox.py measures both.
 
 from __future__ import annotations
 
+import collections
 import os
 import stat
 import threading
 from collections.abc import Iterable
 
 import msgspec
+
+from mmd import inotify
 
 # Entries walked per spawn at most, all writable folders together.
 MAX_ENTRIES = 20_000
@@ -58,25 +61,19 @@ def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
     when its mtime changed; the link count of each linked file is read afresh.
     Errors: HardLinkRefused.
     """
-    names: dict[tuple[int, int], list[str]] = {}
-    counts: dict[tuple[int, int], int] = {}
-    left = max_entries
-    stack = list(dict.fromkeys(roots))
+    roots = list(dict.fromkeys(roots))
     with _lock:
-        while stack and left > 0:
-            folder = _folder(stack.pop())
-            if folder is None:
-                continue
-            left -= folder.entries
-            stack.extend(folder.subfolders)
-            for path in folder.linked:
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
-                    names.setdefault((st.st_dev, st.st_ino), []).append(path)
-                    counts[(st.st_dev, st.st_ino)] = st.st_nlink
+        quiet = _quiet_of(tuple(roots))
+        if quiet is not None and quiet.passed():
+            # No name made, moved or removed since a walk passed: its linked files are all there is to
+            # look at, and their link counts are read afresh (a name made for one outside shows only there).
+            names, counts = _counted(quiet.linked)
+        else:
+            linked, complete = _walk(roots, max_entries, quiet)
+            names, counts = _counted(linked)
+            if quiet is not None:
+                passed = all(len(found) == counts[key] for key, found in names.items())
+                quiet.settle(linked if complete and passed else None)
     for key, found in names.items():
         if len(found) < counts[key]:
             raise HardLinkRefused(
@@ -86,6 +83,40 @@ def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
                 f"(cp -p {found[0]} {found[0]}.copy && mv {found[0]}.copy {found[0]}) or remove it; "
                 "or run mm with --sandbox off"
             )
+
+
+def _walk(roots: list[str], max_entries: int, quiet: _Quiet | None) -> tuple[list[str], bool]:
+    """The regular files with more than one name under *roots*, and whether the walk reached every folder
+    (it stops after *max_entries* entries). Each folder is watched (*quiet*) before it is listed."""
+    linked: list[str] = []
+    left = max_entries
+    stack = list(roots)
+    while stack and left > 0:
+        path = stack.pop()
+        if quiet is not None:
+            quiet.add(path)  # watched before it is listed: a change after the listing is an event
+        folder = _folder(path)
+        if folder is None:
+            continue
+        left -= folder.entries
+        stack.extend(folder.subfolders)
+        linked.extend(folder.linked)
+    return linked, not stack
+
+
+def _counted(paths: Iterable[str]) -> tuple[dict[tuple[int, int], list[str]], dict[tuple[int, int], int]]:
+    """The names found of each file among *paths* that still has more than one, and its link count now."""
+    names: dict[tuple[int, int], list[str]] = {}
+    counts: dict[tuple[int, int], int] = {}
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+            names.setdefault((st.st_dev, st.st_ino), []).append(path)
+            counts[(st.st_dev, st.st_ino)] = st.st_nlink
+    return names, counts
 
 
 def _git_objects(parent: str, name: str) -> bool:
@@ -128,3 +159,141 @@ def _folder(path: str) -> _Folder | None:
     walked = _Folder(mtime, entries, tuple(subfolders), tuple(linked))
     _walked[path] = walked
     return walked
+
+
+# -- skipping the walk while nothing changed ---------------------------------------------------------
+
+# Root sets watched at once (each a set of inotify watches, one per folder).
+MAX_QUIETS = 4
+# Folders watched for one root set at most; past it (or 1/32 of fs.inotify.max_user_watches) the walk runs
+# at every spawn, as without a watch.
+MAX_WATCHED = 4096
+# What makes a walk's listings stale: a name made, moved or removed in a folder, or a folder itself moved or
+# removed. (A second name made for a file *outside* the folders is no event of theirs: the kernel reports a
+# link count to watches of the file itself. The files already linked are therefore looked at each time.)
+_MASK = (
+    inotify.IN_CREATE
+    | inotify.IN_MOVED_FROM
+    | inotify.IN_MOVED_TO
+    | inotify.IN_DELETE
+    | inotify.IN_DELETE_SELF
+    | inotify.IN_MOVE_SELF
+    | inotify.IN_ONLYDIR
+    | inotify.IN_DONT_FOLLOW
+)
+
+
+class _Quiet:
+    """The inotify watches of every folder a walk of one root set went through.
+
+    A walk that found no refusal and reached every folder leaves the set *settled*; the next check
+    reads the queue first, and while it is empty no folder is looked at, only the files the walk found
+    linked (their link counts), as the walk would (a warm walk costs one lstat per folder: 2 ms for a
+    project with a virtualenv, more with node_modules). An event drops the listing of the folder it came
+    from and the next check walks again. Watches are set only on local file systems (LOCAL_FILE_SYSTEMS of
+    mmd/inotify.py): elsewhere a change may come without an event.
+    """
+
+    def __init__(self) -> None:
+        self.settled = False
+        self.linked: list[str] = []  # the files with more than one name the settled walk found
+        self.folders: dict[int, str] = {}  # watch descriptor → folder
+        self.paths: set[str] = set()  # the folders watched under the path they had when added
+        self.broken = inotify.LIBC is None
+        self.limit = min(MAX_WATCHED, inotify.user_watches() // 32)
+        self._mounts = inotify.file_systems()
+        self._fd = -1 if self.broken else inotify.LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.broken = self.broken or self._fd < 0
+
+    def passed(self) -> bool:
+        """Read every queued event; True if the set is settled and none came."""
+        if self.broken:
+            return False
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.settled = False
+                break
+            self.settled = False
+            self._forget(data)
+        return self.settled
+
+    def _forget(self, data: bytes) -> None:
+        offset = 0
+        while offset + inotify.EVENT.size <= len(data):
+            wd, mask, _cookie, size = inotify.EVENT.unpack_from(data, offset)
+            offset += inotify.EVENT.size + size
+            folder = self.folders.get(wd)
+            if folder is not None:
+                _walked.pop(folder, None)  # listed again by the next walk
+                if mask & (inotify.IN_IGNORED | inotify.IN_MOVE_SELF | inotify.IN_DELETE_SELF):
+                    # Another folder may take its path, or its subfolders' (they moved with it): each is
+                    # watched anew when a walk comes to it.
+                    below = folder + os.sep
+                    self.paths = {p for p in self.paths if p != folder and not p.startswith(below)}
+            if mask & inotify.IN_IGNORED:
+                self.folders.pop(wd, None)
+            if mask & inotify.IN_Q_OVERFLOW:
+                _walked.clear()  # events were lost: every folder is listed and watched again
+                self.paths.clear()
+
+    def add(self, folder: str) -> None:
+        """Watch *folder* (a walk is about to list it); a failure leaves the set unsettled for good."""
+        if self.broken or folder in self.paths:
+            return
+        try:
+            local = self._mounts.get(os.lstat(folder).st_dev) in inotify.LOCAL_FILE_SYSTEMS
+        except OSError:
+            return  # gone: the walk skips it too
+        assert inotify.LIBC is not None
+        wd = inotify.LIBC.inotify_add_watch(self._fd, os.fsencode(folder), _MASK) if local else -1
+        if wd < 0 or (wd not in self.folders and len(self.folders) >= self.limit):
+            self.close()  # a folder that cannot be watched: every check walks, as without the set
+            return
+        self.folders[wd] = folder
+        self.paths.add(folder)
+
+    def settle(self, linked: list[str] | None) -> None:
+        """The walk ended: *linked* are the linked files it found if it reached every folder and passed (its
+        answer then stands until the next event, their link counts read at each check), None otherwise."""
+        self.settled = linked is not None and not self.broken
+        self.linked = linked or []
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self.broken, self.settled = -1, True, False
+        self.folders.clear()
+        self.paths.clear()
+
+
+_quiets: collections.OrderedDict[tuple[str, ...], _Quiet] = collections.OrderedDict()
+
+
+def _quiet_of(roots: tuple[str, ...]) -> _Quiet | None:
+    """The watch of *roots*, made on first use (the least recently used of MAX_QUIETS is closed)."""
+    if not ENABLED:
+        return None
+    quiet = _quiets.get(roots)
+    if quiet is None:
+        quiet = _quiets[roots] = _Quiet()
+        while len(_quiets) > MAX_QUIETS:
+            _quiets.popitem(last=False)[1].close()
+    _quiets.move_to_end(roots)
+    return quiet
+
+
+def forget() -> None:
+    """Close every watch and drop every kept listing (tests)."""
+    with _lock:
+        for quiet in _quiets.values():
+            quiet.close()
+        _quiets.clear()
+        _walked.clear()
+
+
+# False: every check walks (bench/bench_sandbox.py compares the two).
+ENABLED = True

@@ -31,26 +31,33 @@ import ctypes
 import errno
 import logging
 import os
-import struct
 import time
 from pathlib import Path
 
+from mmd.inotify import (
+    EVENT,
+    IN_ATTRIB,
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_DONT_FOLLOW,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MODIFY,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_ONLYDIR,
+    IN_Q_OVERFLOW,
+    LIBC,
+    LOCAL_FILE_SYSTEMS,
+    file_systems,
+    user_watches,
+)
+
 log = logging.getLogger(__name__)
 
-IN_MODIFY = 0x00000002
-IN_ATTRIB = 0x00000004
-IN_CLOSE_WRITE = 0x00000008
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-IN_ONLYDIR = 0x01000000
-IN_DONT_FOLLOW = 0x02000000
-IN_ISDIR = 0x40000000
 # Every change to what a folder holds or to what its files hold, mode and times included.
 MASK = (
     IN_MODIFY
@@ -65,79 +72,21 @@ MASK = (
     | IN_ONLYDIR
     | IN_DONT_FOLLOW
 )
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+_EVENT = EVENT
 # Folders watched in one project at most (each watch holds about a kilobyte of kernel memory), and never more
 # than 1/32 of the user's inotify watches (fs.inotify.max_user_watches: editors need theirs).
 MAX_FOLDERS = 4096
 # Projects watched at once; the least recently snapshotted one stops being watched.
 MAX_WATCHES = 4
-# File systems on which every change is made through this kernel, so that inotify reports it. A network or
-# shared one (nfs, cifs, 9p and virtiofs — WSL's /mnt/c, a VM's shared folder —, fuse) can be changed from
-# elsewhere without an event: a project with a folder on one is not watched.
-LOCAL_FILE_SYSTEMS = frozenset(
-    {
-        "btrfs",
-        "bcachefs",
-        "exfat",
-        "ext2",
-        "ext3",
-        "ext4",
-        "f2fs",
-        "hfsplus",
-        "jfs",
-        "nilfs2",
-        "overlay",
-        "ramfs",
-        "reiserfs",
-        "tmpfs",
-        "vfat",
-        "xfs",
-        "zfs",
-    }
-)
 # False: no project is watched and every snapshot runs git (bench/bench_snapshot.py compares the two).
 ENABLED = True
 # Seconds before a project that could not be watched (too many folders, no watch left) is tried again.
 RETRY_AFTER = 60.0
 
 
-def _user_watches() -> int:
-    try:
-        with open("/proc/sys/fs/inotify/max_user_watches") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 8192  # the old kernels' default
-
-
-def _file_systems() -> dict[int, str]:
-    """The type of each mounted file system, by its device number (/proc/self/mountinfo)."""
-    found: dict[int, str] = {}
-    try:
-        with open("/proc/self/mountinfo", "rb") as f:
-            for line in f:
-                fields = line.split()
-                try:
-                    major, minor = fields[2].split(b":")
-                    kind = fields[fields.index(b"-") + 1]
-                    found[os.makedev(int(major), int(minor))] = kind.decode("ascii", "replace")
-                except (ValueError, IndexError):
-                    continue
-    except OSError:
-        pass
-    return found
-
-
-def _libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.inotify_init1.argtypes = [ctypes.c_int]
-        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    except (OSError, AttributeError):  # not Linux, or a libc without inotify
-        return None
-    return libc
-
-
-_LIBC = _libc()
+_user_watches = user_watches
+_file_systems = file_systems
+_LIBC = LIBC
 
 
 class Unwatchable(Exception):
