@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+from collections.abc import Iterator
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -90,3 +91,13 @@ def _libc() -> ctypes.CDLL | None:
 
 
 LIBC = _libc()
+
+
+def events(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """The events one read of an inotify descriptor returned: (watch descriptor, mask, name) each."""
+    offset = 0
+    while offset + EVENT.size <= len(data):
+        wd, mask, _cookie, size = EVENT.unpack_from(data, offset)
+        start = offset + EVENT.size
+        yield wd, mask, data[start : start + size].rstrip(b"\0")
+        offset = start + size

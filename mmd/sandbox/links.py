@@ -222,10 +222,7 @@ class _Quiet:
         return self.settled
 
     def _forget(self, data: bytes) -> None:
-        offset = 0
-        while offset + inotify.EVENT.size <= len(data):
-            wd, mask, _cookie, size = inotify.EVENT.unpack_from(data, offset)
-            offset += inotify.EVENT.size + size
+        for wd, mask, _name in inotify.events(data):
             folder = self.folders.get(wd)
             if folder is not None:
                 _walked.pop(folder, None)  # listed again by the next walk

@@ -34,8 +34,8 @@ import os
 import time
 from pathlib import Path
 
+from mmd import inotify
 from mmd.inotify import (
-    EVENT,
     IN_ATTRIB,
     IN_CLOSE_WRITE,
     IN_CREATE,
@@ -50,10 +50,7 @@ from mmd.inotify import (
     IN_MOVED_TO,
     IN_ONLYDIR,
     IN_Q_OVERFLOW,
-    LIBC,
     LOCAL_FILE_SYSTEMS,
-    file_systems,
-    user_watches,
 )
 
 log = logging.getLogger(__name__)
@@ -72,7 +69,6 @@ MASK = (
     | IN_ONLYDIR
     | IN_DONT_FOLLOW
 )
-_EVENT = EVENT
 # Folders watched in one project at most (each watch holds about a kilobyte of kernel memory), and never more
 # than 1/32 of the user's inotify watches (fs.inotify.max_user_watches: editors need theirs).
 MAX_FOLDERS = 4096
@@ -82,11 +78,6 @@ MAX_WATCHES = 4
 ENABLED = True
 # Seconds before a project that could not be watched (too many folders, no watch left) is tried again.
 RETRY_AFTER = 60.0
-
-
-_user_watches = user_watches
-_file_systems = file_systems
-_LIBC = LIBC
 
 
 class Unwatchable(Exception):
@@ -103,7 +94,9 @@ class Watch:
     def __init__(self, project: Path, max_folders: int | None = None) -> None:
         self.project = os.fsencode(os.path.realpath(project))  # a link to it is watched as itself
         self.identity: tuple[int, int] | None = None  # device and inode of the project folder (watch_of)
-        self.max_folders = min(MAX_FOLDERS, _user_watches() // 32) if max_folders is None else max_folders
+        self.max_folders = (
+            min(MAX_FOLDERS, inotify.user_watches() // 32) if max_folders is None else max_folders
+        )
         self.tree: str | None = None
         self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
         self.reads = (
@@ -137,11 +130,7 @@ class Watch:
         return changed
 
     def _read(self, data: bytes) -> None:
-        offset = 0
-        while offset + _EVENT.size <= len(data):
-            wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
-            name = data[offset + _EVENT.size : offset + _EVENT.size + size].rstrip(b"\0")
-            offset += _EVENT.size + size
+        for wd, mask, name in inotify.events(data):
             folder = self._folders.get(wd)
             if mask & IN_IGNORED:
                 self._folders.pop(wd, None)
@@ -162,13 +151,13 @@ class Watch:
         """
         self.close()
         self.tree = None
-        if _LIBC is None:
+        if inotify.LIBC is None:
             raise Unwatchable("inotify is not available here")
-        fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = inotify.LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             raise Unwatchable(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
         self._fd = fd
-        self._devices, self._mounts = {}, _file_systems()
+        self._devices, self._mounts = {}, inotify.file_systems()
         try:
             self._walk(ignored)
         except Unwatchable:
@@ -195,7 +184,7 @@ class Watch:
                 raise Unwatchable(f"cannot list {os.fsdecode(folder)}: {exc.strerror}") from None
 
     def _add(self, folder: bytes) -> bool:
-        assert _LIBC is not None
+        assert inotify.LIBC is not None
         if len(self._folders) >= self.max_folders:
             raise Unwatchable(f"more than {self.max_folders} folders to watch")
         try:
@@ -212,7 +201,7 @@ class Watch:
                 raise Unwatchable(
                     f"{os.fsdecode(folder) or '.'} is on a file system ({kind}) that may change without an event here"
                 )
-        wd = _LIBC.inotify_add_watch(
+        wd = inotify.LIBC.inotify_add_watch(
             self._fd, os.path.join(self.project, folder) if folder else self.project, MASK
         )
         if wd >= 0:
@@ -246,7 +235,7 @@ _refused: dict[Path, float] = {}
 def watch_of(git_dir: Path, project: Path) -> Watch | None:
     """The watch of *project* (shadow repository *git_dir*), made on first use; None where mm does not watch
     it now (inotify missing, or it could not be watched less than RETRY_AFTER seconds ago)."""
-    if not ENABLED or _LIBC is None or _refused.get(git_dir, 0.0) > time.monotonic():
+    if not ENABLED or inotify.LIBC is None or _refused.get(git_dir, 0.0) > time.monotonic():
         return None
     watch = _watches.get(git_dir)
     # The folder the path names now (one stat, not a realpath): a link turned elsewhere, or the project or a

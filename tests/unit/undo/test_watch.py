@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from mmd import inotify
 from mmd.store import Store
 from mmd.undo import Recorder, Shadow, shadow_dir, watch
 from mmd.undo.watch import Watch
 
 pytestmark = [
     pytest.mark.skipif(os.system("git --version >/dev/null 2>&1") != 0, reason="git is not installed"),
-    pytest.mark.skipif(watch._LIBC is None, reason="no inotify here"),
+    pytest.mark.skipif(inotify.LIBC is None, reason="no inotify here"),
 ]
 
 
@@ -244,7 +245,7 @@ async def test_a_tree_with_too_many_folders_is_not_watched_and_snapshots_run_git
 
 
 async def test_without_inotify_snapshots_run_git(shadows, project, monkeypatch):
-    monkeypatch.setattr(watch, "_LIBC", None)
+    monkeypatch.setattr(inotify, "LIBC", None)
     first = await shadows.snapshot()
     assert await shadows.snapshot() == first
     assert "add" in shadows.ran
@@ -382,11 +383,11 @@ async def test_a_project_folder_replaced_under_the_same_path_is_watched_anew(tmp
 
 
 def test_a_project_never_takes_more_than_a_32nd_of_the_user_s_watches(tmp_path, monkeypatch):
-    monkeypatch.setattr(watch, "_user_watches", lambda: 8192)
+    monkeypatch.setattr(inotify, "user_watches", lambda: 8192)
     assert Watch(tmp_path).max_folders == 256
-    monkeypatch.setattr(watch, "_user_watches", lambda: 1 << 20)
+    monkeypatch.setattr(inotify, "user_watches", lambda: 1 << 20)
     assert Watch(tmp_path).max_folders == watch.MAX_FOLDERS
-    monkeypatch.setattr(watch, "_user_watches", lambda: 64)
+    monkeypatch.setattr(inotify, "user_watches", lambda: 64)
     for name in ("a", "b", "c"):
         (tmp_path / name).mkdir()
     with pytest.raises(watch.Unwatchable, match="more than 2 folders"):
@@ -398,7 +399,7 @@ async def test_a_project_on_a_file_system_changed_from_elsewhere_is_not_watched(
 ):
     # A network or shared file system (nfs, 9p: WSL's /mnt/c) may change with no event here.
     device = os.lstat(project / "src").st_dev
-    monkeypatch.setattr(watch, "_file_systems", lambda: {device: "nfs4"})
+    monkeypatch.setattr(inotify, "file_systems", lambda: {device: "nfs4"})
     first = await shadows.snapshot()
     assert await shadows.snapshot() == first
     assert "add" in shadows.ran  # not watched: git each time
@@ -407,7 +408,7 @@ async def test_a_project_on_a_file_system_changed_from_elsewhere_is_not_watched(
 
 
 def test_the_file_system_this_test_runs_on_is_known(tmp_path):
-    kinds = watch._file_systems()
+    kinds = inotify.file_systems()
     assert kinds.get(os.lstat(tmp_path).st_dev) is not None
 
 
