@@ -52,19 +52,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from subprocess import DEVNULL
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 import msgspec
 import trio
 
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
-from mmd.sandbox import Sandbox, confine_thread, unavailable_reason
+from mmd.procs.spawner import run_confined
+from mmd.sandbox import Sandbox
 from mmd.sandbox.landlock import Unavailable
 from mmd.sandbox.links import HardLinkRefused, check_links
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Seconds between two records of a running child's descendants while they change.
 POLL_INTERVAL = 0.05
@@ -400,11 +400,11 @@ async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> tri
 
     Unconfined, subprocess.Popen runs right here, in the event loop's thread: its vfork fast path returns
     once the child has exec'd (a fraction of a millisecond), and trio's hop to a worker thread and back
-    cost more than that (a third of a tool call's supervision). Confined, a thread is made for this one
-    spawn (:func:`_in_new_thread`): Landlock and no_new_privs belong to a thread, and a process
-    inherits its creator thread's, so that thread checks the project's hard links, confines itself and
-    starts the child (no Python code runs in the child); the daemon's other threads are never confined.
-    The pipes are made here as trio makes them.
+    cost more than that (a third of a tool call's supervision). Confined, the sandbox's spawner thread
+    starts it (mmd/procs/spawner.py): Landlock and no_new_privs belong to a thread, and a process
+    inherits its creator thread's, so a thread confined to the sandbox, and kept for its next spawns,
+    checks the project's hard links and starts the child (no Python code runs in the child); the
+    daemon's other threads are never confined. The pipes are made here as trio makes them.
 
     Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable, OSError, ValueError.
     """
@@ -421,7 +421,7 @@ async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> tri
         if sandbox is None or not sandbox.confined:
             popen = subprocess.Popen(argv, start_new_session=True, **options)
         else:
-            popen = await _in_new_thread(_start_confined, argv, sandbox, options)
+            popen = await run_confined(sandbox, _start_confined, argv, sandbox, options)
     except BaseException:
         for stream in parent_ends:
             if stream is not None:
@@ -436,37 +436,9 @@ async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> tri
 
 
 def _start_confined(argv: list[str], sandbox: Sandbox, options: dict[str, Any]) -> subprocess.Popen[bytes]:
-    # Runs in a thread of its own, which stays confined: _in_new_thread never reuses it.
-    if (missing := unavailable_reason(sandbox)) is not None:
-        raise Unavailable(missing)
+    # Runs in a spawner thread confined to *sandbox* (mmd/procs/spawner.py): the child inherits it.
     check_links(sandbox.roots)
-    confine_thread(sandbox)
     return subprocess.Popen(argv, start_new_session=True, **options)
-
-
-async def _in_new_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a new thread that ends with it; the task waits, uncancellable, for its outcome.
-
-    trio.to_thread would run *fn* in a pooled thread, which a confinement would leave confined for the
-    next job; and a pooled thread starting one more thread is two hops where one does.
-    """
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
-    done: list[tuple[bool, Any]] = []
-
-    def body() -> None:
-        try:
-            done.append((True, fn(*args)))
-        except BaseException as exc:  # handed to the task
-            done.append((False, exc))
-        token.run_sync_soon(trio.lowlevel.reschedule, task)
-
-    threading.Thread(target=body, name="mm-sandbox-spawn", daemon=True).start()
-    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-    ok, value = done[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
 
 
 async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: float) -> bool:

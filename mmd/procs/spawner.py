@@ -1,0 +1,172 @@
+"""Confined threads that start children: one per sandbox, confined once, kept for the next spawn.
+
+Landlock and no_new_privs belong to a thread, and a child inherits its creator thread's. A thread made,
+confined and ended for every spawn cost more CPU than the rest of a short tool call's supervision
+(a thread's start and join alone is 0.25–0.4 ms on a small VM, the ruleset as much again). So a
+*spawner* is a thread confined to one sandbox that stays, blocked on its queue, and runs every spawn of
+that sandbox: :func:`run_confined` hands it a job and the task waits until the thread wakes it.
+
+Which spawner runs a job is decided by what its confinement was made of: the sandbox's writable
+folders and device folders, its network switch, and the identity (device, inode) of each of those
+folders when the job is handed over. Landlock binds a rule to the inode a path named when the thread
+was confined: a folder deleted and made again, or moved away, is another inode, so the job goes to a
+new spawner confined to what the path names now, never to one whose rule follows the old folder.
+The device files (/dev/null, ...) are left out of the identity: a rule on one grants writes to that
+file only.
+
+At most MAX_SPAWNERS are kept; the least recently used one ends after its queued jobs when one more
+is needed. A spawner that cannot confine itself answers its jobs with the error and ends; the next job
+makes a new one. Spawner threads are daemon threads: the process ends with them blocked.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trio
+
+from mmd.sandbox import DEVICE_FOLDERS, Sandbox, confine_thread, unavailable_reason
+from mmd.sandbox.landlock import Unavailable
+
+T = TypeVar("T")
+MAX_SPAWNERS = 8
+THREAD_NAME = "mm-sandbox-spawn"
+
+Key = tuple[Any, ...]
+
+
+class _Job:
+    """One call to run in a spawner, and how to hand its outcome back to the waiting trio task."""
+
+    __slots__ = ("args", "fn", "outcome", "task", "token")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+        self.task = trio.lowlevel.current_task()
+        self.token = trio.lowlevel.current_trio_token()
+        self.outcome: tuple[bool, Any] | None = None
+
+    def run(self) -> None:
+        try:
+            self.answer(True, self.fn(*self.args))
+        except BaseException as exc:  # handed to the task
+            self.answer(False, exc)
+
+    def answer(self, ok: bool, value: Any) -> None:
+        self.outcome = (ok, value)
+        self.token.run_sync_soon(trio.lowlevel.reschedule, self.task)
+
+
+class _Spawner:
+    """A thread confined to one sandbox that runs the jobs put on its queue, in order."""
+
+    def __init__(self, box: Sandbox, first: _Job) -> None:
+        self.box = box
+        self.retired = False  # takes no more jobs; under _lock
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs.put(first)  # before the thread starts: a thread that fails at once still answers it
+        self.thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
+        self.thread.start()
+
+    def take(self, job: _Job) -> bool:
+        """Queue *job*; False when this spawner has ended or is ending (make another)."""
+        with self._lock:
+            if self.retired:
+                return False
+            self._jobs.put(job)
+            return True
+
+    def retire(self) -> None:
+        """End after the jobs already queued."""
+        with self._lock:
+            if not self.retired:
+                self.retired = True
+                self._jobs.put(None)
+
+    def _serve(self) -> None:
+        try:
+            if (missing := unavailable_reason(self.box)) is not None:
+                raise Unavailable(missing)
+            confine_thread(self.box)
+        except BaseException as exc:
+            self._fail(exc)
+            return
+        while (job := self._jobs.get()) is not None:
+            job.run()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self.retired = True
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.answer(False, exc)
+
+
+_spawners: collections.OrderedDict[Key, _Spawner] = collections.OrderedDict()
+_registry_lock = threading.Lock()  # trio runs in other threads (tests) may spawn too
+
+
+async def run_confined(box: Sandbox, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread confined to *box* (confined already, or confined first); the task waits,
+    uncancellable, for its outcome: *fn* starts a child, which must not be left unknown.
+
+    Errors: whatever *fn* raises; landlock.Unavailable and OSError when the thread cannot be confined.
+    """
+    job = _Job(fn, args)
+    _hand_over(box, job)
+    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+    assert job.outcome is not None
+    ok, value = job.outcome
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _hand_over(box: Sandbox, job: _Job) -> None:
+    key = confinement_key(box)
+    with _registry_lock:
+        spawner = _spawners.get(key)
+        if spawner is not None and spawner.take(job):
+            _spawners.move_to_end(key)
+            return
+        _spawners[key] = _Spawner(box, job)
+        _spawners.move_to_end(key)
+        while len(_spawners) > MAX_SPAWNERS:
+            _spawners.popitem(last=False)[1].retire()
+
+
+def confinement_key(box: Sandbox) -> Key:
+    """What a confinement to *box* is made of now: its folders with their (device, inode), its network."""
+    folders = (*box.writable(), *DEVICE_FOLDERS)
+    return (box.network, box.mode, tuple((path, _identity(path)) for path in folders))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:  # missing (the rule is skipped) or unreadable: a key of its own
+        return None
+    return found.st_dev, found.st_ino
+
+
+def forget() -> None:
+    """End every spawner (after its queued jobs): the tests start from none."""
+    with _registry_lock:
+        while _spawners:
+            _spawners.popitem()[1].retire()
+
+
+def alive() -> list[_Spawner]:
+    """The spawners kept now, least recently used first."""
+    with _registry_lock:
+        return list(_spawners.values())
