@@ -57,9 +57,9 @@ async def run_process(
 ) -> ProcResult:
     """Run *argv* for the call *ctx*: in *cwd* (default the session's), with *env* under the call's variables.
 
-    Cancellation: the process group is stopped before Cancelled leaves.
+    Cancellation: the process group is stopped before Cancelled leaves. The session's folder is made
+    only when the output is cut and spills (mmd/procs/supervisor.py, _Spill).
     """
-    ctx.session_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     spill = ctx.spill_path
     return await run_tool_process(
         argv,

@@ -1,0 +1,23 @@
+"""run_process (mmd/tools/process.py): a tool's process run for one call, and where its output spills."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mmd.tools.base import Limits, ToolContext
+from mmd.tools.process import run_process
+
+
+async def test_the_sessions_folder_is_made_only_when_an_output_spills(tmp_path: Path) -> None:
+    session = tmp_path / "state" / "sessions" / "s1"
+    limits = Limits(max_bytes=200, max_lines=10)
+    ctx = ToolContext(session_id="s1", call_id="short", cwd=tmp_path, session_dir=session, limits=limits)
+    short = await run_process(["echo", "hi"], ctx, timeout=30)
+    assert short.output == "hi\n" and short.spill_path is None
+    assert not session.exists()
+
+    ctx = ToolContext(session_id="s1", call_id="long", cwd=tmp_path, session_dir=session, limits=limits)
+    long = await run_process(["seq", "1", "500"], ctx, timeout=30)
+    assert long.truncated and long.spill_path == str(session / "output-long.log")
+    assert (session / "output-long.log").read_text() == "".join(f"{i}\n" for i in range(1, 501))
+    assert session.stat().st_mode & 0o777 == 0o700
