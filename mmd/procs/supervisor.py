@@ -276,10 +276,12 @@ class _Tree:
     def __init__(self, proc: trio.Process, tag: str) -> None:
         self.proc = proc
         self.tag = tag
-        self.since = _start_ticks(proc.pid) or 0
-        self.seen: set[Member] = set()
-        self.stopped = False
         self.reaped = _subreaper  # orphans come back to this process: no watcher, no scan
+        # The child's start: the scan of /proc (not as a subreaper) looks at processes started since.
+        self.since = 0 if self.reaped else (_start_ticks(proc.pid) or 0)
+        self.seen: set[Member] = set()
+        self.rooted = True  # whether the last record started from any process (the child, an orphan)
+        self.stopped = False
         self.pidfd = _pidfd_open(proc.pid)  # readable once the child has exited (None: poll exited())
         self._halt = threading.Event()
         self._lock = threading.Lock()  # the watcher thread and the stop both update `seen`
@@ -309,6 +311,7 @@ class _Tree:
         roots = [] if self.exited() else [self.proc.pid]  # an exited child's were re-parented
         if self.reaped:
             roots += _tagged_orphans(self.tag, exclude=self.proc.pid)
+        self.rooted = bool(roots)
         found = [m for m in _descendants(roots) if m[0] != self.proc.pid]
         with self._lock:
             before = set(self.seen)
@@ -574,11 +577,15 @@ async def _off_thread(tree: _Tree, fn: Callable[..., None], *args: Any) -> None:
 
 
 def _record_all(tree: _Tree) -> None:
-    # The tree by its links (record), then by its tag (record_tagged; for a subreaper, record again: an
-    # orphan re-parented to the daemon in between is found by its tag). An environment that reads empty
-    # in the middle of an exec is looked at again (_carries), not taken for an untagged one.
+    # The tree by its links (record), then by its tag (record_tagged; for a subreaper, record again: a
+    # member that exited during the first walk left its children to the daemon, found by their tag). A
+    # subreaper whose first walk had nowhere to start has no second walk: the child has exited, so every
+    # descendant of it is orphaned, a tagged child of the daemon (a child's orphans are the daemon's before
+    # its exit is seen), and there was none. An environment that reads empty in the middle of an exec is
+    # looked at again (_carries), not taken for an untagged one.
     tree.record()
-    tree.record_tagged()
+    if tree.rooted or not tree.reaped:
+        tree.record_tagged()
 
 
 async def _wait_gone(tree: _Tree, timeout: float) -> bool:
@@ -927,7 +934,7 @@ def reap_orphans() -> list[int]:
 
     Errors: none.
     """
-    if not _subreaper or _spawning:
+    if not _subreaper or _spawning or not _a_child_exited():
         return []
     reaped = []
     for pid in _children(os.getpid()):
@@ -937,6 +944,15 @@ def reap_orphans() -> list[int]:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:
                     reaped.append(pid)
     return reaped
+
+
+def _a_child_exited() -> bool:
+    # One system call instead of reading every thread's children: no exited child, nothing to reap.
+    # WNOWAIT leaves the status to whoever waits for it (trio, or the loop below).
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # no children at all
+        return False
 
 
 def _pidfd_open(pid: int) -> int | None:

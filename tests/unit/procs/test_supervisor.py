@@ -10,7 +10,9 @@ import functools
 import json
 import os
 import re
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -347,6 +349,53 @@ async def test_an_orphan_that_exits_before_the_stop_is_reaped(tmp_path: Path, mo
     assert result.output == "done\n"
     if mode == "subreaper":
         assert mmd.procs.reap_orphans() == []  # the stop already reaped them
+
+
+async def test_a_subreaper_walks_twice_only_when_the_first_walk_started_somewhere(
+    tmp_path: Path, mode: str, monkeypatch
+) -> None:
+    # The second walk finds the children a member left to the daemon by exiting during the first. A child
+    # that exited and left no orphan gives the first walk nowhere to start: one look at the daemon's children.
+    if mode != "subreaper":
+        pytest.skip("without a subreaper the second look is the scan of /proc, always made")
+    looks: list[str] = []
+    real = supervisor._tagged_orphans
+    monkeypatch.setattr(
+        supervisor, "_tagged_orphans", lambda tag, exclude: looks.append(tag) or real(tag, exclude)
+    )
+    assert (await run(["true"], tmp_path)).exit_code == 0
+    assert len(looks) == 1
+    looks.clear()
+    result = await run(["bash", "-c", "(trap '' TERM; exec sleep 1000) & echo $!"], tmp_path)
+    assert len(looks) >= 2  # the orphaned sleep was a root: walked again
+    assert not psutil.pid_exists(int(result.output)) or gone(psutil.Process(int(result.output)))
+
+
+def test_the_reap_reads_the_children_only_once_one_has_exited(mode: str, monkeypatch) -> None:
+    # A child not spawned by the supervisor stands for an orphan here. While none of the test process's
+    # children has exited, reap_orphans makes one system call and reads no children list; once one has,
+    # the look (WNOWAIT) leaves its status to the reap.
+    if mode != "subreaper":
+        pytest.skip("only a subreaper reaps orphans")
+    scans: list[int] = []
+    real = supervisor._children
+    monkeypatch.setattr(supervisor, "_children", lambda pid: scans.append(pid) or real(pid))
+    assert mmd.procs.reap_orphans() == [] and scans == []
+    live = subprocess.Popen(["sleep", "1000"])
+    done = subprocess.Popen(["true"])
+    try:
+        while psutil.Process(done.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.005)
+        assert supervisor._a_child_exited()
+        assert psutil.Process(done.pid).status() == psutil.STATUS_ZOMBIE  # looked at, not reaped
+        assert mmd.procs.reap_orphans() == [done.pid] and scans
+        scans.clear()
+        assert not supervisor._a_child_exited()
+        assert mmd.procs.reap_orphans() == [] and scans == []
+    finally:
+        live.kill()
+        live.wait()
+        done.poll()  # reaped above: Popen learns it (ECHILD), or reaps it if a check failed first
 
 
 async def test_an_untagged_orphan_is_stopped_with_the_daemon(tmp_path: Path, mode: str) -> None:
