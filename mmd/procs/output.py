@@ -26,6 +26,8 @@ import msgspec
 
 # How a NUL byte is shown: a model reads a C escape; a raw NUL confuses tokenizers and terminals.
 NUL_SHOWN = "\\0"
+# The incremental UTF-8 decoder class, looked up once (each stream of each call gets one).
+_UTF8 = codecs.getincrementaldecoder("utf-8")
 
 
 def printable(text: str) -> str:
@@ -255,7 +257,8 @@ class OutputCapture:
         """
         if stream not in self._ended:
             self._ended.add(stream)
-            self._decode(stream, b"", final=True)
+            if stream in self._decoders:  # else nothing was read: no character is unfinished
+                self._decode(stream, b"", final=True)
 
     def finish(self) -> None:
         """End every stream not ended yet, e.g. after reads were abandoned."""
@@ -281,7 +284,7 @@ class OutputCapture:
     def _decode(self, stream: str, data: bytes, *, final: bool) -> None:
         decoder = self._decoders.get(stream)
         if decoder is None:
-            decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+            decoder = self._decoders[stream] = _UTF8("replace")
         held = decoder.getstate()[0]
         text = decoder.decode(data, final)
         # The decoder holds back only the last bytes of an unfinished character.

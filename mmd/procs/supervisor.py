@@ -151,7 +151,9 @@ async def run_tool_process(
     try:
         capture = OutputCapture(spill.open, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
         try:
-            tree = await _spawn(argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, stdin=DEVNULL)
+            tree = await _spawn(
+                argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, raw_outputs=True, stdin=DEVNULL
+            )
         except (OSError, ValueError) as exc:
             return _unstarted(_spawn_error(exc, argv, cwd), started)
         timed_out = await _collect(tree, capture, timeout, grace)
@@ -273,9 +275,11 @@ Member = tuple[int, int]
 class _Tree:
     """A spawned child and every descendant seen alive, to stop them all."""
 
-    def __init__(self, proc: trio.Process, tag: str) -> None:
+    def __init__(self, proc: trio.Process, tag: str, outputs: dict[int, str] | None = None) -> None:
         self.proc = proc
         self.tag = tag
+        # The parent's ends of the output pipes that no trio stream wraps (run_tool_process), by fd.
+        self.outputs = outputs or {}
         self.reaped = _subreaper  # orphans come back to this process: no watcher, no scan
         # The child's start: the scan of /proc (not as a subreaper) looks at processes started since.
         self.since = 0 if self.reaped else (_start_ticks(proc.pid) or 0)
@@ -283,9 +287,10 @@ class _Tree:
         self.rooted = True  # whether the last record started from any process (the child, an orphan)
         self.stopped = False
         self.pidfd = _pidfd_open(proc.pid)  # readable once the child has exited (None: poll exited())
-        self._halt = threading.Event()
         self._lock = threading.Lock()  # the watcher thread and the stop both update `seen`
+        self._halt: threading.Event | None = None
         if not self.reaped:
+            self._halt = threading.Event()
             self._watcher = threading.Thread(target=self._watch, name=f"mm-watch-{proc.pid}", daemon=True)
             self._watcher.start()
 
@@ -298,9 +303,11 @@ class _Tree:
 
     def stop_watching(self) -> None:
         # Not joined: a record under way ends under the lock, then the thread sees the flag.
-        self._halt.set()
+        if self._halt is not None:
+            self._halt.set()
 
     def _watch(self) -> None:
+        assert self._halt is not None
         interval = POLL_INTERVAL
         while not self._halt.wait(interval) and not self.exited():
             changed = self.record()
@@ -341,12 +348,10 @@ class _Tree:
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the group (when it is surely ours) and to every live descendant."""
         if self._group_is_ours():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
+            _kill(os.killpg, self.proc.pid, sig)
         for pid, ticks in self.alive():
             if _start_ticks(pid) == ticks:  # still the process recorded, not a recycled pid
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
+                _kill(os.kill, pid, sig)
 
     def _group_is_ours(self) -> bool:
         # An unreaped child keeps its pid, hence the group id, from being recycled.
@@ -361,6 +366,18 @@ class _Tree:
             trio.lowlevel.notify_closing(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = None
+        # Never registered with trio (an epoll set of the call's own waits on them): no notify_closing.
+        outputs, self.outputs = self.outputs, {}
+        for fd in outputs:
+            os.close(fd)
+
+
+def _kill(send: Callable[[int, int], None], pid: int, sig: int) -> None:
+    # Not contextlib.suppress: three Python calls more, twice a call.
+    try:
+        send(pid, sig)
+    except (ProcessLookupError, PermissionError):  # gone, or not ours (a recycled pid)
+        return
 
 
 async def _spawn(
@@ -371,6 +388,7 @@ async def _spawn(
     inherit_env: bool = True,
     pass_env: Collection[str] = (),
     sandbox: Sandbox | None = None,
+    raw_outputs: bool = False,
     **stdio: Any,
 ) -> _Tree:
     # The one place a child's environment is built: every child, present or future,
@@ -384,20 +402,24 @@ async def _spawn(
     stdio = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio}
     _spawning += 1  # until the new child is in _leaders, no zombie child is taken for an orphan
     try:
-        proc = await _open(argv, sandbox, cwd=cwd, env=child_env, **stdio)
+        proc, outputs = await _open(argv, sandbox, raw_outputs, cwd=cwd, env=child_env, **stdio)
         _leaders.add(proc.pid)
     finally:
         _spawning -= 1
     try:
-        return _Tree(proc, tag)
+        return _Tree(proc, tag, outputs)
     except BaseException:  # e.g. no thread left for the watcher: leave no child behind
         os.killpg(proc.pid, signal.SIGKILL)
         os.waitpid(proc.pid, 0)
         _leaders.discard(proc.pid)
+        for fd in outputs:
+            os.close(fd)
         raise
 
 
-async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> trio.Process:
+async def _open(
+    argv: list[str], sandbox: Sandbox | None, raw_outputs: bool, **options: Any
+) -> tuple[trio.Process, dict[int, str]]:
     """Start the child in a new session as ``trio.lowlevel.open_process`` would, confined to *sandbox* if
     it is not off.
 
@@ -407,11 +429,15 @@ async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> tri
     starts it (mmd/procs/spawner.py): Landlock and no_new_privs belong to a thread, and a process
     inherits its creator thread's, so a thread confined to the sandbox, and kept for its next spawns,
     checks the project's hard links and starts the child (no Python code runs in the child); the
-    daemon's other threads are never confined. The pipes are made here as trio makes them.
+    daemon's other threads are never confined. The pipes are made here as trio makes them; with
+    *raw_outputs*, the parent's ends of the stdout and stderr pipes are left bare (non-blocking) and
+    returned by fd (run_tool_process reads them through an epoll set of its own: a trio stream each cost
+    a dozen Python calls and four system calls more, to make and to close, and is never read).
 
     Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable, OSError, ValueError.
     """
     parent_ends: list[trio.lowlevel.FdStream | None] = [None, None, None]
+    bare: dict[int, str] = {}
     child_ends: list[int] = []
     try:
         for i, name in enumerate(("stdin", "stdout", "stderr")):
@@ -419,7 +445,11 @@ async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> tri
                 r, w = os.pipe()
                 mine, theirs = (w, r) if i == 0 else (r, w)
                 child_ends.append(theirs)
-                parent_ends[i] = trio.lowlevel.FdStream(mine)
+                if raw_outputs and i:
+                    bare[mine] = name
+                    os.set_blocking(mine, False)
+                else:
+                    parent_ends[i] = trio.lowlevel.FdStream(mine)
                 options[name] = theirs
         if sandbox is None or not sandbox.confined:
             popen = subprocess.Popen(argv, start_new_session=True, **options)
@@ -429,13 +459,15 @@ async def _open(argv: list[str], sandbox: Sandbox | None, **options: Any) -> tri
         for stream in parent_ends:
             if stream is not None:
                 stream.close()
+        for fd in bare:
+            os.close(fd)
         raise
     finally:
         for fd in child_ends:
             os.close(fd)
     # trio.Process has no public constructor for a Popen started elsewhere; tests/unit/procs
     # checks this one, so a trio that drops it fails there rather than here.
-    return trio.Process._create(popen, *parent_ends)  # type: ignore[attr-defined]
+    return trio.Process._create(popen, *parent_ends), bare  # type: ignore[attr-defined]
 
 
 def _start_confined(argv: list[str], sandbox: Sandbox, options: dict[str, Any]) -> subprocess.Popen[bytes]:
@@ -456,10 +488,11 @@ async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: f
                 await outputs.step()
         await _stop(tree, grace)
         # What the tree wrote before it was stopped; a process no record found may hold a pipe open:
-        # it is not waited for longer.
-        with trio.move_on_after(DRAIN_WAIT):
-            while outputs.names:
-                await outputs.step()
+        # it is not waited for longer. Usually both pipes ended with the exit: no scope to set up.
+        if outputs.names:
+            with trio.move_on_after(DRAIN_WAIT):
+                while outputs.names:
+                    await outputs.step()
         capture.finish()
         return timer.cancelled_caught
     finally:
@@ -484,10 +517,11 @@ class _Outputs:
         self._set = select.epoll()
         self._unyielded = 0  # bytes read since the task last yielded
         try:
-            for name, stream in (("stdout", tree.proc.stdout), ("stderr", tree.proc.stderr)):
-                fd = stream.fileno()
-                with contextlib.suppress(OSError):
+            for fd, name in tree.outputs.items():
+                try:  # noqa: SIM105 (suppress costs three Python calls: a hot path)
                     fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+                except OSError:  # best effort: above the user's pipe limit, the default size
+                    pass
                 self._set.register(fd, select.EPOLLIN)
                 self.names[fd] = name
             if tree.pidfd is not None:
@@ -549,9 +583,14 @@ async def _stop(tree: _Tree, grace: float) -> None:
     if tree.stopped:
         return
     tree.stopped = True
+    tree.stop_watching()
+    if tree.reaped:  # a few small reads: no thread
+        _record_all(tree)
+        if _gone_at_once(tree):
+            return
     with trio.CancelScope(shield=True):
-        tree.stop_watching()
-        await _off_thread(tree, _record_all, tree)
+        if not tree.reaped:
+            await trio.to_thread.run_sync(_record_all, tree)
         running = not tree.exited() or bool(tree.alive())
         tree.signal(signal.SIGTERM)
         if running:
@@ -565,6 +604,20 @@ async def _stop(tree: _Tree, grace: float) -> None:
         if not await _wait_gone(tree, KILL_WAIT):
             log.warning("processes of %s survived SIGKILL: %s", tree.proc.pid, tree.alive())
         reap_orphans()
+
+
+def _gone_at_once(tree: _Tree) -> bool:
+    """The usual stop, when there is nothing to wait for: the child has exited and no recorded descendant
+    lives. The group still gets both signals (for a member no record found); nothing is awaited, so no
+    shielded scope is set up. False, having done nothing, when the stop must wait."""
+    if not tree.exited() or tree.alive():
+        return False
+    tree.signal(signal.SIGTERM)
+    tree.signal(signal.SIGKILL)
+    tree.proc.poll()  # reaps the child, whose exit waitid saw
+    _leaders.discard(tree.proc.pid)
+    reap_orphans()
+    return True
 
 
 async def _off_thread(tree: _Tree, fn: Callable[..., None], *args: Any) -> None:

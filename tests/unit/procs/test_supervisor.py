@@ -324,6 +324,26 @@ async def test_a_descriptor_refused_after_the_spawn_still_stops_the_child(
         await run(["sleep", "1000"], tmp_path)
 
 
+async def test_no_way_a_call_ends_leaves_a_descriptor_open(tmp_path: Path, monkeypatch) -> None:
+    # The output pipes are bare descriptors (no trio stream closes them): an exit, a flood, a timeout, a
+    # cancel, a spawn error and a refused epoll set must each close both, and the pidfd and the set.
+    def fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    await run(["true"], tmp_path)  # trio's own descriptors, opened on first use
+    before = fds()
+    await run(["bash", "-c", "echo out; echo err >&2"], tmp_path)
+    await run(["bash", "-c", "head -c 3000000 /dev/zero"], tmp_path, max_bytes=100)
+    assert (await run(["sleep", "1000"], tmp_path, timeout=0.2)).timed_out
+    with trio.move_on_after(0.2):
+        await run(["sleep", "1000"], tmp_path)
+    assert (await run(["/nonexistent/tool"], tmp_path)).spawn_error
+    monkeypatch.setattr(supervisor.select, "epoll", lambda: (_ for _ in ()).throw(OSError(errno.EMFILE, "")))
+    with pytest.raises(OSError):
+        await run(["sleep", "1000"], tmp_path)
+    assert fds() == before
+
+
 async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
     result = await run(["bash", "-c", "(trap '' TERM; exec sleep 1000) & echo $!"], tmp_path)
     assert result.exit_code == 0
