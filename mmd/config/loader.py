@@ -14,13 +14,17 @@ loader (where the file was read from), in a ``set_by_loader`` ClassVar.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import difflib
+import functools
 import json
 import os
 import re
 import stat
+import threading
 import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -223,7 +227,7 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
         raw = text.encode("utf-8", "surrogatepass")
         _check_size(name, raw, len(raw))
     try:
-        node = yaml.compose(text, Loader=LimitedLoader)
+        node = _compose(text)
     except YamlLimitError as e:
         line = e.problem_mark.line + 1 if e.problem_mark else None
         raise ConfigError(file=name, line=line, field="", problem=e.problem, hint=e.hint) from None
@@ -235,6 +239,30 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
     data = builder.build(node, ())
     builder.lines[()] = node.start_mark.line + 1
     return Document(name, data, builder.lines)
+
+
+# The YAML nodes of the texts parsed last, by text: every prompt reads config.yaml and the agent file
+# again, and composing was three quarters of that (about 1 ms for a 250-byte config.yaml). Keyed by the
+# whole text, so an edit is always seen; only nodes are kept (each parse builds its values afresh: the
+# loaders change what they get); a text that fails is not kept. Nodes are only read once composed.
+_COMPOSED: collections.OrderedDict[str, yaml.Node | None] = collections.OrderedDict()
+_COMPOSED_LOCK = threading.Lock()  # agent files are parsed in worker threads, several at once
+COMPOSED_KEPT = 16  # texts
+COMPOSED_MAX_TEXT = 64 * 1024  # characters: a longer text is composed every time
+
+
+def _compose(text: str) -> yaml.Node | None:
+    with _COMPOSED_LOCK:
+        if (node := _COMPOSED.get(text, _COMPOSED)) is not _COMPOSED:
+            _COMPOSED.move_to_end(text)
+            return node  # type: ignore[return-value]
+    node = yaml.compose(text, Loader=LimitedLoader)
+    if len(text) <= COMPOSED_MAX_TEXT:
+        with _COMPOSED_LOCK:
+            _COMPOSED[text] = node
+            while len(_COMPOSED) > COMPOSED_KEPT:
+                _COMPOSED.popitem(last=False)
+    return node
 
 
 # -- reading ----------------------------------------------------------------
@@ -434,9 +462,14 @@ def _expected_inner(tp: Any) -> str:
     return _TYPE_NAMES.get(tp, f"a {getattr(tp, '__name__', tp)}")
 
 
-def _keys(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+@functools.cache
+def _keys(cls: type[msgspec.Struct]) -> Mapping[str, msgspec.structs.FieldInfo]:
+    # Once per class: msgspec.structs.fields evaluates the class's annotations anew at every call, a
+    # third of parsing a small config file, which every prompt does.
     internal = getattr(cls, "set_by_loader", frozenset())
-    return {f.encode_name: f for f in msgspec.structs.fields(cls) if f.name not in internal}
+    return types.MappingProxyType(
+        {f.encode_name: f for f in msgspec.structs.fields(cls) if f.name not in internal}
+    )
 
 
 def _check(doc: Document, value: Any, tp: Any, path: FieldPath, want: str | None = None) -> None:

@@ -350,6 +350,25 @@ def test_recursive_alias_is_refused():
         parse("x.yaml", "skills: &a [*a]\n").convert(AgentFile)
 
 
+def test_a_text_parsed_again_gives_fresh_values_an_edit_is_seen_and_a_bad_text_fails_every_time(tmp_path):
+    # Every prompt parses config.yaml and the agent file again; the YAML nodes of a text are kept, the
+    # values are built anew each time (the loaders change the ones they get).
+    text = "a: &a {p: [1, 2]}\nb: {<<: *a, q: 3}\n"
+    first, second = parse("x.yaml", text), parse("x.yaml", text)
+    assert first.data == second.data == {"a": {"p": [1, 2]}, "b": {"p": [1, 2], "q": 3}}
+    first.data["a"]["p"].append(9)
+    first.data["b"]["q"] = 0
+    assert parse("x.yaml", text).data == {"a": {"p": [1, 2]}, "b": {"p": [1, 2], "q": 3}}
+    providers = "providers:\n  a: {kind: openai, base_url: 'http://a'}\n"
+    path = write(tmp_path / "config.yaml", providers + "default_model: a/b\n")
+    assert load_user_config(path).default_model == "a/b"
+    write(path, providers + "default_model: a/c\n")  # same size, maybe the same mtime: the text decides
+    assert load_user_config(path).default_model == "a/c"
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="invalid YAML"):
+            parse("x.yaml", "a: [1, 2\n")
+
+
 # -- discovery --------------------------------------------------------------
 
 
