@@ -39,8 +39,10 @@ frames = collections.Counter()  # of which Python functions (a frame entered or 
 detail = collections.Counter()
 main_thread = threading.main_thread()
 
+counting = False
+
 def profile(frame, event, arg):
-    if event != "call" and event != "c_call":
+    if not counting or (event != "call" and event != "c_call"):
         return
     if (
         event == "c_call"
@@ -64,14 +66,18 @@ def profile(frame, event, arg):
         detail[stage + "\t" + name] += 1
 
 def start(*_):
-    threading.setprofile(profile)
-    sys.setprofile(profile)
+    global counting
+    counting = True
 
 def dump():
     sys.setprofile(None)
     with open(os.environ["MM_BENCH_COUNTS"], "w") as f:
         json.dump({"counts": counts, "frames": frames, "detail": detail.most_common(3000)}, f)
 
+# Installed before any thread starts, counting from SIGUSR1: on Python 3.11 a profile function reaches
+# only threads started after it is set, and the sandbox's spawner threads start in the warm-up turn.
+threading.setprofile(profile)
+sys.setprofile(profile)
 signal.signal(signal.SIGUSR1, start)
 atexit.register(dump)
 sys.argv = ["mmd", *sys.argv[1:]]
@@ -135,7 +141,9 @@ def counted_turns(
     return json.loads(out.read_text())
 
 
-def report(label: str, found: dict[str, Any], per: int, detail: str | None) -> None:
+def report(
+    label: str, found: dict[str, Any], per: int, detail: str | None, rows: int = 60, python: bool = False
+) -> None:
     counts: dict[str, int] = found["counts"]
     frames: dict[str, int] = found["frames"]
     polls = counts.pop(POLLS, 0)
@@ -148,8 +156,10 @@ def report(label: str, found: dict[str, Any], per: int, detail: str | None) -> N
     for stage, n in sorted(counts.items(), key=lambda kv: -kv[1]):
         print(f"    {n / per:8,.0f}  {100 * n / total:4.1f} %  {frames.get(stage, 0) / per:7,.0f}  {stage}")
         if detail is not None and detail in stage:
-            rows = [(n, key.split("\t")[1]) for key, n in found["detail"] if key.startswith(stage + "\t")]
-            for calls, name in rows[:60]:
+            listed = [(n, key.split("\t")[1]) for key, n in found["detail"] if key.startswith(stage + "\t")]
+            if python:
+                listed = [(n, name) for n, name in listed if name.endswith("()")]
+            for calls, name in listed[:rows]:
                 print(f"              {calls / per:8,.1f}  {name}")
 
 
@@ -162,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STAGE",
         help="also list the functions most called in the stages whose name holds STAGE",
     )
+    parser.add_argument(
+        "--rows", type=int, default=60, help="functions listed per stage by --detail (default 60)"
+    )
+    parser.add_argument("--python", action="store_true", help="--detail lists Python functions only")
     args = parser.parse_args(argv)
     turns, calls = max(1, args.turns), max(1, args.tool_calls)
     env = Env()
@@ -185,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             if server == "plain":
                 env.set_daemon_option("snapshot_max_files", 0)
             found = counted_turns(env, server, calls, turns, extra, args.detail is not None)
-            report(label, found, turns * calls, args.detail)
+            report(label, found, turns * calls, args.detail, args.rows, args.python)
     except BenchError as exc:
         print(f"bench_calls: {exc}", file=sys.stderr)
         return 1
