@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +49,9 @@ _ids = itertools.count(1)
 
 # Bytes the writer joins into one send at most (a frame larger than this goes alone).
 SEND_BATCH = 262_144
+# A frame pushed within this many seconds of the last one written straight to the socket is queued for the
+# writer instead, which sends the burst (a replay, a handler's many events) in one write.
+BURST = 0.000_2
 
 
 def _queued(first: bytes | None, outbox: trio.MemoryReceiveChannel[bytes | None]) -> tuple[list[bytes], bool]:
@@ -91,6 +95,11 @@ class Connection:
         self.subscriptions: dict[str, bool] = {}
         self._out_send, self._out_recv = trio.open_memory_channel[bytes | None](OUTBOX_FRAMES)
         self.closed = False
+        # The writer holds or awaits frames: a push then queues behind them, never past them.
+        self._busy = False
+        self._last_direct = -1.0  # time.perf_counter() of the last frame written by push itself
+        sock = getattr(stream, "socket", None)  # None: not a socket (the tests' memory streams)
+        self._sock = sock if isinstance(sock, trio.socket.SocketType) else None
 
     def __repr__(self) -> str:
         return f"<connection {self.id} {self.client} pid {self.peer_pid}>"
@@ -102,9 +111,22 @@ class Connection:
     # -- sending -----------------------------------------------------------
 
     def push(self, frame: bytes) -> None:
-        """Queue a frame; a client too slow to keep up is dropped, never waited for."""
+        """Send or queue a frame; a client too slow to keep up is dropped, never waited for.
+
+        With nothing queued or being written, the frame is written to the socket right here: a tool
+        call's events come milliseconds apart, and waking the writer task for each cost two passes of
+        the event loop a call. What the socket does not take at once, and any frame of a burst, goes to
+        the writer, which sends it in order.
+        """
         if self.closed:
             return
+        if not self._busy and self._sock is not None:
+            now = time.perf_counter()
+            if now - self._last_direct >= BURST:
+                self._last_direct = now
+                if not (frame := self._write_now(frame)):
+                    return
+        self._busy = True
         try:
             self._out_send.send_nowait(frame)
         except trio.WouldBlock:
@@ -115,6 +137,20 @@ class Connection:
 
     def notify(self, method: str, params: Any) -> None:
         self.push(notification(method, params))
+
+    def _write_now(self, frame: bytes) -> bytes:
+        """What of *frame* the socket did not take at once (b"" when it took it all)."""
+        assert self._sock is not None
+        fd = self._sock.fileno()  # -1 once closed
+        if fd < 0:
+            return frame
+        try:
+            sent = os.write(fd, frame)
+        except BlockingIOError:
+            return frame
+        except OSError:  # the peer hung up (EPIPE, ECONNRESET): the writer finds it out and ends
+            return frame
+        return frame[sent:]
 
     def close_after_flush(self) -> None:
         """Send what is queued, then close (used after a fatal protocol error)."""
@@ -142,6 +178,8 @@ class Connection:
                     await self._send(frames[0] if len(frames) == 1 else b"".join(frames))
                 if last:
                     break
+                if not self._out_recv.statistics().current_buffer_used:
+                    self._busy = False  # all sent: the next push may write itself
         await self.stream.aclose()
 
     async def _send(self, data: bytes) -> None:

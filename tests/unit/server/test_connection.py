@@ -362,3 +362,61 @@ async def test_over_a_real_socket_a_full_buffer_waits_and_a_client_that_never_re
             if isinstance(msg, Notification):
                 seqs.append(decode_notification_arg(msg.params)["seq"])
         assert seqs == list(range(len(seqs))) and 0 < len(seqs) < 40  # in order, then cut
+
+
+async def test_an_idle_connection_writes_a_frame_in_push_itself_and_what_the_socket_leaves_goes_out_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A tool call's events come milliseconds apart: push writes each to the socket itself, with no
+    # wake of the writer task. A frame the socket takes only in part is finished by the writer, and
+    # the frames pushed meanwhile queue behind it (no burst rule here: the order rests on that alone).
+    monkeypatch.setattr(connection, "BURST", 0.0)
+    seen: list[int] = []
+
+    async def events(daemon: Any, conn: Connection, params: Empty) -> Done:
+        writes = recorded_writes(monkeypatch)
+        conn.notify("event", {"seq": 0})
+        seen.append(len(writes))  # written before this handler yielded once
+        await trio.sleep(0.01)
+        conn.notify("event", {"seq": 1, "pad": "x" * 4_000_000})  # more than the socket's buffer
+        for i in range(2, 6):
+            conn.notify("event", {"seq": i})
+        return Done()
+
+    async with serving(table(**{"daemon.status": Method(Empty, events)})) as (peer, _, _):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        await peer.send(request(2, "daemon.status"))
+        seqs = []
+        while len(seqs) < 6:
+            msg = await peer.receive()
+            if isinstance(msg, Notification):
+                seqs.append(decode_notification_arg(msg.params)["seq"])
+        assert seen == [1]
+        assert seqs == list(range(6))
+        assert (await peer.response()).msgid == 2
+
+
+async def test_a_push_never_writes_past_a_frame_the_writer_still_holds() -> None:
+    # The socket took part of a big frame; the writer holds the rest. The peer then reads, so the socket
+    # has room again before the writer runs: a frame pushed now must still queue behind that rest.
+    client, server = socket_pair()
+    conn = Connection(Host({}), server, peer_pid=4242)
+    big, small = b"B" * 3_000_000, b"s" * 10
+    conn.push(big)
+    received = bytearray()
+    with trio.move_on_after(0.2):
+        while True:
+            received += await client.receive_some(1 << 20)
+    assert 0 < len(received) < len(big)  # part of it, and the socket has room now
+    conn.push(small)
+    with trio.move_on_after(0.05):
+        received += await client.receive_some(1 << 20)
+    assert set(received) == {ord("B")}  # nothing of the second frame before the first ends
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._writer)
+        while len(received) < len(big) + len(small):
+            received += await client.receive_some(1 << 20)
+        conn.close_after_flush()
+    await client.aclose()
+    assert bytes(received) == big + small
