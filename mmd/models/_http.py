@@ -385,7 +385,10 @@ async def _abandon(chunks: AsyncIterator[bytes]) -> None:
     # The byte iterators (httpx's, transport.py's) are nested async generators. Leaving them
     # suspended makes trio warn when they are collected; reading on under a
     # cancelled scope ends every level at once, because the socket read at
-    # the bottom raises Cancelled (and closes the connection).
+    # the bottom raises Cancelled (and closes the connection). A generator already at its end (read
+    # to the end, drained) has nothing to close: no scope to set up, once a step.
+    if getattr(chunks, "ag_frame", True) is None:
+        return
     with trio.CancelScope() as scope:
         scope.cancel()
         async for _ in chunks:
