@@ -337,7 +337,16 @@ class SSEDecoder:
         *lines, self._pending = (self._pending + chunk).split(b"\n")
         events = []
         for raw in lines:
-            if event := self._line(raw.removesuffix(b"\r").decode("utf-8", errors="replace")):
+            line = raw.removesuffix(b"\r").decode("utf-8", errors="replace")
+            # A data line and the blank line after it are all a model's stream holds: they are read here,
+            # without a call of _line each (two a token, for a local model).
+            if line.startswith("data:"):
+                self._data.append(line[6:] if line.startswith("data: ") else line[5:])
+            elif not line:
+                if self._data:
+                    events.append((self._event or "message", "\n".join(self._data)))
+                self._event, self._data = "", []
+            elif event := self._line(line):
                 events.append(event)
         return events
 

@@ -199,8 +199,11 @@ class OpenAIStream(Accumulator):
         if data.strip() == "[DONE]":
             return True
         chunk = self.checked(decode_json(data, self.label))
-        self._usage(chunk.get("usage"))
-        self.timings = timings(chunk.get("timings")) or self.timings
+        # Most events carry neither (a call each, for every token of a local model's stream).
+        if (usage := chunk.get("usage")) is not None:
+            self._usage(usage)
+        if (found := chunk.get("timings")) is not None:
+            self.timings = timings(found) or self.timings
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice.get("delta") or {}, choice.get("finish_reason"))
