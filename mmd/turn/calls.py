@@ -81,7 +81,7 @@ class Conversation(consent.Asker, Protocol):
 
 def canonical(args: dict[str, Any]) -> str:
     """The arguments as one canonical JSON text: same values, same text."""
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return contract.canonical(args)
 
 
 def idempotency_key(session_id: str, tool: str, args: dict[str, Any]) -> str:

@@ -20,7 +20,6 @@ nudged ends the turn before it runs (:meth:`LoopDetector.before`).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgspec
@@ -43,8 +42,7 @@ def call_key(name: str, raw_arguments: str) -> Key:
         args: Any = contract.parse_arguments(raw_arguments)
     except ToolError:
         args = raw_arguments.strip()
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return name, text
+    return name, contract.canonical(args)
 
 
 class Loop(msgspec.Struct):

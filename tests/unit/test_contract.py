@@ -685,3 +685,16 @@ def test_shape_example_says_each_parameter_with_no_value_that_would_act():
     # A model that copies the shape as its call is refused by the contract, never runs anything.
     with pytest.raises(contract.ToolError):
         contract.validate(schema, {"commit": shape["commit"], "count": shape["count"]})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"b": 1, "a": [1.5, "é ü", None, True]}, "x\u2028y", 3, 1e16, {"z": {"y": 2**70, "x": -0.0}}, [], {}],
+)
+def test_canonical_json_is_json_dumps_with_sorted_keys_and_no_spaces(value: object) -> None:
+    # Idempotency keys and loop detection compare these texts: a kept encoder must write what
+    # json.dumps wrote, byte for byte, or a call replayed across an upgrade would not match.
+    assert contract.canonical(value) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    assert contract.canonical({"b": 2, "a": 1}) == '{"a":1,"b":2}'
