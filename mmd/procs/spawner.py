@@ -36,20 +36,31 @@ from mmd.sandbox.landlock import Unavailable
 T = TypeVar("T")
 MAX_SPAWNERS = 8
 THREAD_NAME = "mm-sandbox-spawn"
+# Seconds the event loop's thread waits, blocked, for a spawner to answer before it lets other tasks run
+# meanwhile. A spawn is answered well within it (vfork returns once the child has exec'd), and waiting
+# there costs less than being woken through trio (a wake-up socket, the run_sync_soon task and two passes
+# of the loop a call); a spawner still busy (a first hard-link walk, a queue of spawns) is waited for
+# as any other task waits. The unconfined spawn blocks the loop's thread as long: it runs Popen there.
+SYNC_WAIT = 0.002
 
 Key = tuple[Any, ...]
 
 
 class _Job:
-    """One call to run in a spawner, and how to hand its outcome back to the waiting trio task."""
+    """One call to run in a spawner, and how to hand its outcome back to the waiting trio task: by
+    releasing ``done`` while the task's thread waits on it (SYNC_WAIT), else by rescheduling the task."""
 
-    __slots__ = ("args", "fn", "outcome", "task", "token")
+    __slots__ = ("_handing", "args", "done", "fn", "outcome", "parked", "task", "token")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.fn, self.args = fn, args
         self.task = trio.lowlevel.current_task()
         self.token = trio.lowlevel.current_trio_token()
         self.outcome: tuple[bool, Any] | None = None
+        self.done = threading.Lock()
+        self.done.acquire()  # released by the spawner when the task's thread waits on it
+        self.parked = False  # the task stopped waiting on `done` and waits to be rescheduled; under _handing
+        self._handing = threading.Lock()
 
     def run(self) -> None:
         try:
@@ -59,7 +70,19 @@ class _Job:
 
     def answer(self, ok: bool, value: Any) -> None:
         self.outcome = (ok, value)
+        with self._handing:
+            if not self.parked:
+                self.done.release()
+                return
         self.token.run_sync_soon(trio.lowlevel.reschedule, self.task)
+
+    def park(self) -> bool:
+        """The task gives up waiting on ``done``; False when the outcome came meanwhile (take it)."""
+        with self._handing:
+            if self.outcome is not None:
+                return False
+            self.parked = True
+            return True
 
 
 class _Spawner:
@@ -124,7 +147,9 @@ async def run_confined(box: Sandbox, fn: Callable[..., T], *args: Any) -> T:
     """
     job = _Job(fn, args)
     _hand_over(box, job)
-    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+    # Answered while this thread waited: no yield, as the unconfined spawn (Popen here) has none.
+    if not job.done.acquire(timeout=SYNC_WAIT) and job.park():
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
     assert job.outcome is not None
     ok, value = job.outcome
     if not ok:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,7 +66,11 @@ def test_the_spawns_of_one_sandbox_share_one_thread_and_stay_confined(dirs, tmp_
     assert len(spawner_threads()) == 1
 
 
-def test_spawns_under_way_together_are_all_answered(dirs) -> None:
+@pytest.mark.parametrize("sync_wait", [0.0, spawner.SYNC_WAIT, 30.0])
+def test_spawns_under_way_together_are_all_answered(dirs, sync_wait: float, monkeypatch) -> None:
+    # However long the loop's thread waits before it parks the task (never, as set, until each is done),
+    # every spawn is answered once, with its own outcome.
+    monkeypatch.setattr(spawner, "SYNC_WAIT", sync_wait)
     project, temp = dirs
     box = box_for(project, temp)
     outputs: dict[int, str] = {}
@@ -161,3 +166,22 @@ def test_past_the_limit_the_least_recently_used_spawner_ends(tmp_path: Path, mon
             thread.join(timeout=10)
             assert not thread.is_alive()
     assert len(spawner_threads()) == 2
+
+
+def test_an_answer_that_comes_as_the_wait_ends_is_taken_once(dirs) -> None:
+    # Jobs that take from nothing to twice SYNC_WAIT: some answer while the loop's thread waits, some
+    # after it parked the task, some in between. Each is taken once (a lost wake would hang: the wait
+    # for a spawn cannot be cancelled, so the run is watched from another thread).
+    box = box_for(*dirs)
+    results: list[int] = []
+
+    async def main() -> None:
+        for i in range(300):
+            delay = (i % 9) * spawner.SYNC_WAIT / 4
+            results.append(await spawner.run_confined(box, lambda d=delay, i=i: (time.sleep(d), i)[1]))
+
+    runner = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    runner.start()
+    runner.join(timeout=120)
+    assert not runner.is_alive(), "a spawn's answer was lost"
+    assert results == list(range(300))
