@@ -244,11 +244,13 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
 # The YAML nodes of the texts parsed last, by text: every prompt reads config.yaml and the agent file
 # again, and composing was three quarters of that (about 1 ms for a 250-byte config.yaml). Keyed by the
 # whole text, so an edit is always seen; only nodes are kept (each parse builds its values afresh: the
-# loaders change what they get); a text that fails is not kept. Nodes are only read once composed.
+# loaders change what they get); a text that fails is not kept. Nodes are only read once composed. They
+# take about 70 bytes per character of text, so the texts kept are bounded in all (COMPOSED_BUDGET, about
+# 2.3 MB of nodes) and a long one is composed every time: a hostile agent file costs the daemon no memory.
 _COMPOSED: collections.OrderedDict[str, yaml.Node | None] = collections.OrderedDict()
 _COMPOSED_LOCK = threading.Lock()  # agent files are parsed in worker threads, several at once
-COMPOSED_KEPT = 16  # texts
-COMPOSED_MAX_TEXT = 64 * 1024  # characters: a longer text is composed every time
+COMPOSED_MAX_TEXT = 16 * 1024  # characters: a longer text is composed every time
+COMPOSED_BUDGET = 32 * 1024  # characters of all the texts kept
 
 
 def _compose(text: str) -> yaml.Node | None:
@@ -260,8 +262,9 @@ def _compose(text: str) -> yaml.Node | None:
     if len(text) <= COMPOSED_MAX_TEXT:
         with _COMPOSED_LOCK:
             _COMPOSED[text] = node
-            while len(_COMPOSED) > COMPOSED_KEPT:
-                _COMPOSED.popitem(last=False)
+            kept = sum(map(len, _COMPOSED))
+            while kept > COMPOSED_BUDGET:
+                kept -= len(_COMPOSED.popitem(last=False)[0])
     return node
 
 

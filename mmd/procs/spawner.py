@@ -120,8 +120,12 @@ class _Spawner:
         except BaseException as exc:
             self._fail(exc)
             return
-        while (job := self._jobs.get()) is not None:
-            job.run()
+        try:
+            while (job := self._jobs.get()) is not None:
+                job.run()
+        except BaseException as exc:  # not expected (job.run answers every error): if the thread ends
+            self._fail(exc)  # anyway, no job is left unanswered and the next one makes another spawner
+            raise
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ from mmd.config import (
     find_agent_file,
     load_agent_file,
     load_user_config,
+    loader,
     resolve_model,
 )
 from mmd.config.loader import describe, dotted, parse
@@ -557,3 +558,15 @@ def test_nesting_and_aliases_past_the_limits_name_their_line():
     bomb = "a: &a [" + "x, " * 99 + "x]\n" + "b: [" + "*a, " * 300 + "*a]\n"
     with pytest.raises(ConfigError, match=r"^x\.yaml:2: more than 20,000 values .*the alias \*a here"):
         parse("x.yaml", bomb)
+
+
+def test_the_yaml_kept_between_prompts_stays_within_its_budget():
+    # Nodes take ~70 bytes per character of text: a cloned repository's many or long agent files must not
+    # grow the daemon. A text past COMPOSED_MAX_TEXT is not kept; all kept texts fit COMPOSED_BUDGET.
+    long = "x: " + "y" * loader.COMPOSED_MAX_TEXT + "\n"
+    assert parse("long.yaml", long).data == {"x": "y" * loader.COMPOSED_MAX_TEXT}
+    assert long not in loader._COMPOSED
+    for i in range(200):
+        parse("x.yaml", f"n: {i}\npad: {'p' * 900}\n")
+    assert sum(map(len, loader._COMPOSED)) <= loader.COMPOSED_BUDGET
+    assert f"n: 199\npad: {'p' * 900}\n" in loader._COMPOSED  # the latest is kept
