@@ -22,6 +22,7 @@ makes a new one. Spawner threads are daemon threads: the process ends with them 
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import queue
 import threading
@@ -33,6 +34,7 @@ import trio
 from mmd.sandbox import DEVICE_FOLDERS, Sandbox, confine_thread, unavailable_reason
 from mmd.sandbox.landlock import Unavailable
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_SPAWNERS = 8
 THREAD_NAME = "mm-sandbox-spawn"
@@ -120,12 +122,15 @@ class _Spawner:
         except BaseException as exc:
             self._fail(exc)
             return
+        job: _Job | None = None
         try:
             while (job := self._jobs.get()) is not None:
                 job.run()
         except BaseException as exc:  # not expected (job.run answers every error): if the thread ends
-            self._fail(exc)  # anyway, no job is left unanswered and the next one makes another spawner
-            raise
+            if job is not None and job.outcome is None:  # anyway, no job is left unanswered, and the
+                job.answer(False, exc)  # next one makes another spawner
+            self._fail(exc)
+            log.exception("a sandbox spawner thread failed; the next spawn starts another")
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:

@@ -185,3 +185,31 @@ def test_an_answer_that_comes_as_the_wait_ends_is_taken_once(dirs) -> None:
     runner.join(timeout=120)
     assert not runner.is_alive(), "a spawn's answer was lost"
     assert results == list(range(300))
+
+
+def test_a_spawner_whose_thread_dies_answers_its_jobs_and_the_next_spawn_makes_another(
+    dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = box_for(*dirs)
+    real_run = spawner._Job.run
+
+    def run(job: object) -> None:
+        if job.args == ("die",):  # type: ignore[attr-defined]
+            raise RuntimeError("the spawner's own code failed")
+        real_run(job)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spawner._Job, "run", run)
+
+    got: list[object] = []
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="own code failed"):
+            await spawner.run_confined(box, lambda _: "never", "die")
+        got.append(await spawner.run_confined(box, lambda x: x, "ok"))
+
+    runner = threading.Thread(target=trio.run, args=(main,), daemon=True)  # an unanswered job would hang
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the job of the thread that died was never answered"
+    assert got == ["ok"]
+    assert len(spawner.alive()) == 1 and not spawner.alive()[0].retired
