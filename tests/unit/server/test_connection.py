@@ -79,6 +79,18 @@ class Peer:
         assert isinstance(msg, Response), msg
         return msg
 
+    async def event_seqs(self, n: int | None = None) -> list[int]:
+        """The ``seq`` of each notification received, until *n* came (None: until the daemon closed); other
+        messages received meanwhile are passed over."""
+        seqs: list[int] = []
+        while n is None or len(seqs) < n:
+            msg = await self.receive()
+            if msg is None:
+                break
+            if isinstance(msg, Notification):
+                seqs.append(decode_notification_arg(msg.params)["seq"])
+        return seqs
+
     async def responses(self, n: int) -> dict[int, Response]:
         """The next *n* responses by msgid (requests after the handshake are answered as they end)."""
         replies = [await self.response() for _ in range(n)]
@@ -272,10 +284,7 @@ async def test_a_client_too_slow_to_read_is_dropped_and_never_blocks_a_handler(
         await trio.testing.wait_all_tasks_blocked()
         assert len(pushed) == 50  # the handler ran to its end while the client read nothing
         assert conn.closed
-        seqs = []
-        while (msg := await peer.receive()) is not None:
-            if isinstance(msg, Notification):
-                seqs.append(decode_notification_arg(msg.params)["seq"])
+        seqs = await peer.event_seqs()
         # What was queued before the outbox filled still arrives, in order; the rest never does.
         assert seqs == list(range(len(seqs))) and 0 < len(seqs) <= 1 + 4
 
@@ -307,11 +316,7 @@ async def test_frames_queued_together_go_out_in_one_write_whole_and_in_order_and
         assert (await peer.response()).msgid == 1
         writes = recorded_writes(monkeypatch)  # the writer writes its socket itself
         await peer.send(request(2, "daemon.status"))
-        seqs = []
-        while len(seqs) < 30:
-            msg = await peer.receive()
-            if isinstance(msg, Notification):
-                seqs.append(decode_notification_arg(msg.params)["seq"])
+        seqs = await peer.event_seqs(30)
         assert (await peer.response()).msgid == 2
         assert seqs == list(range(30))  # every frame whole, in the order queued
         assert 1 <= len(writes) <= 2  # the 30 events and the reply: not one write each
@@ -357,10 +362,7 @@ async def test_over_a_real_socket_a_full_buffer_waits_and_a_client_that_never_re
             while not conn.closed:
                 await trio.sleep(0.01)
         assert 0 < sum(map(len, writes)) < 40 * 200_000  # some went out before the buffer filled, not all
-        seqs = []
-        while (msg := await peer.receive()) is not None:
-            if isinstance(msg, Notification):
-                seqs.append(decode_notification_arg(msg.params)["seq"])
+        seqs = await peer.event_seqs()
         assert seqs == list(range(len(seqs))) and 0 < len(seqs) < 40  # in order, then cut
 
 
@@ -387,11 +389,7 @@ async def test_an_idle_connection_writes_a_frame_in_push_itself_and_what_the_soc
         await peer.send(HELLO)
         assert (await peer.response()).msgid == 1
         await peer.send(request(2, "daemon.status"))
-        seqs = []
-        while len(seqs) < 6:
-            msg = await peer.receive()
-            if isinstance(msg, Notification):
-                seqs.append(decode_notification_arg(msg.params)["seq"])
+        seqs = await peer.event_seqs(6)
         assert seen == [1]
         assert seqs == list(range(6))
         assert (await peer.response()).msgid == 2
