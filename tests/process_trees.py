@@ -12,9 +12,13 @@ import psutil
 import trio
 
 from mmd.procs import ProcResult, run_tool_process
+from mmd.sandbox import Sandbox
 
 # Short grace: the trees below ignore SIGTERM on purpose, so each stop waits all of it.
 GRACE = 0.3
+# The sandbox `run` confines its calls to when the caller names none (tests/unit/procs sets it: every
+# test of the supervisor runs confined too, its children started by a spawner thread).
+confine_to: Sandbox | None = None
 
 # A tree that resists: a TERM-ignoring child, a child in its own session, and a
 # TERM-ignoring grandchild that double-forked out of the tree (setsid -f). Each
@@ -34,6 +38,7 @@ async def run(argv: list[str], tmp_path: Path, **kw: object) -> ProcResult:
     kw.setdefault("env", {})
     kw.setdefault("spill_path", tmp_path / "spill.log")
     kw.setdefault("grace", GRACE)
+    kw.setdefault("sandbox", confine_to)
     return await run_tool_process(argv, **kw)  # type: ignore[arg-type]
 
 

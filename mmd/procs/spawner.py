@@ -17,11 +17,18 @@ file only.
 At most MAX_SPAWNERS are kept; the least recently used one ends after its queued jobs when one more
 is needed. A spawner that cannot confine itself answers its jobs with the error and ends; the next job
 makes a new one. Spawner threads are daemon threads: the process ends with them blocked.
+
+Each spawner also gives itself a working directory of its own (``unshare(CLONE_FS)``) before it confines
+itself: a job may then ``chdir`` to its child's folder and start the child with ``os.posix_spawn``, to
+which Python offers no working-directory action, without moving the daemon's other threads
+(:func:`own_cwd` says whether it could; where the kernel or a seccomp filter refuses, the job starts the
+child with ``subprocess.Popen`` as before). The thread's umask is copied at that moment too.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import logging
 import os
 import queue
@@ -46,6 +53,27 @@ THREAD_NAME = "mm-sandbox-spawn"
 SYNC_WAIT = 0.002
 
 Key = tuple[Any, ...]
+CLONE_FS = 0x200  # unshare(2): this thread's working directory, root and umask become its own
+_thread = threading.local()  # own_cwd: whether this spawner thread's working directory is its own
+
+
+def own_cwd() -> bool:
+    """Whether the calling thread is a spawner whose working directory is its own: it may chdir."""
+    return getattr(_thread, "own_cwd", False)
+
+
+def _unshare_cwd() -> bool:
+    # os.unshare is Python 3.12's; libc's unshare before. Refused (EPERM under some seccomp filters, as in
+    # a container's default profile): the spawner still serves, its jobs start children with Popen.
+    unshare = getattr(os, "unshare", None)
+    try:
+        if unshare is not None:
+            unshare(CLONE_FS)
+        elif ctypes.CDLL(None, use_errno=True).unshare(CLONE_FS) != 0:
+            return False
+    except OSError:
+        return False
+    return True
 
 
 class _Job:
@@ -118,6 +146,7 @@ class _Spawner:
         try:
             if (missing := unavailable_reason(self.box)) is not None:
                 raise Unavailable(missing)
+            _thread.own_cwd = _unshare_cwd()
             confine_thread(self.box)
         except BaseException as exc:
             self._fail(exc)

@@ -51,15 +51,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
-from subprocess import DEVNULL
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import msgspec
 import trio
 
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
-from mmd.procs.spawner import run_confined
+from mmd.procs.spawner import own_cwd, run_confined
 from mmd.sandbox import Sandbox
 from mmd.sandbox.landlock import Unavailable
 from mmd.sandbox.links import HardLinkRefused, check_links
@@ -152,7 +151,7 @@ async def run_tool_process(
         capture = OutputCapture(spill.open, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
         try:
             tree = await _spawn(
-                argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, raw_outputs=True, stdin=DEVNULL
+                argv, cwd=cwd, env=env, pass_env=pass_env, sandbox=sandbox, raw_outputs=True, stdin=_devnull()
             )
         except (OSError, ValueError) as exc:
             return _unstarted(_spawn_error(exc, argv, cwd), started)
@@ -208,6 +207,7 @@ async def supervised_process(
         stdout=stdout,
         stderr=stderr,
     )
+    assert isinstance(tree.proc, trio.Process)  # raw_outputs (run_tool_process) alone starts other kinds
     try:
         yield tree.proc
     finally:
@@ -272,10 +272,48 @@ def spawn_error_message(exc: OSError | ValueError, argv: list[str], cwd: Path) -
 Member = tuple[int, int]
 
 
+class _Child(Protocol):
+    """What the supervisor reads of the child it started: a trio.Process (supervised_process), a Popen or
+    a _Spawned (run_tool_process, whose pipes are bare descriptors). ``poll`` reaps it once it has exited."""
+
+    pid: int
+    stdin: Any
+    stdout: Any
+    stderr: Any
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+
+class _Spawned:
+    """A child started by ``os.posix_spawn`` (:func:`_posix_spawn`): its pid, and its exit once reaped."""
+
+    __slots__ = ("pid", "returncode")
+    stdin = stdout = stderr = None  # its pipes are the caller's bare descriptors
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code (minus the signal that ended it), reaping the child; None while it runs."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere, which nothing here does: as Popen answers then
+                self.returncode = 0
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
 class _Tree:
     """A spawned child and every descendant seen alive, to stop them all."""
 
-    def __init__(self, proc: trio.Process, tag: str, outputs: dict[int, str] | None = None) -> None:
+    def __init__(self, proc: _Child, tag: str, outputs: dict[int, str] | None = None) -> None:
         self.proc = proc
         self.tag = tag
         # The parent's ends of the output pipes that no trio stream wraps (run_tool_process), by fd.
@@ -287,6 +325,7 @@ class _Tree:
         self.rooted = True  # whether the last record started from any process (the child, an orphan)
         self.stopped = False
         self.pidfd = _pidfd_open(proc.pid)  # readable once the child has exited (None: poll exited())
+        self.pidfd_waited = False  # trio waited on the pidfd: it must hear of its closing
         self._lock = threading.Lock()  # the watcher thread and the stop both update `seen`
         self._halt: threading.Event | None = None
         if not self.reaped:
@@ -361,9 +400,19 @@ class _Tree:
         except ChildProcessError:
             return any(_pgid(pid) == self.proc.pid for pid, _ in self.alive())
 
+    async def reap(self) -> None:
+        """Wait for the child's exit (it has been sent SIGKILL) and reap it."""
+        while self.proc.poll() is None:
+            if self.pidfd is not None:
+                self.pidfd_waited = True
+                await trio.lowlevel.wait_readable(self.pidfd)
+            else:
+                await trio.sleep(GONE_POLL)
+
     def close(self) -> None:
         if self.pidfd is not None:
-            trio.lowlevel.notify_closing(self.pidfd)
+            if self.pidfd_waited:  # else trio never knew of it: no registration to drop (a failed DEL)
+                trio.lowlevel.notify_closing(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = None
         # Never registered with trio (an epoll set of the call's own waits on them): no notify_closing.
@@ -419,7 +468,7 @@ async def _spawn(
 
 async def _open(
     argv: list[str], sandbox: Sandbox | None, raw_outputs: bool, **options: Any
-) -> tuple[trio.Process, dict[int, str]]:
+) -> tuple[_Child, dict[int, str]]:
     """Start the child in a new session as ``trio.lowlevel.open_process`` would, confined to *sandbox* if
     it is not off.
 
@@ -429,10 +478,14 @@ async def _open(
     starts it (mmd/procs/spawner.py): Landlock and no_new_privs belong to a thread, and a process
     inherits its creator thread's, so a thread confined to the sandbox, and kept for its next spawns,
     checks the project's hard links and starts the child (no Python code runs in the child); the
-    daemon's other threads are never confined. The pipes are made here as trio makes them; with
-    *raw_outputs*, the parent's ends of the stdout and stderr pipes are left bare (non-blocking) and
-    returned by fd (run_tool_process reads them through an epoll set of its own: a trio stream each cost
-    a dozen Python calls and four system calls more, to make and to close, and is never read).
+    daemon's other threads are never confined. The pipes are made here as trio makes them.
+
+    With *raw_outputs* (run_tool_process: stdin is a descriptor, stdout and stderr pipes), the parent's
+    ends of the output pipes are left bare (non-blocking) and returned by fd (run_tool_process reads them
+    through an epoll set of its own: a trio stream each cost a dozen Python calls and four system calls
+    more, to make and to close, and is never read), and the child is returned as started, a Popen or, from
+    a spawner, a _Spawned (:func:`_posix_spawn`), with no trio.Process around it: the tree's own pidfd
+    tells its exit. Otherwise it is a trio.Process.
 
     Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable, OSError, ValueError.
     """
@@ -452,9 +505,9 @@ async def _open(
                     parent_ends[i] = trio.lowlevel.FdStream(mine)
                 options[name] = theirs
         if sandbox is None or not sandbox.confined:
-            popen = subprocess.Popen(argv, start_new_session=True, **options)
+            proc: Any = subprocess.Popen(argv, start_new_session=True, **options)
         else:
-            popen = await run_confined(sandbox, _start_confined, argv, sandbox, options)
+            proc = await run_confined(sandbox, _start_confined, argv, sandbox, options, raw_outputs)
     except BaseException:
         for stream in parent_ends:
             if stream is not None:
@@ -465,15 +518,98 @@ async def _open(
     finally:
         for fd in child_ends:
             os.close(fd)
-    # trio.Process has no public constructor for a Popen started elsewhere; tests/unit/procs
+    if raw_outputs:
+        assert parent_ends == [None, None, None]
+        return proc, bare
+    # trio.Process has no public constructor for a Popen started elsewhere; tests/unit/sandbox
     # checks this one, so a trio that drops it fails there rather than here.
-    return trio.Process._create(popen, *parent_ends), bare  # type: ignore[attr-defined]
+    return trio.Process._create(proc, *parent_ends), bare  # type: ignore[attr-defined]
 
 
-def _start_confined(argv: list[str], sandbox: Sandbox, options: dict[str, Any]) -> subprocess.Popen[bytes]:
+def _start_confined(argv: list[str], sandbox: Sandbox, options: dict[str, Any], raw: bool) -> _Child:
     # Runs in a spawner thread confined to *sandbox* (mmd/procs/spawner.py): the child inherits it.
     check_links(sandbox.roots)
+    if raw and (child := _posix_spawn(argv, options)) is not None:
+        return child
     return subprocess.Popen(argv, start_new_session=True, **options)
+
+
+# Signals Python ignores and a child must not (Popen's restore_signals).
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+# Python 3.13's "close every descriptor from 3 on" action (glibc 2.34's closefrom), where there is one.
+_CLOSEFROM = getattr(os, "POSIX_SPAWN_CLOSEFROM", None)
+# close_range(2) (Linux 5.9; the same number on every architecture) and its flag that marks the range
+# close-on-exec instead of closing it (Linux 5.11).
+SYS_CLOSE_RANGE = 436
+CLOSE_RANGE_CLOEXEC = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+_close_range_works = True  # False once the kernel refused CLOSE_RANGE_CLOEXEC
+_posix_spawn_works = True  # False once os.posix_spawn turned out to lack setsid here
+
+
+def _posix_spawn(argv: list[str], options: dict[str, Any]) -> _Spawned | None:
+    """Start *argv* as Popen would (new session, stdio from descriptors, cwd, env, no other descriptor, the
+    signals Python ignores reset) with ``os.posix_spawn``, from a spawner thread whose working directory is
+    its own; None where it cannot, and Popen starts it.
+
+    Popen costs twice the CPU: its Python half encodes the environment one variable at a time and builds a
+    path for every folder of PATH. posix_spawn does both in C, and its search of PATH is the C library's,
+    which reads this process's PATH: a child given another PATH is left to Popen. No descriptor from 3 on
+    reaches the child, as with Popen's close_fds (:func:`_inherit_nothing`).
+
+    Errors: OSError from the chdir (its filename the folder) or the spawn (its filename the program).
+    """
+    global _posix_spawn_works
+    env, program = options["env"], argv[0]
+    if not (_posix_spawn_works and own_cwd()):
+        return None
+    if "/" not in program and (env.get("PATH") is None or env.get("PATH") != os.environ.get("PATH")):
+        return None
+    stdio = [options.get(name) for name in ("stdin", "stdout", "stderr")]
+    if not all(isinstance(fd, int) and fd > 2 for fd in stdio):  # a low one could be overwritten by a dup2
+        return None
+    os.chdir(options["cwd"])  # this thread's own working directory (spawner.own_cwd)
+    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)] + _inherit_nothing()
+    try:
+        pid = os.posix_spawnp(
+            program, argv, env, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
+        )
+    except NotImplementedError:  # a C library without POSIX_SPAWN_SETSID
+        _posix_spawn_works = False
+        return None
+    return _Spawned(pid)
+
+
+def _inherit_nothing() -> list[tuple[int, ...]]:
+    """The spawn actions that keep every descriptor from 3 on out of the child, having done what they need.
+
+    Python opens every descriptor close-on-exec; one inherited at the daemon's start (a systemd socket, a
+    careless parent's) or made inheritable since is not. Python 3.13 closes them in the child (closefrom).
+    Before, one close_range call marks them all close-on-exec in this process, which inherits nothing on
+    purpose (Popen's pass_fds makes a descriptor inheritable in its child only). Where the kernel is older
+    than 5.11, each descriptor open now is closed in the child (the C library skips one that another thread
+    closed meanwhile).
+    """
+    global _close_range_works
+    if _CLOSEFROM is not None:
+        return [(_CLOSEFROM, 3)]
+    if _close_range_works:
+        last = ctypes.c_uint(0xFFFFFFFF)
+        if _libc.syscall(SYS_CLOSE_RANGE, ctypes.c_uint(3), last, CLOSE_RANGE_CLOEXEC) == 0:
+            return []
+        _close_range_works = False
+    return [(os.POSIX_SPAWN_CLOSE, fd) for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2]
+
+
+_null: int | None = None
+
+
+def _devnull() -> int:
+    """A descriptor of /dev/null for the children's stdin, opened once (close-on-exec: a child gets it by dup2)."""
+    global _null
+    if _null is None:
+        _null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    return _null
 
 
 async def _collect(tree: _Tree, capture: OutputCapture, timeout: float, grace: float) -> bool:
@@ -508,13 +644,15 @@ class _Outputs:
 
     Two pump tasks in a nursery, each waiting on its pipe, made a short command cost four or five
     passes of the event loop, a nursery and a task switch for each wake; here each wake is one pass.
+    The set is emptied and kept for the next call (:data:`_kept_sets`).
     """
 
     def __init__(self, tree: _Tree, capture: OutputCapture) -> None:
         self.tree, self.capture = tree, capture
         self.exited = False
         self.names: dict[int, str] = {}  # pipes not at their end yet, by fd
-        self._set = select.epoll()
+        self._set = _kept_sets.pop() if _kept_sets else select.epoll()
+        self._watching_exit = False  # the pidfd is in the set
         self._unyielded = 0  # bytes read since the task last yielded
         try:
             for fd, name in tree.outputs.items():
@@ -526,8 +664,9 @@ class _Outputs:
                 self.names[fd] = name
             if tree.pidfd is not None:
                 self._set.register(tree.pidfd, select.EPOLLIN)
+                self._watching_exit = True
         except BaseException:
-            self._set.close()
+            self.close()
             raise
 
     async def step(self) -> None:
@@ -554,6 +693,7 @@ class _Outputs:
             if fd == self.tree.pidfd:
                 self.exited = True
                 self._set.unregister(fd)
+                self._watching_exit = False
             elif fd in self.names:
                 self._read(fd)
         if self.tree.pidfd is None and not self.exited and self.tree.exited():
@@ -574,8 +714,28 @@ class _Outputs:
             self.capture.end(self.names.pop(fd))
 
     def close(self) -> None:
+        """Empty the set and keep it, or close it (a set that cannot be emptied, or enough kept)."""
+        try:
+            for fd in self.names:
+                self._set.unregister(fd)
+            if self._watching_exit:
+                self._set.unregister(self.tree.pidfd)
+        except (OSError, ValueError):
+            pass
+        else:
+            if len(_kept_sets) < MAX_KEPT_SETS:
+                _kept_sets.append(self._set)  # trio's registration of it stays too (disarmed): no DEL
+                return
         trio.lowlevel.notify_closing(self._set.fileno())
         self._set.close()
+
+
+# Epoll sets of calls that ended, emptied, for the next calls to take: one made and closed for every call
+# cost five system calls more, one of them failing in trio (the first wait on a new descriptor tries
+# EPOLL_CTL_MOD, then ADD), and a raised exception. MAX_KEPT_SETS at most: as many calls at once as run
+# in parallel on a busy daemon; more make sets of their own.
+_kept_sets: list[select.epoll] = []
+MAX_KEPT_SETS = 4
 
 
 async def _stop(tree: _Tree, grace: float) -> None:
@@ -598,8 +758,7 @@ async def _stop(tree: _Tree, grace: float) -> None:
             # Catch what the TERM handlers started.
             await _off_thread(tree, tree.record_tagged)
         tree.signal(signal.SIGKILL)
-        if tree.proc.poll() is None:  # poll reaps a child that has exited: no lock, no checkpoint
-            await tree.proc.wait()
+        await tree.reap()
         _leaders.discard(tree.proc.pid)
         if not await _wait_gone(tree, KILL_WAIT):
             log.warning("processes of %s survived SIGKILL: %s", tree.proc.pid, tree.alive())
@@ -687,7 +846,7 @@ class _Spill:
 
 
 def _result(
-    proc: trio.Process, capture: OutputCapture, timed_out: bool, started: float, spill: str | None
+    proc: _Child, capture: OutputCapture, timed_out: bool, started: float, spill: str | None
 ) -> ProcResult:
     code = proc.returncode
     assert code is not None  # _stop reaped the child

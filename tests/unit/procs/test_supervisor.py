@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,21 +24,29 @@ import trio
 
 import mmd.procs
 from mmd.procs import ProcResult, environ, supervised_process, supervisor
+from mmd.sandbox import Sandbox, support
 
+from ... import process_trees
 from ...process_trees import GRACE, cancel_tree_once, gone, run, tree_command, tree_pids
 
 
-@pytest.fixture(autouse=True, params=["scan", "subreaper"])
-def mode(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every test runs both ways: descendants found by a watcher and a /proc scan, and as a subreaper.
+@pytest.fixture(autouse=True, params=["scan", "subreaper", "confined"])
+def mode(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test runs three ways: descendants found by a watcher and a /proc scan, as a subreaper, and
+    as a subreaper whose run_tool_process calls are confined to a sandbox (as the daemon's default prompt
+    runs them: the child is started by a spawner thread, with os.posix_spawn).
 
     As a subreaper the test process inherits the orphans: the check below then also fails on
     one the supervisor left unreaped (a zombie is still a child).
     """
-    if request.param == "subreaper":
+    if request.param == "confined":
+        if not support().available:
+            pytest.skip("the kernel offers no Landlock")
+        monkeypatch.setattr(process_trees, "confine_to", Sandbox(roots=(str(tmp_path),)))
+    if request.param != "scan":
         assert mmd.procs.become_subreaper()
     try:
-        yield request.param
+        yield "subreaper" if request.param == "confined" else request.param
         assert psutil.Process().children(recursive=True) == []
     finally:
         mmd.procs.become_subreaper(False)
@@ -159,6 +168,51 @@ async def test_env_cwd_and_stdin(tmp_path: Path) -> None:
     env = {"MM_SESSION_ID": "s-1", "MM_TOOL_CALL_ID": "c-7"}
     result = await run(py(code), tmp_path, env=env)
     assert result.output.splitlines() == ["s-1 c-7 True True", str(tmp_path.resolve()), "/dev/null"]
+
+
+@pytest.mark.parametrize("close_range", [True, False], ids=["close_range", "closed-one-by-one"])
+async def test_a_child_gets_its_three_descriptors_a_session_and_the_default_signals(
+    tmp_path: Path, close_range: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What Popen gives a child (close_fds, start_new_session, restore_signals) a child started by
+    # os.posix_spawn gets too: no descriptor of the daemon but its stdio, even one left inheritable (as
+    # one inherited at the daemon's start is), its own session and group, SIGPIPE and SIGXFSZ not ignored
+    # (Python ignores them), and the daemon's working directory left where it was.
+    monkeypatch.setattr(supervisor, "_close_range_works", close_range)  # False: a kernel before 5.11
+    r, w = os.pipe()
+    os.set_inheritable(r, True)
+    os.set_inheritable(w, True)
+    code = (
+        "import os, json; fds = [os.readlink(f'/proc/self/fd/{f}') for f in range(64) if os.path.lexists("
+        "f'/proc/self/fd/{f}')];"
+        "print(json.dumps([fds, os.getsid(0) == os.getpid() == os.getpgid(0)]))"
+    )
+    cwd, before = tmp_path / "sub", os.getcwd()
+    cwd.mkdir()
+    try:
+        result = await run(py(code), tmp_path, cwd=cwd)
+    finally:
+        os.close(r)
+        os.close(w)
+    fds, leader = json.loads(result.output)
+    assert fds[0] == "/dev/null" and len(fds) == 3 and leader is True  # stdin, stdout, stderr
+    assert os.getcwd() == before
+    # Python ignores both at its own start: a program that is not Python shows what it was given.
+    status = await run(["grep", "SigIgn", "/proc/self/status"], tmp_path)
+    assert int(status.output.split()[1], 16) & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
+
+
+async def test_a_child_given_another_path_finds_its_program_there(tmp_path: Path) -> None:
+    # posix_spawnp searches this process's PATH: a child given another one is started by Popen, which
+    # searches the child's, as every spawn did before.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "mm-test-own-tool"
+    tool.write_text("#!/bin/sh\necho own tool\n")
+    tool.chmod(0o755)
+    result = await run(["mm-test-own-tool"], tmp_path, env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert (result.exit_code, result.output) == (0, "own tool\n")
+    assert (await run(["mm-test-own-tool"], tmp_path)).spawn_error == "command not found: mm-test-own-tool"
 
 
 # What the children print of a few variables: present or not, and the value when present.
@@ -343,6 +397,7 @@ async def test_a_descriptor_refused_after_the_spawn_still_stops_the_child(
     def refused() -> object:
         raise OSError(errno.EMFILE, "Too many open files")
 
+    monkeypatch.setattr(supervisor, "_kept_sets", [])  # none kept: the call makes one
     monkeypatch.setattr(supervisor.select, "epoll", refused)
     with pytest.raises(OSError, match="Too many open files"):
         await run(["sleep", "1000"], tmp_path)
@@ -362,6 +417,7 @@ async def test_no_way_a_call_ends_leaves_a_descriptor_open(tmp_path: Path, monke
     with trio.move_on_after(0.2):
         await run(["sleep", "1000"], tmp_path)
     assert (await run(["/nonexistent/tool"], tmp_path)).spawn_error
+    monkeypatch.setattr(supervisor, "_kept_sets", [])
     monkeypatch.setattr(supervisor.select, "epoll", lambda: (_ for _ in ()).throw(OSError(errno.EMFILE, "")))
     with pytest.raises(OSError):
         await run(["sleep", "1000"], tmp_path)
