@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
+
 from mmd.models import grammar
 from mmd.models._http import Accumulator, HttpModel, decode_json, excerpt
 from mmd.models.base import Choice, Completion, Lead, ModelError, OnRetry, OnText, Timings
@@ -72,6 +74,8 @@ def instructions(prompt: str, messages: Any) -> str:
     """The part of a rendered *prompt* before the first user message: the system message, the tools as
     the template shows them, the template's own words. "" when the first user message is not found."""
     for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, msgspec.Raw):  # a form kept encoded (openai.Wire)
+            message = msgspec.json.decode(message)
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
             at = prompt.find(content) if isinstance(content, str) and content else -1

@@ -542,7 +542,13 @@ _CLOSEFROM = getattr(os, "POSIX_SPAWN_CLOSEFROM", None)
 # close-on-exec instead of closing it (Linux 5.11).
 SYS_CLOSE_RANGE = 436
 CLOSE_RANGE_CLOEXEC = 4
-_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_CLOEXEC_FROM_3 = (
+    SYS_CLOSE_RANGE,
+    ctypes.c_uint(3),
+    ctypes.c_uint(0xFFFFFFFF),
+    ctypes.c_uint(CLOSE_RANGE_CLOEXEC),
+)
 _close_range_works = True  # False once the kernel refused CLOSE_RANGE_CLOEXEC
 _posix_spawn_works = True  # False once os.posix_spawn turned out to lack setsid here
 
@@ -594,8 +600,7 @@ def _inherit_nothing() -> list[tuple[int, ...]]:
     if _CLOSEFROM is not None:
         return [(_CLOSEFROM, 3)]
     if _close_range_works:
-        last = ctypes.c_uint(0xFFFFFFFF)
-        if _libc.syscall(SYS_CLOSE_RANGE, ctypes.c_uint(3), last, CLOSE_RANGE_CLOEXEC) == 0:
+        if _syscall(*_CLOEXEC_FROM_3) == 0:
             return []
         _close_range_works = False
     return [(os.POSIX_SPAWN_CLOSE, fd) for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2]

@@ -63,6 +63,7 @@ class Session:
         self.ledger = Ledger(self.store, self.id, str(self.cwd))
         # The conversation as JSON lines, for hooks (transcript_path; mmd/turn/transcript.py).
         self.transcript = transcript.path_for(host.state_dir, row.id)
+        self._transcript_fd: int | None = None  # held open while a turn runs
         # The setup of the last turn (its hooks), and whether SessionStart ran since a client came.
         self._setup: TurnSetup | None = None
         self.hooks_started = False
@@ -156,7 +157,7 @@ class Session:
     def add_message(self, msg: Message) -> None:
         self.store.append_message(self.id, msg)
         self.messages.append(msg)
-        transcript.append(self.transcript, self.id, msg)
+        transcript.append(self.transcript, self.id, msg, self._transcript_fd)
 
     def replace_messages(self, messages: list[Message]) -> None:
         """The whole conversation replaced (stubs, a summary: mmd/turn/context.py), stored first."""
@@ -236,11 +237,17 @@ class Session:
             self.store.set_title(self.id, prompt)
             self.row.title = self.store.get_session(self.id).title
         self._setup = setup
-        transcript.touch(self.transcript)
+        self._transcript_fd = transcript.open_for_turn(self.transcript)  # the last step: _end closes it
 
     def _end(self, status: str, text: str, error: str | None) -> None:
         self._scope = None
-        self.close_open_calls("the turn was cancelled" if status == "cancelled" else "the turn ended first")
+        try:
+            self.close_open_calls(
+                "the turn was cancelled" if status == "cancelled" else "the turn ended first"
+            )
+        finally:
+            transcript.close(self._transcript_fd)
+            self._transcript_fd = None
         self.running = False
         self.idle_since = trio.current_time()
         self.store.touch_session(self.id)

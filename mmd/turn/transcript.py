@@ -8,6 +8,10 @@ added, so a hook reads everything up to the moment it runs: one object per
 line, ``{"type": role, "session_id", "timestamp", "message": {role, content,
 tool_calls?, tool_call_id?, name?}}``. A compaction rewrites the stored
 conversation, not this file: the transcript only grows.
+
+While a turn runs the file is held open (:func:`open_for_turn`, closed as the turn ends): opening and
+closing it for each message cost two system calls and a path lookup each, twice a tool call. A message
+added outside a turn opens it for itself.
 """
 
 from __future__ import annotations
@@ -31,33 +35,50 @@ def path_for(state_dir: Path, session_id: str) -> Path:
     return state_dir / "transcripts" / f"{session_id}.jsonl"
 
 
-def touch(path: Path) -> None:
-    """Create the transcript (empty) so a hook that runs before the first message can open it."""
-    _append(path, b"")
+def open_for_turn(path: Path) -> int | None:
+    """Create the transcript if it is not there (a hook that runs before the first message can open it) and
+    hold it open for the turn: the descriptor for :func:`append`, which :func:`close` closes; None (logged)
+    when it cannot be opened, and each message then tries on its own."""
+    try:
+        return _open(path)
+    except OSError as exc:
+        log.warning("transcript %s: cannot write it: %s", path, exc)
+        return None
 
 
-def append(path: Path, session_id: str, msg: Message) -> None:
-    """Append *msg*; a failed write is logged, never raised (the store keeps the conversation)."""
+def close(fd: int | None) -> None:
+    """Close what :func:`open_for_turn` opened."""
+    if fd is not None:
+        os.close(fd)
+
+
+def append(path: Path, session_id: str, msg: Message, fd: int | None = None) -> None:
+    """Append *msg* (through *fd* when the turn holds the file open); a failed write is logged, never raised
+    (the store keeps the conversation)."""
     record = {
         "type": msg.role,
         "session_id": session_id,
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "message": msg,
     }
-    _append(path, _JSON.encode(record) + b"\n")
-
-
-def _append(path: Path, data: bytes) -> None:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    data = _JSON.encode(record) + b"\n"
     try:
-        try:
-            fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:  # the first write of all: the folder is made once
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, flags, 0o600)
+        if fd is not None:
+            os.write(fd, data)
+            return
+        fd = _open(path)
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
     except OSError as exc:
         log.warning("transcript %s: cannot write it: %s", path, exc)
+
+
+def _open(path: Path) -> int:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:  # the first write of all: the folder is made once
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return os.open(path, flags, 0o600)

@@ -9,7 +9,9 @@ requests the scripted model server received.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import run_mm
+from .conftest import daemon_pids, run_mm
 from .test_declared import call, connect, interactive_turn, of, session_events, tool_messages
 
 DOCS = Path(__file__).parent / "claude_hooks"
@@ -97,6 +99,15 @@ def test_the_documented_file_guard_blocks_a_dot_env_write_through_file_path(mm_h
     assert f"Blocked: {work / 'secrets.env'} matches protected pattern '.env'" in blocked
 
 
+def open_files(pid: int) -> set[str]:
+    """What the descriptors of process *pid* name now."""
+    named = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            named.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return named
+
+
 def test_the_documented_prompt_hook_adds_context_or_blocks_the_prompt(mm_home, home, scripted):
     work = mm_home / "work"
     hooks_dir = work / "hooks"
@@ -128,7 +139,13 @@ def test_the_documented_prompt_hook_adds_context_or_blocks_the_prompt(mm_home, h
     transcript = Path(seen["transcript_path"])
     assert transcript == mm_home / "state" / "mm" / "transcripts" / f"{session_id}.jsonl"
     lines = [json.loads(line) for line in transcript.read_text().splitlines()]
-    assert [(line["type"], line["message"]["content"]) for line in lines][-1] == ("assistant", "it is late")
+    assert [(line["type"], line["message"]["content"]) for line in lines] == [
+        ("user", sent),
+        ("assistant", "it is late"),
+    ]
+    # Held open while the turn ran (one descriptor for its messages), closed with the turn.
+    [pid] = daemon_pids(mm_home)
+    assert str(transcript) not in open_files(pid)
 
     blocked = run_mm("-p", "my password: hunter2, log in", cwd=work)
     assert blocked.returncode == 3, blocked.stderr

@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+import msgspec
 import pytest
 
 from mmd.models.llama import ECHO_RUN, CompletionStream, instructions, option_mass
@@ -84,6 +85,10 @@ def test_the_instructions_are_the_prompt_before_the_first_user_message() -> None
     assert instructions(PROMPT, [{"role": "user", "content": "not in the prompt"}]) == ""
     assert instructions(PROMPT, [{"role": "system", "content": "You help."}]) == ""  # no user message
     assert instructions(PROMPT, None) == ""
+    # The provider's kept forms are encoded (openai.Wire): the same answer.
+    assert instructions(PROMPT, [msgspec.Raw(msgspec.json.encode(m)) for m in MESSAGES]) == PREAMBLE + (
+        "<|im_start|>user\n"
+    )
 
 
 def stream_of(text: str, told: str, *, piece: int = 4) -> tuple[CompletionStream, list[str], bool]:

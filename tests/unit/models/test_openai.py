@@ -8,6 +8,7 @@ from email.utils import format_datetime
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import trio
 from hypothesis import given, settings
@@ -480,7 +481,8 @@ def test_the_wire_forms_are_those_of_the_messages_sent_whatever_the_history_beca
             history = [*history[:-1], message] if len(history) == 1 else [history[0], message, *history[2:]]
         else:
             history = history[1:]
-        assert wire.of(history) == request_body("m", history, [])["messages"]
+        sent = [msgspec.json.decode(form) for form in wire.of(history)]
+        assert sent == request_body("m", history, [])["messages"]
 
 
 def test_a_growing_history_converts_only_its_new_messages() -> None:
@@ -490,4 +492,17 @@ def test_a_growing_history_converts_only_its_new_messages() -> None:
     grown = [*first, Message(role="assistant", content="a")]
     after = wire.of(grown)
     assert all(a is b for a, b in zip(before, after[:2], strict=True))
-    assert after[2] == {"role": "assistant", "content": "a"}
+    assert msgspec.json.decode(after[2]) == {"role": "assistant", "content": "a"}
+
+
+def test_the_encoded_forms_send_the_same_body_and_the_tools_block_is_kept_while_the_tools_are() -> None:
+    wire = Wire()
+    history = [Message(role="system", content="s"), Message(role="user", content='ü \u2028 "q"')]
+    tools = [ToolSpec(name="bash", description="d", parameters={"type": "object", "properties": {}})]
+    plain = msgspec.json.encode(request_body("m", history, tools))
+    kept = request_body("m", history, tools, wire=wire)
+    assert msgspec.json.encode(kept) == plain  # byte for byte what the dicts encode to
+    assert request_body("m", history, tools, wire=wire)["tools"] is kept["tools"]
+    other = [ToolSpec(name="bash", description="other", parameters={"type": "object", "properties": {}})]
+    again = request_body("m", history, other, wire=wire)
+    assert msgspec.json.decode(again["tools"])[0]["function"]["description"] == "other"
