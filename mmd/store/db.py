@@ -257,6 +257,7 @@ class Store:
         # are needed once per session. A number another writer took meanwhile is found by the
         # primary key, and the write is made again with the number read afresh.
         self._next: dict[tuple[str, str], int] = {}
+        self._batched = False  # a batch() transaction is open: writes join it
 
     @classmethod
     def open(cls, path: Path | None = None) -> Store:
@@ -325,9 +326,38 @@ class Store:
                 raise
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction for the writes made within: each runs (and fails) as it is made, and all are
+        committed together as the block ends, or rolled back if it raises. A commit costs more than the
+        insert it ends (locks and the WAL's frames): a session's event and the message or record written
+        with it share one. A block within a block joins it.
+
+        Errors: sqlite3.Error from BEGIN or COMMIT; whatever the block raises, after the rollback.
+        """
+        if self._batched:
+            yield
+            return
+        numbers = dict(self._next)  # the numbers taken within are given back by a rollback
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._batched = True
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:  # a failed COMMIT leaves it open
+                self._conn.execute("ROLLBACK")
+            self._next = numbers
+            raise
+        finally:
+            self._batched = False
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         # IMMEDIATE takes the write lock up front, so reads that decide a
-        # write (the next seq, say) cannot race another writer.
+        # write (the next seq, say) cannot race another writer. Within a batch(), its transaction.
+        if self._batched:
+            yield self._conn
+            return
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield self._conn
@@ -356,7 +386,8 @@ class Store:
 
         ``one_statement``: *insert* executes one statement. Once the number is known, that statement
         then runs on its own, which SQLite commits as it ends (the connection is in autocommit mode):
-        the same single transaction, without the two round trips of BEGIN and COMMIT.
+        the same single transaction, without the two round trips of BEGIN and COMMIT. Within a
+        :meth:`batch`, the batch's transaction.
         """
         key = (session_id, table)
         for fresh in (False, True):

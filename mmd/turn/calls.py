@@ -25,6 +25,7 @@ publishes their events and ends the turn (:class:`StopTurn`) when one says so.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -74,6 +75,8 @@ class Conversation(consent.Asker, Protocol):
 
     def emit(self, kind: str, data: dict[str, Any]) -> Event: ...
 
+    def together(self) -> contextlib.AbstractContextManager[None]: ...
+
     def add_message(self, msg: Message) -> None: ...
 
     def replace_messages(self, messages: list[Message]) -> None: ...
@@ -109,6 +112,14 @@ class Call(msgspec.Struct):
         return self.key is not None and self.tool is not None and self.tool.idempotent
 
 
+class Finished(msgspec.Struct, frozen=True):
+    """A call that went through every stage: the result its tool_result event and the model are given."""
+
+    call: ToolCall
+    result: ToolResult
+    started: float  # time.monotonic() when it began
+
+
 class CallRunner:
     """Runs the tool calls of one turn; remembers invalid calls to count recoveries."""
 
@@ -138,8 +149,9 @@ class CallRunner:
             timeout=setup.limits.timeout,
         )
 
-    async def run(self, call: ToolCall) -> ToolResult:
-        """Take *call* through every stage; the result is what the model reads.
+    async def run(self, call: ToolCall) -> Finished:
+        """Take *call* through every stage; the result is what the model reads. Its tool_result event is
+        not emitted yet: :meth:`publish` emits it, where the caller writes the call's message (one commit).
 
         Errors: StopTurn when a verdict ends the turn (nobody to ask, a hook's stop).
         """
@@ -157,7 +169,11 @@ class CallRunner:
         result = await cap_output(
             result, self.setup.budget, self.setup.limits, self._context(c.call, None).spill_path
         )
-        return self._finish(c.call, result, c.started)
+        return Finished(c.call, result, c.started)
+
+    def publish(self, done: Finished) -> None:
+        """Emit the tool_result event of a call :meth:`run` finished."""
+        self._finish(done.call, done.result, done.started)
 
     # -- the stages, in order ---------------------------------------------------
 
@@ -172,12 +188,14 @@ class CallRunner:
             )
             c.echo = c.tool.echo(c.args)
         except ToolError as err:
-            self._telemetry(c.call.name, err.code)
-            self._announce(c.call, c.tool, f"{c.call.name}({c.call.arguments})")
+            with self.session.together():  # the call's record and its event: one commit
+                self._telemetry(c.call.name, err.code)
+                self._announce(c.call, c.tool, f"{c.call.name}({c.call.arguments})")
             c.answer = self._invalid_answer(c.call, c.tool, err)
             return
-        self._telemetry(c.call.name, None)
-        self._announce(c.call, c.tool, c.echo)
+        with self.session.together():
+            self._telemetry(c.call.name, None)
+            self._announce(c.call, c.tool, c.echo)
 
     async def skill_limit(self, c: Call) -> None:
         assert c.tool is not None

@@ -149,17 +149,18 @@ async def _one_call(session: Conversation, runner: CallRunner, progress: Progres
     try:
         if (done := progress.repeats(key, runner.setup.registry.get(call.name))) is not None:
             content = _repeat_after_success(session, progress, done, call, echoed=done != key)
+            session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
         else:
-            content = await _run(session, runner, progress, key, call)
+            await _run(session, runner, progress, key, call)
     except StopTurn as stop:  # the call's own answer, before the turn ends
         session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=stop.text))
         raise
-    session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
 
 
 async def _run(
     session: Conversation, runner: CallRunner, progress: Progress, key: Key, call: ToolCall
-) -> str:
+) -> None:
+    # The call's result event, a loop's nudge and the call's message are committed together.
     if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
         session.emit("loop_detected", loop.data("stop"))
         # The action may be done: a write succeeded, or a declared or MCP tool did and the call repeated
@@ -169,13 +170,17 @@ async def _run(
         if done is not None and (progress.wrote or (progress.acted and key in progress.refused)):
             raise StopTurn("ok", done)
         raise StopTurn("loop", loop.message)
-    result = await runner.run(call)
-    tool = runner.setup.registry.get(call.name)
+    done = await runner.run(call)
+    result, tool = done.result, runner.setup.registry.get(call.name)
     progress.record(key, call.name, tool, result, invalid=call.id in runner.invalid)
-    if (loop := progress.detector.after(key, error_code(result.ok, result.data))) is not None:
-        session.emit("loop_detected", loop.data("nudge"))
-        return f"{result.content}\n\n{loop.message}"  # read right after the call
-    return result.content
+    loop = progress.detector.after(key, error_code(result.ok, result.data))
+    with session.together():
+        runner.publish(done)
+        content = result.content
+        if loop is not None:
+            session.emit("loop_detected", loop.data("nudge"))
+            content = f"{result.content}\n\n{loop.message}"  # read right after the call
+        session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
 
 
 def _retry_lead(
@@ -336,8 +341,9 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
     # or the text is (it is stored beside the message's content and sent again with every later step).
     whole = recovered and kept == completion.tool_calls and len(written) <= 2 * KEPT_ARGUMENTS
     said = written if whole else None
-    session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept, said=said))
-    session.emit("assistant", _assistant_record(completion))
+    with session.together():  # the message and its event: one commit
+        session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept, said=said))
+        session.emit("assistant", _assistant_record(completion))
     return completion
 
 

@@ -9,7 +9,9 @@ store, the state folder, the log) and its clients only through
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,6 +66,7 @@ class Session:
         # The conversation as JSON lines, for hooks (transcript_path; mmd/turn/transcript.py).
         self.transcript = transcript.path_for(host.state_dir, row.id)
         self._transcript_fd: int | None = None  # held open while a turn runs
+        self._held: list[Event] | None = None  # events emitted within together(), sent once committed
         # The setup of the last turn (its hooks), and whether SessionStart ran since a client came.
         self._setup: TurnSetup | None = None
         self.hooks_started = False
@@ -77,11 +80,38 @@ class Session:
     # -- events and subscribers ------------------------------------------
 
     def emit(self, kind: str, data: dict[str, Any]) -> Event:
-        """Commit an event, then send it to every subscriber."""
+        """Commit an event, then send it to every subscriber (within :meth:`together`: once it commits)."""
         event = self.store.append_event(self.id, kind, data)
+        if self._held is not None:
+            self._held.append(event)
+            return event
         for conn in list(self.subscribers):
             conn.notify("event", event)
         return event
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The messages added and events emitted within are committed in one transaction (Store.batch), and
+        the events sent once it is: still committed before any client sees them, for one commit instead of
+        one each. If the block raises, nothing of it is kept, in the store or in ``messages``, and nothing
+        is sent. A block within a block joins it."""
+        if self._held is not None:
+            yield
+            return
+        held: list[Event] = []
+        count = len(self.messages)
+        self._held = held
+        try:
+            with self.store.batch():
+                yield
+        except BaseException:
+            del self.messages[count:]
+            raise
+        finally:
+            self._held = None
+        for event in held:
+            for conn in list(self.subscribers):
+                conn.notify("event", event)
 
     def subscribe(self, conn: Subscriber, *, interactive: bool) -> None:
         self.subscribers[conn] = interactive or self.subscribers.get(conn, False)

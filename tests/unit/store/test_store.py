@@ -537,3 +537,36 @@ def test_a_numbered_row_is_committed_when_its_append_returns(tmp_path):
     finally:
         other.close()
         store.close()
+
+
+def test_a_batch_commits_its_writes_together_or_none_of_them(tmp_path):
+    # Within batch() each write runs as it is made and nothing is visible to another connection (nor
+    # committed) until the block ends; a block that raises leaves nothing, and its numbers are taken again.
+    store = Store.open(tmp_path / "mm.db")
+    other = sqlite3.connect(tmp_path / "mm.db")
+
+    def count(table: str) -> int:
+        return other.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+    try:
+        s = store.create_session(cwd="/w", agent=None, model="m")
+        store.append_event(s.id, "turn_started", {})
+        with store.batch():
+            idx = store.append_message(s.id, Message(role="assistant", content="a"))
+            seq = store.append_event(s.id, "assistant", {"text": "a"}).seq
+            row = store.record_tool_call(session_id=s.id, tool="bash", valid=False, error="x", retry=False)
+            with store.batch():  # joins
+                store.mark_recovered(row)  # a write with a transaction of its own joins it too
+            assert (count("messages"), count("events"), count("tool_calls")) == (0, 1, 0)
+        assert (count("messages"), count("events"), count("tool_calls")) == (1, 2, 1)
+        assert not store._conn.in_transaction
+        with pytest.raises(RuntimeError), store.batch():
+            store.append_message(s.id, Message(role="tool", content="lost", tool_call_id="c"))
+            store.append_event(s.id, "tool_result", {})
+            raise RuntimeError("the block failed")
+        assert (count("messages"), count("events")) == (1, 2) and not store._conn.in_transaction
+        assert store.append_event(s.id, "turn_ended", {}).seq == seq + 1  # the rolled-back number again
+        assert store.append_message(s.id, Message(role="tool", content="kept", tool_call_id="c")) == idx + 1
+    finally:
+        other.close()
+        store.close()

@@ -10,6 +10,7 @@ turn committed (events and messages) and what the model was sent. Where time mat
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,36 @@ async def test_a_call_runs_and_its_result_is_what_the_model_reads_next(turn: Tur
     assert result["ok"] and result["call_id"] == "call_1"
 
 
+async def test_a_calls_events_arrive_with_the_rows_written_beside_them_already_committed(turn: Turn) -> None:
+    # One commit for a step's message and its assistant event, for a call's record and its tool_call event,
+    # and for its tool_result event and its message: when a client is sent each event, another connection
+    # already reads the rows written with it.
+    other = sqlite3.connect(turn.host.store.path)
+    rows = {
+        "assistant": "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'assistant'",
+        "tool_call": "SELECT count(*) FROM tool_calls WHERE session_id = ?",
+        "tool_result": "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'tool'",
+    }
+    seen: list[tuple[str, int]] = []
+
+    def on_event(event: Any) -> None:
+        if event.kind in rows:
+            seen.append((event.kind, other.execute(rows[event.kind], (turn.session.id,)).fetchone()[0]))
+
+    turn.session.subscribe(Client(on_event), interactive=False)
+    await turn.run(call("lookup", {"key": "b"}), call("lookup", {"key": "c"}), answer("done."))
+    other.close()
+    assert seen == [
+        ("assistant", 1),
+        ("tool_call", 1),
+        ("tool_result", 1),
+        ("assistant", 2),
+        ("tool_call", 2),
+        ("tool_result", 2),
+        ("assistant", 3),
+    ]
+
+
 async def test_each_step_records_the_timings_its_server_reported(turn: Turn) -> None:
     timed = Timings(prompt_tokens=500, cached_tokens=400, prompt_ms=120.5, gen_tokens=20, gen_ms=800.0)
     await turn.run(call("lookup", {"key": "b"}, timings=timed), answer("b is 2."))
@@ -355,6 +386,38 @@ async def test_a_session_is_idle_only_without_a_turn_or_a_client(
     turn.session.unsubscribe(client)
     await trio.sleep(30)
     assert turn.session.idle_for(trio.current_time()) == pytest.approx(30.0)
+
+
+async def test_what_is_written_together_is_sent_once_committed_and_kept_whole_or_not_at_all(
+    turn: Turn,
+) -> None:
+    # A message and the event that shows it share one commit; the client is sent the event only once it
+    # is committed (another connection reads it), and a block that fails leaves nothing anywhere.
+    session, store = turn.session, turn.host.store
+    other = sqlite3.connect(store.path)
+    seen: list[tuple[str, int]] = []
+    client = Client(lambda event: seen.append((event.kind, _committed(other, session.id))))
+    session.subscribe(client, interactive=False)
+    before = len(session.messages)
+    with session.together():
+        session.add_message(Message(role="assistant", content="a"))
+        session.emit("assistant", {"text": "a"})
+        session.emit("text", {"text": "a"})
+        assert client.events == [] and _committed(other, session.id) == 0
+    assert seen == [("assistant", 2), ("text", 2)]  # each sent after both were committed
+    assert [m.content for m in session.messages[before:]] == ["a"]
+    with pytest.raises(RuntimeError), session.together():
+        session.add_message(Message(role="assistant", content="lost"))
+        session.emit("assistant", {"text": "lost"})
+        raise RuntimeError("failed")
+    assert len(client.events) == 2 and _committed(other, session.id) == 2
+    assert [m.content for m in session.messages[before:]] == ["a"]
+    assert [m.content for m in store.messages(session.id)][-1] == "a"
+    other.close()
+
+
+def _committed(db: sqlite3.Connection, session_id: str) -> int:
+    return db.execute("SELECT count(*) FROM events WHERE session_id = ?", (session_id,)).fetchone()[0]
 
 
 # --- an answer a person can use; no loop after success -------------------------------------------
