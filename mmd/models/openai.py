@@ -147,11 +147,7 @@ class Wire:
 
     def tools_of(self, tools: list[ToolSpec]) -> msgspec.Raw:
         kept = self._tools
-        if (
-            kept is None
-            or len(kept[0]) != len(tools)
-            or any(a is not b for a, b in zip(kept[0], tools, strict=True))
-        ):
+        if kept is None or kept[0] != tools:  # compares each tool by identity first, in C
             kept = self._tools = (list(tools), _RAW(_JSON.encode(tool_forms(tools))))
         return kept[1]
 

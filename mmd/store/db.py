@@ -241,6 +241,42 @@ def _first_line(text: str) -> str:
     return line[:_TITLE_MAX]
 
 
+class Batch:
+    """The block of :meth:`Store.batch` (a class, not a generator: it runs up to three times a tool call)."""
+
+    __slots__ = ("_numbers", "_opened", "_store")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._opened = False
+        self._numbers: dict[tuple[str, str], int] = {}
+
+    def __enter__(self) -> None:
+        store = self._store
+        if store._batched:  # joins the open one
+            return
+        self._numbers = dict(store._next)  # the numbers taken within are given back by a rollback
+        store._conn.execute("BEGIN IMMEDIATE")
+        store._batched = self._opened = True
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if not self._opened:
+            return
+        store, failed = self._store, kind is not None
+        try:
+            if not failed:
+                store._conn.execute("COMMIT")
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            if failed:
+                if store._conn.in_transaction:  # a failed COMMIT leaves it open
+                    store._conn.execute("ROLLBACK")
+                store._next = self._numbers
+            store._batched = False
+
+
 class Store:
     """The open store. Use :meth:`open`; close it, or use it as a context manager.
 
@@ -325,31 +361,15 @@ class Store:
                     raise StoreError(f"{self.path}: migrating to schema {number + 1} failed: {e}") from e
                 raise
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """One transaction for the writes made within: each runs (and fails) as it is made, and all are
-        committed together as the block ends, or rolled back if it raises. A commit costs more than the
-        insert it ends (locks and the WAL's frames): a session's event and the message or record written
-        with it share one. A block within a block joins it.
+    def batch(self) -> Batch:
+        """One transaction for the writes made within (``with store.batch():``): each runs (and fails) as it
+        is made, and all are committed together as the block ends, or rolled back if it raises. A commit
+        costs more than the insert it ends (locks and the WAL's frames): a session's event and the message
+        or record written with it share one. A block within a block joins it.
 
         Errors: sqlite3.Error from BEGIN or COMMIT; whatever the block raises, after the rollback.
         """
-        if self._batched:
-            yield
-            return
-        numbers = dict(self._next)  # the numbers taken within are given back by a rollback
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._batched = True
-        try:
-            yield
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:  # a failed COMMIT leaves it open
-                self._conn.execute("ROLLBACK")
-            self._next = numbers
-            raise
-        finally:
-            self._batched = False
+        return Batch(self)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

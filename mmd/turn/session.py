@@ -9,9 +9,7 @@ store, the state folder, the log) and its clients only through
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +19,7 @@ from ..models.base import Message, ModelError
 from ..policy.consent import Answer, Asks, Ledger, Pending
 from ..rpc.methods import ConsentAnswer, Event
 from ..store import SessionRow, Store
+from ..store.db import Batch
 from . import hookpoints, transcript
 from .loop import StopTurn, run_steps
 from .plan import TurnSetup
@@ -44,6 +43,45 @@ class Subscriber(Protocol):
     subscriptions: dict[str, bool]
 
     def notify(self, method: str, params: Any) -> None: ...
+
+
+class Together:
+    """The block of :meth:`Session.together` (a class, not a generator: it runs three times a tool call)."""
+
+    __slots__ = ("_batch", "_count", "_held", "_session")
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._held: list[Event] | None = None
+        self._count = 0
+        self._batch: Batch | None = None
+
+    def __enter__(self) -> None:
+        session = self._session
+        if session._held is not None:  # joins the open one
+            return
+        self._held = session._held = []
+        self._count = len(session.messages)
+        self._batch = session.store.batch()
+        self._batch.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: Any) -> None:
+        held, session = self._held, self._session
+        if held is None or self._batch is None:
+            return
+        try:
+            self._batch.__exit__(kind, value, tb)  # commits, or rolls back; a failed commit raises
+        except BaseException:
+            kind = BaseException
+            raise
+        finally:
+            session._held = None
+            if kind is not None:
+                del session.messages[self._count :]
+        if kind is None:
+            for event in held:
+                for conn in list(session.subscribers):
+                    conn.notify("event", event)
 
 
 class Session:
@@ -89,29 +127,12 @@ class Session:
             conn.notify("event", event)
         return event
 
-    @contextlib.contextmanager
-    def together(self) -> Iterator[None]:
-        """The messages added and events emitted within are committed in one transaction (Store.batch), and
-        the events sent once it is: still committed before any client sees them, for one commit instead of
-        one each. If the block raises, nothing of it is kept, in the store or in ``messages``, and nothing
-        is sent. A block within a block joins it."""
-        if self._held is not None:
-            yield
-            return
-        held: list[Event] = []
-        count = len(self.messages)
-        self._held = held
-        try:
-            with self.store.batch():
-                yield
-        except BaseException:
-            del self.messages[count:]
-            raise
-        finally:
-            self._held = None
-        for event in held:
-            for conn in list(self.subscribers):
-                conn.notify("event", event)
+    def together(self) -> Together:
+        """The messages added and events emitted within (``with session.together():``) are committed in one
+        transaction (Store.batch), and the events sent once it is: still committed before any client sees
+        them, for one commit instead of one each. If the block raises, nothing of it is kept, in the store or
+        in ``messages``, and nothing is sent. A block within a block joins it."""
+        return Together(self)
 
     def subscribe(self, conn: Subscriber, *, interactive: bool) -> None:
         self.subscribers[conn] = interactive or self.subscribers.get(conn, False)
