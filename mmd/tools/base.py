@@ -26,7 +26,7 @@ from ..sandbox import Sandbox
 
 # ToolResult, ToolError and ErrorClass are the contract's (mmd/contract.py); every tool module
 # imports them from here with Tool.
-__all__ = ["ErrorClass", "Limits", "Tier", "Tool", "ToolContext", "ToolError", "ToolResult"]
+__all__ = ["ErrorClass", "Limits", "Tier", "Tool", "ToolContext", "ToolError", "ToolResult", "spill_path"]
 
 Tier = Literal["read", "write", "destructive"]
 
@@ -70,7 +70,12 @@ class ToolContext(msgspec.Struct, kw_only=True):
     @property
     def spill_path(self) -> Path:
         """The file that keeps this call's whole output when the model reads only part of it."""
-        return self.session_dir / f"output-{self.call_id}.log"
+        return spill_path(self.session_dir, self.call_id)
+
+
+def spill_path(session_dir: Path, call_id: str) -> Path:
+    """The file that keeps the whole output of call *call_id* of the session whose folder is *session_dir*."""
+    return session_dir / f"output-{call_id}.log"
 
 
 class Tool(abc.ABC):

@@ -43,7 +43,7 @@ from ..policy.hooks import Outcome, PreOutcome, Site, run_post_hooks, run_pre_ho
 from ..rpc.methods import Event
 from ..sandbox import Sandbox
 from ..store import Store
-from ..tools.base import Tool, ToolContext, ToolError, ToolResult
+from ..tools.base import Tool, ToolContext, ToolError, ToolResult, spill_path
 from ..tools.declared import fill_verify_args
 from ..undo import Recorder
 from . import answers, grounding, skilluse
@@ -106,6 +106,9 @@ class Call(msgspec.Struct):
     answer: ToolResult | None = None  # set when the call is answered before it could run
     result: ToolResult | None = None  # set once the call ran (or was replayed, or denied)
     denied: bool = False
+    ctx: ToolContext | None = (
+        None  # made once its key is known: the consent's and the run's (CallRunner._ctx)
+    )
 
     @property
     def replays(self) -> bool:
@@ -167,7 +170,7 @@ class CallRunner:
                 self._told += "\n" + c.result.content.lower()
         # Within its share of the model's window (the whole in the spill file), as the model reads it.
         result = await cap_output(
-            result, self.setup.budget, self.setup.limits, self._context(c.call, None).spill_path
+            result, self.setup.budget, self.setup.limits, spill_path(self.session.dir, c.call.id)
         )
         return Finished(c.call, result, c.started)
 
@@ -199,6 +202,8 @@ class CallRunner:
 
     async def skill_limit(self, c: Call) -> None:
         assert c.tool is not None
+        if self.setup.skill_limit is None:  # the usual case: no context to make for nothing
+            return
         if (why := skilluse.refusal(self.setup, c.tool, c.args, self._context(c.call, None))) is not None:
             c.answer = ToolResult(ok=False, content=why, data={"error": {"code": "not_allowed_by_skill"}})
 
@@ -265,7 +270,7 @@ class CallRunner:
             args=c.args,
             echo=c.echo,
             call_id=c.call.id,
-            ctx=self._context(c.call, c.key),
+            ctx=self._ctx(c),
             roots=self._roots(),
         )
         verdict = await self._verdict(request, c.pre.decision)
@@ -286,7 +291,7 @@ class CallRunner:
         # A write may change any file (bash above all): its step is what the tree was before and after.
         before = await self.checkpoints.before(c.call.id) if c.tool.tier != "read" else None
         try:
-            c.result = await c.tool.run(c.args, self._context(c.call, c.key))
+            c.result = await c.tool.run(c.args, self._ctx(c))
         except ToolError as err:
             c.result = self._invalid_answer(c.call, c.tool, err)
         finally:
@@ -413,6 +418,12 @@ class CallRunner:
             folders = self.setup.skills.folders() if self.setup.skills else ()
             self._resolved_roots = consent.confined_roots(self.session.cwd, self.session.dir, list(folders))
         return self._resolved_roots
+
+    def _ctx(self, c: Call) -> ToolContext:
+        """The context *c* runs with (its key known): made once, for the consent and the run."""
+        if c.ctx is None:
+            c.ctx = self._context(c.call, c.key)
+        return c.ctx
 
     def _context(self, call: ToolCall, key: str | None, suffix: str = "") -> ToolContext:
         return ToolContext(

@@ -227,17 +227,20 @@ class Watch:
 
 
 # The watch of each shadow repository's project (by the shadow's folder), least recently used first.
-_watches: collections.OrderedDict[Path, Watch] = collections.OrderedDict()
+# Keyed by the shadow repository's path as text: a Path key is hashed and compared in Python, ten calls
+# a snapshot (two a tool call).
+_watches: collections.OrderedDict[str, Watch] = collections.OrderedDict()
 # When a project that could not be watched may be tried again (monotonic seconds), by shadow folder.
-_refused: dict[Path, float] = {}
+_refused: dict[str, float] = {}
 
 
 def watch_of(git_dir: Path, project: Path) -> Watch | None:
     """The watch of *project* (shadow repository *git_dir*), made on first use; None where mm does not watch
     it now (inotify missing, or it could not be watched less than RETRY_AFTER seconds ago)."""
-    if not ENABLED or inotify.LIBC is None or _refused.get(git_dir, 0.0) > time.monotonic():
+    key = os.fspath(git_dir)
+    if not ENABLED or inotify.LIBC is None or _refused.get(key, 0.0) > time.monotonic():
         return None
-    watch = _watches.get(git_dir)
+    watch = _watches.get(key)
     # The folder the path names now (one stat, not a realpath): a link turned elsewhere, or the project or a
     # folder above it moved away and another made in its place, is a new watch; the old watches follow the
     # folder that moved and would miss every change in the new one.
@@ -248,21 +251,22 @@ def watch_of(git_dir: Path, project: Path) -> Watch | None:
     if watch is None or watch.identity != (st.st_dev, st.st_ino):
         if watch is not None:
             watch.close()
-        watch = _watches[git_dir] = Watch(project)
+        watch = _watches[key] = Watch(project)
         watch.identity = (st.st_dev, st.st_ino)
         while len(_watches) > MAX_WATCHES:
             _watches.popitem(last=False)[1].close()
-    _watches.move_to_end(git_dir)
+    _watches.move_to_end(key)
     return watch
 
 
 def refuse(git_dir: Path, reason: str) -> None:
     """Stop watching the project of *git_dir* for RETRY_AFTER seconds (its snapshots run git meanwhile)."""
     log.info("not watching the project of %s: %s; its snapshots run git", git_dir, reason)
-    watch = _watches.pop(git_dir, None)
+    key = os.fspath(git_dir)
+    watch = _watches.pop(key, None)
     if watch is not None:
         watch.close()
-    _refused[git_dir] = time.monotonic() + RETRY_AFTER
+    _refused[key] = time.monotonic() + RETRY_AFTER
 
 
 def forget() -> None:

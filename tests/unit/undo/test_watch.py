@@ -262,7 +262,7 @@ async def test_only_a_few_projects_are_watched_at_once(tmp_path, monkeypatch):
         (work / "f").write_text("f\n")
         made.append(Shadow(shadow_dir(tmp_path / "s", work), work))
         await made[-1].snapshot()
-    assert list(watch._watches) == [s.git_dir for s in made[2:]]
+    assert list(watch._watches) == [str(s.git_dir) for s in made[2:]]
 
 
 def test_the_inotify_descriptor_is_not_inherited(tmp_path):
