@@ -26,8 +26,8 @@ import msgspec
 
 # How a NUL byte is shown: a model reads a C escape; a raw NUL confuses tokenizers and terminals.
 NUL_SHOWN = "\\0"
-# The incremental UTF-8 decoder class, looked up once (each stream of each call gets one).
-_UTF8 = codecs.getincrementaldecoder("utf-8")
+# UTF-8 decoding of a read: (text, bytes used); with final False, an unfinished last character is left.
+_decode_utf8 = codecs.utf_8_decode
 
 
 def printable(text: str) -> str:
@@ -225,7 +225,9 @@ class OutputCapture:
         self._held: list[bytes] = []
         self._view = HeadTail(max_bytes, max_lines)
         self._on_output = on_output
-        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+        # The bytes of each stream's unfinished last character, held for its next read (a stream that
+        # printed nothing has no entry).
+        self._pending: dict[str, bytes] = {}
         self._ended: set[str] = set()
 
     @property
@@ -257,12 +259,12 @@ class OutputCapture:
         """
         if stream not in self._ended:
             self._ended.add(stream)
-            if stream in self._decoders:  # else nothing was read: no character is unfinished
+            if stream in self._pending:  # else nothing was read: no character is unfinished
                 self._decode(stream, b"", final=True)
 
     def finish(self) -> None:
         """End every stream not ended yet, e.g. after reads were abandoned."""
-        for stream in list(self._decoders):
+        for stream in list(self._pending):
             self.end(stream)
 
     def render(self, spill_name: str | None) -> str:
@@ -282,15 +284,13 @@ class OutputCapture:
         return f"{head}{marker(cut, view.total_bytes, view.total_lines, spill_name)}\n{tail}"
 
     def _decode(self, stream: str, data: bytes, *, final: bool) -> None:
-        decoder = self._decoders.get(stream)
-        if decoder is None:
-            decoder = self._decoders[stream] = _UTF8("replace")
-        held = decoder.getstate()[0]
-        text = decoder.decode(data, final)
-        # The decoder holds back only the last bytes of an unfinished character.
-        still = decoder.getstate()[0]
+        # What codecs' incremental UTF-8 decoder does, without its three Python calls a read: the codec
+        # decodes up to the last whole character (all of it when final) and says how far it read.
+        held = self._pending.get(stream)
         raw = held + data if held else data
-        self._release(stream, raw[: len(raw) - len(still)], text)
+        text, used = _decode_utf8(raw, "replace", final)
+        self._pending[stream] = raw[used:]
+        self._release(stream, raw[:used], text)
 
     def _release(self, stream: str, raw: bytes, text: str) -> None:
         if raw:
