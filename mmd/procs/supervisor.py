@@ -445,6 +445,8 @@ async def _spawn(
     # And the one place a child is confined: every child given a sandbox is.
     if not argv:
         raise ValueError("empty command")
+    if not os.path.isabs(cwd):  # this thread's: a spawner thread's working directory is its own
+        cwd = Path(os.path.abspath(cwd))
     global _spawning
     tag = f"{_owner}.{secrets.token_hex(8)}"
     child_env = child_environment({**env, TAG_VAR: tag}, inherit=inherit_env, pass_env=pass_env)

@@ -202,6 +202,17 @@ async def test_a_child_gets_its_three_descriptors_a_session_and_the_default_sign
     assert int(status.output.split()[1], 16) & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
 
 
+async def test_a_relative_working_directory_is_the_callers_whatever_the_last_spawn_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spawner thread chdirs to each child's folder: a relative one must still name the daemon's.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert (await run(["pwd"], tmp_path, cwd=tmp_path / "a")).output == f"{tmp_path / 'a'}\n"
+    assert (await run(["pwd"], tmp_path, cwd=Path("b"))).output == f"{tmp_path / 'b'}\n"
+
+
 async def test_a_child_given_another_path_finds_its_program_there(tmp_path: Path) -> None:
     # posix_spawnp searches this process's PATH: a child given another one is started by Popen, which
     # searches the child's, as every spawn did before.
