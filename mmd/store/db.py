@@ -367,6 +367,9 @@ class Store:
         costs more than the insert it ends (locks and the WAL's frames): a session's event and the message
         or record written with it share one. A block within a block joins it.
 
+        The block must not await: the connection is the daemon's, and another task's writes made meanwhile
+        would join the transaction (committed or rolled back with it, their events sent before it commits).
+
         Errors: sqlite3.Error from BEGIN or COMMIT; whatever the block raises, after the rollback.
         """
         return Batch(self)

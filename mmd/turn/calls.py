@@ -106,9 +106,8 @@ class Call(msgspec.Struct):
     answer: ToolResult | None = None  # set when the call is answered before it could run
     result: ToolResult | None = None  # set once the call ran (or was replayed, or denied)
     denied: bool = False
-    ctx: ToolContext | None = (
-        None  # made once its key is known: the consent's and the run's (CallRunner._ctx)
-    )
+    # The context it runs with, made once its key is known: the consent's and the run's (CallRunner._ctx).
+    ctx: ToolContext | None = None
 
     @property
     def replays(self) -> bool:

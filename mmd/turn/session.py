@@ -131,7 +131,8 @@ class Session:
         """The messages added and events emitted within (``with session.together():``) are committed in one
         transaction (Store.batch), and the events sent once it is: still committed before any client sees
         them, for one commit instead of one each. If the block raises, nothing of it is kept, in the store or
-        in ``messages``, and nothing is sent. A block within a block joins it."""
+        in ``messages`` (the transcript keeps its lines), and nothing is sent. A block within a block joins it.
+        The block must not await (Store.batch says why)."""
         return Together(self)
 
     def subscribe(self, conn: Subscriber, *, interactive: bool) -> None:
