@@ -9,6 +9,8 @@ functions that break a rule.
 - small functions: median at most 10 lines, none over 60;
 - every folder has a README.md that names each of its files and subfolders;
 - every process the daemon starts is spawned by the supervisor;
+- no await inside a store batch (``store.batch()``, ``session.together()``): the daemon's one
+  connection would take another task's writes into the transaction;
 - the client imports only `mmd.__version__`, `mmd.rpc`, `mmd.paths`, the
   standard library, click and itself.
 """
@@ -465,3 +467,46 @@ def test_every_child_of_the_daemon_is_spawned_by_the_supervisor() -> None:
         "processes started outside mmd/procs/supervisor.py (use run_tool_process or supervised_process):\n"
         + "\n".join(offenders)
     )
+
+
+# --- no await inside a store transaction block -------------------------------------------------
+
+TRANSACTION_BLOCKS = ("batch", "together")
+
+
+def awaits_in_transaction_blocks(module_tree: ast.AST) -> list[int]:
+    """The lines of the batch()/together() blocks of *module_tree* that await inside."""
+    found = []
+    for node in ast.walk(module_tree):
+        if not isinstance(node, ast.With):
+            continue
+        opens = [
+            item.context_expr
+            for item in node.items
+            if isinstance(item.context_expr, ast.Call)
+            and isinstance(item.context_expr.func, ast.Attribute)
+            and item.context_expr.func.attr in TRANSACTION_BLOCKS
+        ]
+        if opens and any(
+            isinstance(inner, ast.Await | ast.AsyncFor | ast.AsyncWith)
+            for statement in node.body
+            for inner in ast.walk(statement)
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_await_inside_a_store_transaction_block() -> None:
+    # Store.batch holds one SQLite transaction open on the daemon's one connection: a task switch inside
+    # it would let another session's writes join it, and that session's events go out before it commits.
+    found = [
+        f"{module.rel}:{line}"
+        for module in modules().values()
+        for line in awaits_in_transaction_blocks(tree(module.path))
+    ]
+    assert found == [], "await inside a batch()/together() block"
+
+
+def test_the_transaction_block_check_sees_an_await() -> None:
+    code = "async def f(s):\n    with s.together():\n        await g()\n    with s.batch():\n        h()\n"
+    assert awaits_in_transaction_blocks(ast.parse(code)) == [2]
