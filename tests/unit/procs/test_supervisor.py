@@ -224,6 +224,11 @@ async def test_a_child_given_another_path_finds_its_program_there(tmp_path: Path
     result = await run(["mm-test-own-tool"], tmp_path, env={"PATH": f"{bindir}:{os.environ['PATH']}"})
     assert (result.exit_code, result.output) == (0, "own tool\n")
     assert (await run(["mm-test-own-tool"], tmp_path)).spawn_error == "command not found: mm-test-own-tool"
+    # A program named by a relative path is found from the child's working directory.
+    assert (await run(["./mm-test-own-tool"], tmp_path, cwd=bindir)).output == "own tool\n"
+    assert (
+        await run(["./mm-test-own-tool"], tmp_path)
+    ).spawn_error == "command not found: ./mm-test-own-tool"
 
 
 # What the children print of a few variables: present or not, and the value when present.
