@@ -129,7 +129,8 @@ class LoopDetector(msgspec.Struct):
         return Loop("same_error", [key], run, message)
 
     def _cycle(self) -> Loop | None:
-        calls = [k for k, _ in self.history]
+        # Only the last calls can close a cycle: the whole history, read at every call, grew with the turn.
+        calls = [k for k, _ in self.history[-max(_PERIODS) * self.limits.cycle :]]
         for period in _PERIODS:
             need = period * self.limits.cycle
             if len(calls) < need:

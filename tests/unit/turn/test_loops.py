@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mmd.config.turns import LoopLimits
 from mmd.turn.loops import LoopDetector, call_key, error_code
 
@@ -71,6 +73,19 @@ def test_a_b_a_b_cycle():
     assert nudge is not None and nudge.kind == "cycle" and set(nudge.keys) == {a, b}
     assert d.before(a) is not None and d.before(b) is not None
     assert d.before(call_key("grep", '{"pattern": "y"}')) is None
+
+
+@pytest.mark.parametrize("cycle", [2, 3])
+def test_a_cycle_after_a_long_history_is_found_from_the_last_calls_alone(cycle: int) -> None:
+    # The cycle is looked for among the last calls only (the history grows with the turn): after 50 other
+    # calls an a-b-c cycle seen *cycle* times is still found, and one seen once less is not.
+    d = LoopDetector(LoopLimits(cycle=cycle, repeat=99))
+    for i in range(50):
+        assert d.after(call_key("read_file", f'{{"path": "f{i}"}}'), None) is None
+    unit = [call_key("grep", f'{{"pattern": "{p}"}}') for p in "abc"]
+    found = [d.after(key, None) for key in unit * cycle]
+    assert found[:-1] == [None] * (3 * cycle - 1)
+    assert found[-1] is not None and found[-1].kind == "cycle" and found[-1].keys == unit
 
 
 def test_disabled_detector_never_fires():
