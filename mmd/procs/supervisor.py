@@ -544,7 +544,7 @@ _CLOSEFROM = getattr(os, "POSIX_SPAWN_CLOSEFROM", None)
 # close-on-exec instead of closing it (Linux 5.11).
 SYS_CLOSE_RANGE = 436
 CLOSE_RANGE_CLOEXEC = 4
-_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_LIBC = ctypes.CDLL(None, use_errno=True)  # close_range here, prctl in become_subreaper
 _CLOEXEC_FROM_3 = (
     SYS_CLOSE_RANGE,
     ctypes.c_uint(3),
@@ -602,7 +602,7 @@ def _inherit_nothing() -> list[tuple[int, ...]]:
     if _CLOSEFROM is not None:
         return [(_CLOSEFROM, 3)]
     if _close_range_works:
-        if _syscall(*_CLOEXEC_FROM_3) == 0:
+        if _LIBC.syscall(*_CLOEXEC_FROM_3) == 0:
             return []
         _close_range_works = False
     return [(os.POSIX_SPAWN_CLOSE, fd) for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2]
@@ -1129,8 +1129,7 @@ def become_subreaper(on: bool = True) -> bool:
     if not _CHILDREN_LISTS:  # the links cannot be followed: a scan per stop would cost more
         _subreaper = False
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+    if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         _subreaper = False
         return False
     _subreaper = on

@@ -9,15 +9,14 @@ requests the scripted model server received.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -99,15 +98,6 @@ def test_the_documented_file_guard_blocks_a_dot_env_write_through_file_path(mm_h
     assert f"Blocked: {work / 'secrets.env'} matches protected pattern '.env'" in blocked
 
 
-def open_files(pid: int) -> set[str]:
-    """What the descriptors of process *pid* name now."""
-    named = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):  # closed meanwhile
-            named.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    return named
-
-
 def test_the_documented_prompt_hook_adds_context_or_blocks_the_prompt(mm_home, home, scripted):
     work = mm_home / "work"
     hooks_dir = work / "hooks"
@@ -145,7 +135,7 @@ def test_the_documented_prompt_hook_adds_context_or_blocks_the_prompt(mm_home, h
     ]
     # Held open while the turn ran (one descriptor for its messages), closed with the turn.
     [pid] = daemon_pids(mm_home)
-    assert str(transcript) not in open_files(pid)
+    assert str(transcript) not in {f.path for f in psutil.Process(pid).open_files()}
 
     blocked = run_mm("-p", "my password: hunter2, log in", cwd=work)
     assert blocked.returncode == 3, blocked.stderr
