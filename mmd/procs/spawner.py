@@ -1,10 +1,16 @@
-"""Confined threads that start children: one per sandbox, confined once, kept for the next spawn.
+"""Threads that start children: one per sandbox, confined once, kept for the next spawn, and one unconfined.
+
+No child is started by the event loop's thread. A spawn waits until the child has exec'd, and an exec
+can wait on a file system (a project on NFS, a program read cold from a slow disk, a hung mount): the
+loop would stop with it, every session and client of the daemon too. A spawner thread waits instead,
+with the GIL released (mmd/procs/cspawn.py), while the task that asked waits as any task waits.
 
 Landlock and no_new_privs belong to a thread, and a child inherits its creator thread's. A thread made,
 confined and ended for every spawn cost more CPU than the rest of a short tool call's supervision
 (a thread's start and join alone is 0.25–0.4 ms on a small VM, the ruleset as much again). So a
 *spawner* is a thread confined to one sandbox that stays, blocked on its queue, and runs every spawn of
-that sandbox: :func:`run_confined` hands it a job and the task waits until the thread wakes it.
+that sandbox: :func:`run_spawner` hands it a job and the task waits until the thread wakes it. The
+children of no sandbox have a spawner of their own, confined to nothing.
 
 Which spawner runs a job is decided by what its confinement was made of: the sandbox's writable
 folders and device folders, its network switch, and the identity (device, inode) of each of those
@@ -19,8 +25,8 @@ is needed. A spawner that cannot confine itself answers its jobs with the error 
 makes a new one. Spawner threads are daemon threads: the process ends with them blocked.
 
 Each spawner also gives itself a working directory of its own (``unshare(CLONE_FS)``) before it confines
-itself: a job may then ``chdir`` to its child's folder and start the child with ``os.posix_spawn``, to
-which Python offers no working-directory action, without moving the daemon's other threads
+itself: a job may then ``chdir`` to its child's folder and start the child with posix_spawn, which
+has no working-directory action before glibc 2.29, without moving the daemon's other threads
 (:func:`own_cwd` says whether it could; where the kernel or a seccomp filter refuses, the job starts the
 child with ``subprocess.Popen`` as before). The thread's umask is copied at that moment too.
 """
@@ -45,14 +51,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_SPAWNERS = 8
 THREAD_NAME = "mm-sandbox-spawn"
+THREAD_NAME_UNCONFINED = "mm-spawn"
 # Seconds the event loop's thread waits, blocked, for a spawner to answer before it lets other tasks run
 # meanwhile. A spawn is answered well within it (vfork returns once the child has exec'd), and waiting
 # there costs less than being woken through trio (a wake-up socket, the run_sync_soon task and two passes
-# of the loop a call); a spawner still busy (a first hard-link walk, a queue of spawns) is waited for
-# as any other task waits. The unconfined spawn blocks the loop's thread as long: it runs Popen there.
+# of the loop a call); a spawner still busy (a first hard-link walk, a queue of spawns, an exec that
+# waits on a slow file system) is waited for as any other task waits: the spawn releases the GIL
+# (mmd/procs/cspawn.py; Popen does too), so the loop runs on meanwhile.
 SYNC_WAIT = 0.002
 
 Key = tuple[Any, ...]
+UNCONFINED: Key = ("unconfined",)  # the key of the spawner that confines itself to nothing
 CLONE_FS = 0x200  # unshare(2): this thread's working directory, root and umask become its own
 _thread = threading.local()  # own_cwd: whether this spawner thread's working directory is its own
 
@@ -116,15 +125,16 @@ class _Job:
 
 
 class _Spawner:
-    """A thread confined to one sandbox that runs the jobs put on its queue, in order."""
+    """A thread confined to one sandbox (or to none) that runs the jobs put on its queue, in order."""
 
-    def __init__(self, box: Sandbox, first: _Job) -> None:
+    def __init__(self, box: Sandbox | None, first: _Job) -> None:
         self.box = box
         self.retired = False  # takes no more jobs; under _lock
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._jobs.put(first)  # before the thread starts: a thread that fails at once still answers it
-        self.thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
+        name = THREAD_NAME if box is not None else THREAD_NAME_UNCONFINED
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self.thread.start()
 
     def take(self, job: _Job) -> bool:
@@ -144,10 +154,11 @@ class _Spawner:
 
     def _serve(self) -> None:
         try:
-            if (missing := unavailable_reason(self.box)) is not None:
+            if self.box is not None and (missing := unavailable_reason(self.box)) is not None:
                 raise Unavailable(missing)
             _thread.own_cwd = _unshare_cwd()
-            confine_thread(self.box)
+            if self.box is not None:
+                confine_thread(self.box)
         except BaseException as exc:
             self._fail(exc)
             return
@@ -177,15 +188,16 @@ _spawners: collections.OrderedDict[Key, _Spawner] = collections.OrderedDict()
 _registry_lock = threading.Lock()  # trio runs in other threads (tests) may spawn too
 
 
-async def run_confined(box: Sandbox, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a thread confined to *box* (confined already, or confined first); the task waits,
-    uncancellable, for its outcome: *fn* starts a child, which must not be left unknown.
+async def run_spawner(box: Sandbox | None, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a spawner thread confined to *box* (confined already, or confined first), or in the
+    unconfined one for None; the task waits, uncancellable, for its outcome: *fn* starts a child, which
+    must not be left unknown.
 
     Errors: whatever *fn* raises; landlock.Unavailable and OSError when the thread cannot be confined.
     """
     job = _Job(fn, args)
     _hand_over(box, job)
-    # Answered while this thread waited: no yield, as the unconfined spawn (Popen here) has none.
+    # Answered while this thread waited (most spawns): no yield.
     if not job.done.acquire(timeout=SYNC_WAIT) and job.park():
         await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
     assert job.outcome is not None
@@ -195,8 +207,8 @@ async def run_confined(box: Sandbox, fn: Callable[..., T], *args: Any) -> T:
     return value  # type: ignore[no-any-return]
 
 
-def _hand_over(box: Sandbox, job: _Job) -> None:
-    key = confinement_key(box)
+def _hand_over(box: Sandbox | None, job: _Job) -> None:
+    key = UNCONFINED if box is None else confinement_key(box)
     with _registry_lock:
         spawner = _spawners.get(key)
         if spawner is not None and spawner.take(job):

@@ -38,7 +38,6 @@ Linux only: pidfd_open, waitid(WNOWAIT), prctl and /proc.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import logging
@@ -56,9 +55,10 @@ from typing import Any, BinaryIO, Protocol
 import msgspec
 import trio
 
+from mmd.procs import cspawn
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
-from mmd.procs.spawner import own_cwd, run_confined
+from mmd.procs.spawner import own_cwd, run_spawner
 from mmd.sandbox import Sandbox
 from mmd.sandbox.landlock import Unavailable
 from mmd.sandbox.links import HardLinkRefused, check_links
@@ -474,13 +474,12 @@ async def _open(
     """Start the child in a new session as ``trio.lowlevel.open_process`` would, confined to *sandbox* if
     it is not off.
 
-    Unconfined, subprocess.Popen runs right here, in the event loop's thread: its vfork fast path returns
-    once the child has exec'd (a fraction of a millisecond), and trio's hop to a worker thread and back
-    cost more than that (a third of a tool call's supervision). Confined, the sandbox's spawner thread
-    starts it (mmd/procs/spawner.py): Landlock and no_new_privs belong to a thread, and a process
-    inherits its creator thread's, so a thread confined to the sandbox, and kept for its next spawns,
-    checks the project's hard links and starts the child (no Python code runs in the child); the
-    daemon's other threads are never confined. The pipes are made here as trio makes them.
+    A spawner thread starts it (mmd/procs/spawner.py), never the event loop's: a spawn lasts until the
+    child has exec'd, and an exec can wait on a slow or hung file system. Confined, it is the sandbox's
+    spawner: Landlock and no_new_privs belong to a thread, and a process inherits its creator thread's,
+    so a thread confined to the sandbox, and kept for its next spawns, checks the project's hard links
+    and starts the child (no Python code runs in the child); the daemon's other threads are never
+    confined. Unconfined, the one spawner confined to nothing. The pipes are made here as trio makes them.
 
     With *raw_outputs* (run_tool_process: stdin is a descriptor, stdout and stderr pipes), the parent's
     ends of the output pipes are left bare (non-blocking) and returned by fd (run_tool_process reads them
@@ -506,10 +505,8 @@ async def _open(
                 else:
                     parent_ends[i] = trio.lowlevel.FdStream(mine)
                 options[name] = theirs
-        if sandbox is None or not sandbox.confined:
-            proc: Any = subprocess.Popen(argv, start_new_session=True, **options)
-        else:
-            proc = await run_confined(sandbox, _start_confined, argv, sandbox, options, raw_outputs)
+        box = sandbox if sandbox is not None and sandbox.confined else None
+        proc: Any = await run_spawner(box, _start, argv, box, options, raw_outputs)
     except BaseException:
         for stream in parent_ends:
             if stream is not None:
@@ -528,48 +525,34 @@ async def _open(
     return trio.Process._create(proc, *parent_ends), bare  # type: ignore[attr-defined]
 
 
-def _start_confined(argv: list[str], sandbox: Sandbox, options: dict[str, Any], raw: bool) -> _Child:
-    # Runs in a spawner thread confined to *sandbox* (mmd/procs/spawner.py): the child inherits it.
-    check_links(sandbox.roots)
+def _start(argv: list[str], box: Sandbox | None, options: dict[str, Any], raw: bool) -> _Child:
+    # Runs in a spawner thread (mmd/procs/spawner.py), confined to *box* unless None: the child inherits it.
+    if box is not None:
+        check_links(box.roots)
     if raw and (child := _posix_spawn(argv, options)) is not None:
         return child
     return subprocess.Popen(argv, start_new_session=True, **options)
 
 
-# Signals Python ignores and a child must not (Popen's restore_signals).
-_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
-# Python 3.13's "close every descriptor from 3 on" action (glibc 2.34's closefrom), where there is one.
-_CLOSEFROM = getattr(os, "POSIX_SPAWN_CLOSEFROM", None)
-# close_range(2) (Linux 5.9; the same number on every architecture) and its flag that marks the range
-# close-on-exec instead of closing it (Linux 5.11).
-SYS_CLOSE_RANGE = 436
-CLOSE_RANGE_CLOEXEC = 4
-_LIBC = ctypes.CDLL(None, use_errno=True)  # close_range here, prctl in become_subreaper
-_CLOEXEC_FROM_3 = (
-    SYS_CLOSE_RANGE,
-    ctypes.c_uint(3),
-    ctypes.c_uint(0xFFFFFFFF),
-    ctypes.c_uint(CLOSE_RANGE_CLOEXEC),
-)
-_close_range_works = True  # False once the kernel refused CLOSE_RANGE_CLOEXEC
-_posix_spawn_works = True  # False once os.posix_spawn turned out to lack setsid here
+_cspawn_works = cspawn.AVAILABLE  # False once this C library's posix_spawn turned out to lack a feature
 
 
 def _posix_spawn(argv: list[str], options: dict[str, Any]) -> _Spawned | None:
     """Start *argv* as Popen would (new session, stdio from descriptors, cwd, env, no other descriptor, the
-    signals Python ignores reset) with ``os.posix_spawn``, from a spawner thread whose working directory is
-    its own; None where it cannot, and Popen starts it.
+    signals Python ignores reset) with the C library's posix_spawn (mmd/procs/cspawn.py: the GIL released
+    until the child has exec'd), from a spawner thread whose working directory is its own; None where it
+    cannot, and Popen starts it.
 
     Popen costs twice the CPU: its Python half encodes the environment one variable at a time and builds a
-    path for every folder of PATH. posix_spawn does both in C, and its search of PATH is the C library's,
-    which reads this process's PATH: a child given another PATH is left to Popen. No descriptor from 3 on
-    reaches the child, as with Popen's close_fds (:func:`_inherit_nothing`).
+    path for every folder of PATH. posix_spawn searches PATH in C, and the search is the C library's,
+    which reads this process's PATH: a child given another PATH is left to Popen.
 
-    Errors: OSError from the chdir (its filename the folder) or the spawn (its filename the program).
+    Errors: OSError from the chdir (its filename the folder) or the spawn (its filename the program),
+    ValueError for a NUL in an argument or the environment.
     """
-    global _posix_spawn_works
+    global _cspawn_works
     env, program = options["env"], argv[0]
-    if not (_posix_spawn_works and own_cwd()):
+    if not (_cspawn_works and own_cwd()):
         return None
     if "/" not in program and (env.get("PATH") is None or env.get("PATH") != os.environ.get("PATH")):
         return None
@@ -577,35 +560,12 @@ def _posix_spawn(argv: list[str], options: dict[str, Any]) -> _Spawned | None:
     if not all(isinstance(fd, int) and fd > 2 for fd in stdio):  # a low one could be overwritten by a dup2
         return None
     os.chdir(options["cwd"])  # this thread's own working directory (spawner.own_cwd)
-    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)] + _inherit_nothing()
     try:
-        pid = os.posix_spawnp(
-            program, argv, env, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
-        )
-    except NotImplementedError:  # a C library without POSIX_SPAWN_SETSID
-        _posix_spawn_works = False
+        pid = cspawn.spawnp(argv, env, stdio, cspawn.inherit_nothing())
+    except RuntimeError:  # not expected where AVAILABLE held
+        _cspawn_works = False
         return None
     return _Spawned(pid)
-
-
-def _inherit_nothing() -> list[tuple[int, ...]]:
-    """The spawn actions that keep every descriptor from 3 on out of the child, having done what they need.
-
-    Python opens every descriptor close-on-exec; one inherited at the daemon's start (a systemd socket, a
-    careless parent's) or made inheritable since is not. Python 3.13 closes them in the child (closefrom).
-    Before, one close_range call marks them all close-on-exec in this process, which inherits nothing on
-    purpose (Popen's pass_fds makes a descriptor inheritable in its child only). Where the kernel is older
-    than 5.11, each descriptor open now is closed in the child (the C library skips one that another thread
-    closed meanwhile).
-    """
-    global _close_range_works
-    if _CLOSEFROM is not None:
-        return [(_CLOSEFROM, 3)]
-    if _close_range_works:
-        if _LIBC.syscall(*_CLOEXEC_FROM_3) == 0:
-            return []
-        _close_range_works = False
-    return [(os.POSIX_SPAWN_CLOSE, fd) for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2]
 
 
 _null: int | None = None
@@ -1129,7 +1089,7 @@ def become_subreaper(on: bool = True) -> bool:
     if not _CHILDREN_LISTS:  # the links cannot be followed: a scan per stop would cost more
         _subreaper = False
         return False
-    if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+    if cspawn.LIBC.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         _subreaper = False
         return False
     _subreaper = on

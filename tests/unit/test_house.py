@@ -445,13 +445,14 @@ def test_client_imports_only_the_protocol() -> None:
 # spawn for one (mmd/procs/supervisor.py) — a child started elsewhere in the daemon could lose its status.
 OWN_SPAWNERS = {
     "mmd/procs/supervisor.py": "the supervisor itself",
+    "mmd/procs/cspawn.py": "the C library's posix_spawn, called by the supervisor only",
     "mmd/local/install.py": "`mm local setup`: a process of its own (python -m mmd.local.install)",
     "mmd/local/selftest.py": "run by mmd/local/install.py, in that process",
     "mmd/local/children.py": "the children of mmd/local/install.py and selftest.py, in that process",
 }
 SPAWN_CALLS = re.compile(
     r"\b(subprocess\.(run|Popen|call|check_call|check_output)|trio\.run_process|open_process|os\.fork|"
-    r"os\.posix_spawnp?|os\.spawn\w*|os\.system|asyncio\.create_subprocess_\w+)\s*\("
+    r"\w*\.?posix_spawnp?|cspawn\.spawnp|os\.spawn\w*|os\.system|asyncio\.create_subprocess_\w+)\s*\("
 )
 
 

@@ -5,6 +5,7 @@ Its stress tests (a hundred cancelled trees, a gigabyte of output) are in tests/
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -23,7 +24,7 @@ import pytest
 import trio
 
 import mmd.procs
-from mmd.procs import ProcResult, environ, supervised_process, supervisor
+from mmd.procs import ProcResult, cspawn, environ, supervised_process, supervisor
 from mmd.sandbox import Sandbox, support
 
 from ... import process_trees
@@ -34,7 +35,7 @@ from ...process_trees import GRACE, cancel_tree_once, gone, run, tree_command, t
 def mode(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Every test runs three ways: descendants found by a watcher and a /proc scan, as a subreaper, and
     as a subreaper whose run_tool_process calls are confined to a sandbox (as the daemon's default prompt
-    runs them: the child is started by a spawner thread, with os.posix_spawn).
+    runs them: the child is started by a confined spawner thread; the other two by the unconfined one).
 
     As a subreaper the test process inherits the orphans: the check below then also fails on
     one the supervisor left unreaped (a zombie is still a child).
@@ -170,15 +171,19 @@ async def test_env_cwd_and_stdin(tmp_path: Path) -> None:
     assert result.output.splitlines() == ["s-1 c-7 True True", str(tmp_path.resolve()), "/dev/null"]
 
 
-@pytest.mark.parametrize("close_range", [True, False], ids=["close_range", "closed-one-by-one"])
+@pytest.mark.parametrize("closing", ["closefrom", "close_range", "one-by-one"])
 async def test_a_child_gets_its_three_descriptors_a_session_and_the_default_signals(
-    tmp_path: Path, close_range: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, closing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What Popen gives a child (close_fds, start_new_session, restore_signals) a child started by
-    # os.posix_spawn gets too: no descriptor of the daemon but its stdio, even one left inheritable (as
+    # posix_spawn gets too: no descriptor of the daemon but its stdio, even one left inheritable (as
     # one inherited at the daemon's start is), its own session and group, SIGPIPE and SIGXFSZ not ignored
-    # (Python ignores them), and the daemon's working directory left where it was.
-    monkeypatch.setattr(supervisor, "_close_range_works", close_range)  # False: a kernel before 5.11
+    # (Python ignores them), and the daemon's working directory left where it was. Each way of closing
+    # the rest: glibc 2.34's close-from action, close_range (Linux 5.11), a close action for each.
+    if closing == "closefrom" and not cspawn.CLOSEFROM:
+        pytest.skip("this C library has no posix_spawn_file_actions_addclosefrom_np")
+    monkeypatch.setattr(cspawn, "CLOSEFROM", closing == "closefrom")
+    monkeypatch.setattr(cspawn, "_close_range_works", closing == "close_range")
     r, w = os.pipe()
     os.set_inheritable(r, True)
     os.set_inheritable(w, True)
@@ -200,6 +205,35 @@ async def test_a_child_gets_its_three_descriptors_a_session_and_the_default_sign
     # Python ignores both at its own start: a program that is not Python shows what it was given.
     status = await run(["grep", "SigIgn", "/proc/self/status"], tmp_path)
     assert int(status.output.split()[1], 16) & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
+
+
+async def test_the_event_loop_runs_on_while_a_child_is_being_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spawn lasts until the child has exec'd, and an exec can wait on a slow or hung file system (a
+    # project on NFS): no session of the daemon may stop with it. Here the child's start is made slow
+    # without one: the C library tries each of 60,000 missing folders of PATH (a relative "x") in the child
+    # before the real one, tens of ms, while a task of the same trio run looks at this process's children.
+    # It must see the child before its exec (the program it runs is still this Python): os.posix_spawn held
+    # the GIL until the exec, and Popen ran in the loop's thread, so no task ran while a child was starting.
+    monkeypatch.setenv("PATH", ":".join(["x"] * 60_000) + ":" + os.environ["PATH"])  # under 128 KiB
+    me = psutil.Process()
+    python, seen = me.exe(), []
+
+    async def look() -> None:
+        while True:
+            for child in me.children():
+                with contextlib.suppress(psutil.Error):
+                    if child.exe() == python:
+                        seen.append(child.pid)
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(look)
+        result = await run(["true"], tmp_path)
+        nursery.cancel_scope.cancel()
+    assert result.exit_code == 0 and result.spawn_error is None
+    assert seen
 
 
 async def test_a_relative_working_directory_is_the_callers_whatever_the_last_spawn_did(

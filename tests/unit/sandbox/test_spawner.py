@@ -178,7 +178,7 @@ def test_an_answer_that_comes_as_the_wait_ends_is_taken_once(dirs) -> None:
     async def main() -> None:
         for i in range(300):
             delay = (i % 9) * spawner.SYNC_WAIT / 4
-            results.append(await spawner.run_confined(box, lambda d=delay, i=i: (time.sleep(d), i)[1]))
+            results.append(await spawner.run_spawner(box, lambda d=delay, i=i: (time.sleep(d), i)[1]))
 
     runner = threading.Thread(target=trio.run, args=(main,), daemon=True)
     runner.start()
@@ -204,8 +204,8 @@ def test_a_spawner_whose_thread_dies_answers_its_jobs_and_the_next_spawn_makes_a
 
     async def main() -> None:
         with pytest.raises(RuntimeError, match="own code failed"):
-            await spawner.run_confined(box, lambda _: "never", "die")
-        got.append(await spawner.run_confined(box, lambda x: x, "ok"))
+            await spawner.run_spawner(box, lambda _: "never", "die")
+        got.append(await spawner.run_spawner(box, lambda x: x, "ok"))
 
     runner = threading.Thread(target=trio.run, args=(main,), daemon=True)  # an unanswered job would hang
     runner.start()
