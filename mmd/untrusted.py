@@ -15,7 +15,12 @@ bound. Every decoder of such input goes through one of these checks first:
   each ``{`` of a model's prose);
 - :class:`LimitedLoader` is PyYAML's SafeLoader with a depth limit, a cap on
   the values a file builds (counting each repetition through an alias), and no
-  alias to a value that contains it.
+  alias to a value that contains it;
+- :func:`open_regular` opens a file mm did not write only if it is a regular
+  file, without blocking in open(): a FIFO or a device where a file was expected
+  (a named pipe a command made, a cloned repository's symbolic link to
+  /dev/zero) can neither hang the reader nor feed it without end, and
+  :func:`bounded_lines` reads its lines in bounded memory, however long one is.
 
 Each refusal is a :class:`TooDeep`, :class:`TooLarge` or :class:`YamlLimitError`
 whose text names what was too deep or too big, how much, and the limit; the
@@ -27,9 +32,13 @@ docs/tools.md, docs/hooks.md, docs/mcp.md, docs/cli.md).
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
+from collections.abc import Iterator
 from itertools import accumulate
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -373,3 +382,70 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKey(key)
         out[key] = value
     return out
+
+
+class NotRegularFile(OSError):
+    """A path that names a FIFO, a device, a socket or a folder where a file was expected."""
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """*path* (a symbolic link followed) opened for reading, if it is a regular file.
+
+    The open is non-blocking: opening a FIFO for reading waits for a writer, and a device may wait too,
+    so the kind is checked on the open descriptor, which is then made blocking again (a regular file
+    ignores the flag anyway).
+
+    Errors: NotRegularFile (its strerror says what the path is instead); OSError from the open.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+            raise NotRegularFile(errno.EINVAL, f"not a regular file but {kind}", os.fspath(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+# UTF-8 continuation bytes: a line's characters are its bytes less these.
+_CONTINUATION = bytes(range(0x80, 0xC0))
+_SKIP_CHUNK = 1 << 16
+
+
+def bounded_lines(f: BinaryIO, most: int, chunk: int = _SKIP_CHUNK) -> Iterator[tuple[bytes, int]]:
+    """Each line of *f*, split at LF only, without its LF (nor the CR of a CRLF), cut to *most* bytes, with
+    its whole length in characters (UTF-8): a line of any length costs *most* bytes of memory (and the
+    rest of a longer one is counted *chunk* bytes at a time).
+
+    Errors: OSError from the reads.
+    """
+    while line := f.readline(most + 1):
+        ended = line.endswith(b"\n")
+        if ended or len(line) <= most:  # the whole line (the last one may have no LF)
+            whole = line[:-1].removesuffix(b"\r") if ended else line
+            yield whole, _chars(whole)
+            continue
+        chars, last = _chars(line), line[-1:]
+        while rest := f.readline(chunk):
+            if rest.endswith(b"\n"):
+                body = rest[:-1]
+                chars += _chars(body) - (body.endswith(b"\r") or (not body and last == b"\r"))
+                break
+            chars, last = chars + _chars(rest), rest[-1:]
+        yield line[:most], chars
+
+
+def _chars(data: bytes) -> int:
+    return len(data.translate(None, _CONTINUATION))

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json
+from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json, open_regular
 from .loader import MAX_FILE_BYTES, ConfigError, Document, parse
 
 # Seconds an mm-shape hook may run when it names no timeout.
@@ -199,8 +199,11 @@ def claude_settings_hooks(path: Path) -> tuple[HooksSpec | None, list[str]]:
 
 
 def _read_json_text(path: Path) -> str:
+    # A regular file only, and never more than the limit read: a repository's settings.json may be a
+    # symbolic link to /dev/zero or a FIFO.
     try:
-        raw = path.read_bytes()[: MAX_FILE_BYTES + 1]
+        with open_regular(path) as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(file=path, line=None, field="", problem=f"cannot read it: {exc.strerror}") from None
     if len(raw) > MAX_FILE_BYTES:

@@ -21,7 +21,6 @@ import functools
 import json
 import os
 import re
-import stat
 import threading
 import types
 from collections.abc import Mapping
@@ -31,7 +30,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import msgspec
 import yaml
 
-from ..untrusted import LimitedLoader, YamlLimitError
+from ..untrusted import LimitedLoader, NotRegularFile, YamlLimitError, open_regular
 
 T = TypeVar("T")
 # Where a value sits in a document: keys and list indexes from the top.
@@ -273,23 +272,17 @@ def _compose(text: str) -> yaml.Node | None:
 
 def _read(path: Path) -> str:
     try:
-        # Non-blocking, so that a FIFO put in a file's place cannot hang the reader in open().
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ConfigError(
-                    file=path,
-                    line=None,
-                    field="",
-                    problem="not a regular file",
-                    hint="an agent file or config.yaml must be a plain file (not a device, FIFO or folder)",
-                )
-            size = st.st_size
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                raw = f.read(MAX_FILE_BYTES + 1)  # never more than the limit, whatever the file's size
-        finally:
-            os.close(fd)
+        with open_regular(path) as f:  # never waits on a FIFO put in a file's place
+            size = os.fstat(f.fileno()).st_size
+            raw = f.read(MAX_FILE_BYTES + 1)  # never more than the limit, whatever the file's size
+    except NotRegularFile:
+        raise ConfigError(
+            file=path,
+            line=None,
+            field="",
+            problem="not a regular file",
+            hint="an agent file or config.yaml must be a plain file (not a device, FIFO or folder)",
+        ) from None
     except OSError as e:
         raise ConfigError(file=path, line=None, field="", problem=f"cannot read it: {e.strerror}") from None
     _check_size(str(path), raw, max(size, len(raw)))

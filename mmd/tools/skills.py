@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from ..untrusted import YamlLimitError, safe_load
+from ..untrusted import YamlLimitError, open_regular, safe_load
 
 # Largest front matter read: it holds a name, a description and keywords (a few hundred bytes).
 MAX_FRONT_MATTER = 64 * 1024
@@ -219,7 +219,7 @@ def parse_skill(folder: Path, source: str = "") -> Skill:
 
 def _read(path: Path) -> str:
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # a FIFO put there since the listing is refused, not waited on
             raw = f.read(MAX_SKILL_BYTES + 1)
         if len(raw) > MAX_SKILL_BYTES:
             raise SkillError(

@@ -8,11 +8,14 @@ tests/e2e/adversarial/test_nesting.py.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
 import random
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,10 +25,13 @@ from mmd.rpc import DEFAULT_MAX_DEPTH, FrameError, Splitter
 from mmd.untrusted import (
     MAX_ARGUMENTS_BYTES,
     MAX_DEPTH,
+    NotRegularFile,
     TooDeep,
+    bounded_lines,
     check_json,
     first_value_depth,
     json_depth,
+    open_regular,
     value_depth,
 )
 
@@ -164,3 +170,43 @@ def test_frames_are_refused_exactly_past_the_depth_limit(case: tuple[bytes, int]
     else:
         assert depth <= DEFAULT_MAX_DEPTH and frames == [frame]
         msgspec.msgpack.decode(frame)  # decodes without nearing the recursion limit
+
+
+# --- files mm did not write ---------------------------------------------------------------------------
+
+
+@CASES
+@given(
+    st.lists(st.text(alphabet="ab\r\né€😀", max_size=40), max_size=8), st.integers(4, 30), st.integers(1, 9)
+)
+def test_bounded_lines_are_the_lf_lines_cut_to_the_bound_with_their_whole_length(
+    lines: list[str], most: int, chunk: int
+) -> None:
+    data = "\n".join(lines).encode()
+    expected = data.split(b"\n")
+    if expected[-1] == b"":  # a final LF ends the last line; an empty file has none
+        expected.pop()
+    got = list(bounded_lines(io.BufferedReader(io.BytesIO(data), buffer_size=8), most, chunk))
+    assert len(got) == len(expected)
+    for n, ((head, chars), line) in enumerate(zip(got, expected, strict=True)):
+        ended = n < len(expected) - 1 or data.endswith(b"\n")
+        whole = line.removesuffix(b"\r") if ended else line  # the CR of a CRLF
+        assert head == whole[:most] and chars == len(whole.decode())
+
+
+def test_open_regular_opens_a_file_and_refuses_anything_else_without_waiting(tmp_path) -> None:
+    (tmp_path / "f").write_text("text")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    with open_regular(tmp_path / "link") as f:
+        assert f.read() == b"text"
+    os.mkfifo(tmp_path / "pipe")  # nobody writes it: a blocking open would wait for ever
+    before = set(os.listdir("/proc/self/fd"))
+    for path, kind in [
+        (tmp_path / "pipe", "a named pipe"),
+        ("/dev/null", "a character device"),
+        (tmp_path, "a folder"),
+    ]:
+        with pytest.raises(NotRegularFile) as err:
+            open_regular(path)
+        assert (err.value.strerror, err.value.filename) == (f"not a regular file but {kind}", str(path))
+    assert set(os.listdir("/proc/self/fd")) == before  # each refused descriptor was closed

@@ -18,9 +18,12 @@ from pathlib import Path
 
 from mmd.contract import closest
 from mmd.tools.base import ToolContext, ToolError
+from mmd.untrusted import open_regular
 
 # The longest line shown whole; a longer one is cut with a note.
 MAX_LINE = 2000
+# Bytes of a line read to show it: MAX_LINE characters at most 4 bytes each, and one more character.
+LINE_BYTES = 4 * (MAX_LINE + 1)
 # Bytes looked at to tell a binary file from a text file.
 SNIFF_BYTES = 8192
 # Leading bytes of common binary formats, for the binary_file answer.
@@ -100,16 +103,19 @@ def text_file(ctx: ToolContext, p: Path, shown: str) -> bytes:
             field="path",
             fix=f'Use list_files with path "{shown}".',
         )
-    with p.open("rb") as f:
+    with open_regular(p) as f:  # a FIFO or a device there is refused, never waited on
         head = f.read(SNIFF_BYTES)
     if is_binary(head):
         raise binary_error(p, shown, head)
     return head
 
 
-def numbered(n: int, line: str) -> str:
-    if len(line) > MAX_LINE:
-        line = f"{line[:MAX_LINE]} [line cut: {len(line)} characters]"
+def numbered(n: int, line: str, chars: int | None = None) -> str:
+    """Line *n* as read_file shows it, cut at MAX_LINE characters; *chars*: the line's whole length when
+    *line* is only its start (read by :func:`mmd.untrusted.bounded_lines`)."""
+    chars = len(line) if chars is None else chars
+    if chars > MAX_LINE:
+        line = f"{line[:MAX_LINE]} [line cut: {chars} characters]"
     return f"{n:>5}\t{line}"
 
 

@@ -14,7 +14,7 @@ cancellation is delivered; a write is atomic, so it never leaves half a file.
 from __future__ import annotations
 
 import difflib
-import io
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import trio
 
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import (
+    LINE_BYTES,
     atomic_write,
     count_lines,
     numbered,
@@ -30,9 +31,13 @@ from mmd.tools.builtin._fs import (
     resolve,
     text_file,
 )
+from mmd.untrusted import bounded_lines, open_regular
 
 # Lines read_file shows at once by default (and at most).
 READ_LIMIT = 2000
+# The largest file edit_file reads whole (and writes back): source files are far smaller; a bigger one
+# (a log, a dump) is changed with bash.
+MAX_EDIT_BYTES = 16 * 1024 * 1024
 
 
 class ReadFile(Tool):
@@ -88,10 +93,11 @@ class ReadFile(Tool):
 def _read(ctx: ToolContext, p: Path, shown: str, offset: int, limit: int) -> ToolResult:
     text_file(ctx, p, shown)
     shown_lines, total = [], 0
-    with p.open("rb") as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
-        for total, line in enumerate(f, 1):
+    # Lines end at LF, as edit_file counts them; a line of any length costs LINE_BYTES of memory.
+    with open_regular(p) as f:
+        for total, (line, chars) in enumerate(bounded_lines(f, LINE_BYTES), 1):
             if offset <= total < offset + limit:
-                shown_lines.append(numbered(total, line.rstrip("\n")))
+                shown_lines.append(numbered(total, line.decode("utf-8", errors="replace"), chars))
     if total == 0:
         return ToolResult(ok=True, content=f"({shown} is empty.)", data={"path": str(p), "total_lines": 0})
     if offset > total:
@@ -211,7 +217,15 @@ class EditFile(Tool):
 def _edit(ctx: ToolContext, p: Path, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
     text_file(ctx, p, shown)
     try:
-        text = p.read_bytes().decode("utf-8")
+        with open_regular(p) as f:
+            if (size := os.fstat(f.fileno()).st_size) > MAX_EDIT_BYTES:
+                raise ToolError(
+                    "file_too_large",
+                    f"{shown} is {size:,} bytes; edit_file edits files up to {MAX_EDIT_BYTES:,} bytes.",
+                    cls="terminal",
+                    fix="Change it with bash (sed, or a short script) instead.",
+                )
+            text = f.read(MAX_EDIT_BYTES + 1).decode("utf-8")
     except UnicodeDecodeError as e:
         reason = f"{shown} is not UTF-8 text (byte {e.start}); edit_file would damage it."
         raise ToolError("binary_file", reason, cls="terminal") from None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import io
 import os
 import re
 import shlex
@@ -31,11 +30,14 @@ from mmd.procs import communicate, supervised_process
 from mmd.sandbox import Sandbox
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
+from mmd.untrusted import bounded_lines, open_regular
 
 # Entries list_files shows at most.
 LIST_CAP = 500
 # Characters of a matching line grep shows (rg's --max-columns), and its marker.
 GREP_COLUMNS = 500
+# Bytes of a line searched without ripgrep (ripgrep searches all of it; a longer line is rare in text).
+GREP_LINE_BYTES = 1024 * 1024
 _OMITTED = " [... omitted end of long line]"
 # Folders list_files skips unless asked to list inside them: version control
 # internals and bulky generated trees that would crowd out the real files.
@@ -331,16 +333,17 @@ def _files_under(root: Path) -> Iterator[tuple[str, Path]]:
 
 def _grep_file(path: Path, shown: str, regex: re.Pattern[str], most: int) -> list[str]:
     out: list[str] = []
-    with path.open("rb") as raw:
+    # A FIFO or a device in the tree is skipped (NotRegularFile is an OSError), never waited on; a line is
+    # searched in its first GREP_LINE_BYTES, so one endless line cannot fill the daemon's memory.
+    with open_regular(path) as raw:
         if is_binary(raw.read(SNIFF_BYTES)):
             return out
         raw.seek(0)
-        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as text:
-            for n, line in enumerate(text, 1):
-                line = line.rstrip("\n")
-                if regex.search(line):
-                    cut = line if len(line) <= GREP_COLUMNS else line[:GREP_COLUMNS] + _OMITTED
-                    out.append(f"{shown}:{n}:{cut}")
-                    if len(out) >= most:
-                        break
+        for n, (data, _) in enumerate(bounded_lines(raw, GREP_LINE_BYTES), 1):
+            line = data.decode("utf-8", errors="replace")
+            if regex.search(line):
+                cut = line if len(line) <= GREP_COLUMNS else line[:GREP_COLUMNS] + _OMITTED
+                out.append(f"{shown}:{n}:{cut}")
+                if len(out) >= most:
+                    break
     return out

@@ -4,12 +4,14 @@ events other than a tool call. Real hook scripts, run as real processes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from mmd.config import hooks as config_hooks
 from mmd.config import load_agent_file
 from mmd.config.hooks import HooksSpec, claude_settings_files, claude_settings_hooks
 from mmd.config.loader import ConfigError
@@ -210,6 +212,20 @@ def test_a_malformed_settings_file_is_an_error_with_its_line(tmp_path, text, mes
     with pytest.raises(ConfigError) as err:
         claude_settings_hooks(path)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_settings_file_that_is_a_device_or_a_fifo_is_never_read(tmp_path):
+    # A cloned repository's .claude/settings.json may be a symbolic link to /dev/zero (read whole, it
+    # would fill the daemon's memory) or a FIFO (opening it waits for a writer that never comes). Such a
+    # path is no settings file; one that becomes such after that look is refused by the read itself.
+    zero, fifo = tmp_path / "zero.json", tmp_path / "fifo.json"
+    zero.symlink_to("/dev/zero")
+    os.mkfifo(fifo)
+    for path, kind in ((zero, "a character device"), (fifo, "a named pipe")):
+        assert claude_settings_hooks(path) == (None, [])
+        with pytest.raises(ConfigError) as err:
+            config_hooks._read_json_text(path)
+        assert f"{path}: cannot read it: not a regular file but {kind}" in str(err.value)
 
 
 # --- events other than a tool call -------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ import pytest
 
 from mmd.contract import validate
 from mmd.tools.base import ToolContext, ToolError, ToolResult
+from mmd.tools.builtin import files as file_tools
 from mmd.tools.builtin import make_builtins
 
 FILE_TOOLS = {
@@ -40,6 +44,31 @@ async def call(name: str, ctx: ToolContext, **args: Any) -> ToolResult:
     """Run a tool the way the turn loop does: arguments validated first."""
     tool = FILE_TOOLS[name]
     return await tool.run(validate(tool.parameters, args, example=tool.example), ctx)
+
+
+@contextlib.contextmanager
+def writer_after(fifo: Path, seconds: float) -> Iterator[list[bool]]:
+    """After *seconds*, open *fifo* for writing again and again until the block ends: a reader that a
+    regression left waiting in open() is let go (and then reads an end of file), and the list yielded
+    records that one was waiting, so that its test fails rather than hangs. A non-blocking open for
+    writing succeeds only while the FIFO has a reader."""
+    stop, waiting = threading.Event(), []
+
+    def unblock() -> None:
+        stop.wait(seconds)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # ENXIO: nobody reads it now
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                waiting.append(True)
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+    try:
+        yield waiting
+    finally:
+        stop.set()
+        thread.join()
 
 
 async def refused(name: str, ctx: ToolContext, **args: Any) -> ToolError:
@@ -109,6 +138,49 @@ async def test_read_file_cuts_long_lines_and_reads_crlf(ctx: ToolContext) -> Non
     lines = (await call("read_file", ctx, path="a.txt")).content.split("\n")
     assert lines[0] == "    1\t" + "x" * 2000 + " [line cut: 2500 characters]"
     assert lines[1:] == ["    2\tend", "(Lines 1-2 of 2: the end of the file.)"]
+
+
+async def test_read_file_reads_an_endless_line_in_bounded_memory(ctx: ToolContext) -> None:
+    # One line of 12 MB (a minified bundle, a log without newlines): shown cut, its length counted,
+    # read a few kilobytes at a time; a line after it keeps its number. Lines end at LF only, as
+    # edit_file counts them: a lone CR stays inside its line.
+    files(ctx.cwd, {"big.js": "é" * 6_000_000 + "\nnext\rsame line\n"})
+    lines = (await call("read_file", ctx, path="big.js")).content.split("\n")
+    assert lines[0] == "    1\t" + "é" * 2000 + " [line cut: 6000000 characters]"
+    assert lines[1:] == ["    2\tnext\rsame line", "(Lines 1-2 of 2: the end of the file.)"]
+
+
+async def test_the_file_tools_refuse_a_fifo_or_a_device_without_waiting_on_it(ctx: ToolContext) -> None:
+    # A named pipe where a file was expected (made by a command) would hang open() until a writer came,
+    # in a worker thread no cancellation reaches; a link to a device would read forever. Each tool
+    # answers at once. If open() blocked, a writer opened after 20 s would let this test fail, not hang.
+    os.mkfifo(ctx.cwd / "pipe")
+    (ctx.cwd / "zero").symlink_to("/dev/zero")
+    with writer_after(ctx.cwd / "pipe", 20) as waited:
+        for name, args in [
+            ("read_file", {"path": "pipe"}),
+            ("edit_file", {"path": "pipe", "old_text": "a", "new_text": "b"}),
+            ("read_file", {"path": "zero"}),
+        ]:
+            err = await refused(name, ctx, **args)
+            assert (err.code, err.reason) == (
+                "os_error",
+                f"{args['path']}: not a regular file but a "
+                + ("named pipe." if args["path"] == "pipe" else "character device."),
+            )
+    assert not waited
+
+
+async def test_edit_file_refuses_a_file_larger_than_it_edits(ctx: ToolContext, monkeypatch) -> None:
+    monkeypatch.setattr(file_tools, "MAX_EDIT_BYTES", 100)
+    files(ctx.cwd, {"log.txt": "a line\n" * 20})
+    err = await refused("edit_file", ctx, path="log.txt", old_text="a line", new_text="b")
+    assert (err.code, err.reason, err.fix) == (
+        "file_too_large",
+        "log.txt is 140 bytes; edit_file edits files up to 100 bytes.",
+        "Change it with bash (sed, or a short script) instead.",
+    )
+    assert (ctx.cwd / "log.txt").read_text() == "a line\n" * 20
 
 
 async def test_read_file_reads_a_spill_file_by_absolute_path(ctx: ToolContext) -> None:
@@ -443,6 +515,22 @@ async def test_grep_cuts_long_lines(ctx: ToolContext, grep_impl: str) -> None:
     files(ctx.cwd, {"min.js": "x" * 600 + "needle\n"})
     result = await call("grep", ctx, pattern="needle")
     assert result.content == "min.js:1:" + "x" * 500 + " [... omitted end of long line]"
+
+
+async def test_grep_skips_a_fifo_and_searches_an_endless_line_in_bounded_memory(
+    ctx: ToolContext, grep_impl: str
+) -> None:
+    # ripgrep skips what is not a file; so does the fallback, which would have hung in open() on the
+    # pipe, and read a line of any length whole.
+    files(ctx.cwd, {"a.txt": "needle\n", "long.txt": "x" * 3_000_000 + "needle\nneedle too\n"})
+    os.mkfifo(ctx.cwd / "b.pipe")
+    with writer_after(ctx.cwd / "b.pipe", 20) as waited:
+        result = await call("grep", ctx, pattern="needle")
+    assert not waited
+    expected = ["a.txt:1:needle", "long.txt:2:needle too"]
+    if grep_impl == "rg":  # ripgrep searches the whole line
+        expected.insert(1, "long.txt:1:" + "x" * 500 + " [... omitted end of long line]")
+    assert result.content.splitlines() == expected
 
 
 async def test_grep_invalid_pattern(ctx: ToolContext, grep_impl: str) -> None:
