@@ -41,7 +41,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
 import h11
@@ -49,7 +48,7 @@ import msgspec
 import trio
 import yaml
 
-from mmd.untrusted import MAX_DOCUMENT_DEPTH, YamlLimitError, check_json, safe_load
+from mmd.untrusted import MAX_DOCUMENT_DEPTH, YamlLimitError, check_json, open_regular, safe_load
 
 log = logging.getLogger("mmd.scripted")
 
@@ -90,6 +89,10 @@ NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 class ScriptError(ValueError):
     """A script that cannot be replayed; the message says where and why."""
+
+
+# The largest script file read: a scripted turn of a thousand tool calls is about 100 KB.
+MAX_SCRIPT_BYTES = 16 * 1024 * 1024
 
 
 class Position(NamedTuple):
@@ -181,10 +184,21 @@ class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 def load_script(path: str | os.PathLike[str]) -> Script:
     """Read a script from a YAML or JSON (``.json``) file.
 
-    Errors: OSError if the file cannot be read; ScriptError if it does not
-    parse or is not a valid script.
+    A script can come from a cloned repository's agent file: it is read only if it is a regular file
+    (a FIFO put there would hang the read, a link to /dev/zero would never end) and only up to
+    MAX_SCRIPT_BYTES.
+
+    Errors: OSError if the file cannot be read or is not a regular file; ScriptError if it is too
+    large, not UTF-8, does not parse or is not a valid script.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    with open_regular(path) as f:
+        raw = f.read(MAX_SCRIPT_BYTES + 1)
+    if len(raw) > MAX_SCRIPT_BYTES:
+        raise ScriptError(f"{path}: over {MAX_SCRIPT_BYTES:,} bytes, the most a script may hold")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScriptError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     is_json = str(path).endswith(".json")
     try:
         if is_json:

@@ -121,7 +121,8 @@ class Providers:
 
         position = self._positions.get(session_id, scripted.START)
         try:
-            script = scripted.load_script(model.script)  # type: ignore[arg-type]
+            # In a worker thread: the file is the agent file's to name, and a read is never the loop's.
+            script = await trio.to_thread.run_sync(scripted.load_script, model.script)
         except (OSError, scripted.ScriptError) as exc:
             raise RPCError("config_error", f"scripted model: {exc}") from None
         server, scope = await self.nursery.start(_serve_scripted, script, position)

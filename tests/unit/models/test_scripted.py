@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import trio
 
+from mmd.models import scripted
 from mmd.models.scripted import Position, Script, ScriptError, load_script, serve
 
 
@@ -77,6 +79,24 @@ def test_unparsable_file(tmp_path: Path) -> None:
     path.write_text("responses: [text: {")
     with pytest.raises(ScriptError, match="not valid YAML"):
         load_script(path)
+
+
+def test_a_script_mm_cannot_read_safely_is_refused_before_it_is_read(tmp_path: Path, monkeypatch) -> None:
+    # An agent file names its script: a cloned repository's may name a FIFO (the read waited for a writer
+    # that never comes), a link to /dev/zero (read without end), a huge file or bytes that are not text.
+    os.mkfifo(tmp_path / "pipe.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    for name, kind in (("pipe.json", "a named pipe"), ("zero.json", "a character device")):
+        with pytest.raises(OSError, match=f"not a regular file but {kind}"):
+            load_script(tmp_path / name)
+    monkeypatch.setattr(scripted, "MAX_SCRIPT_BYTES", 10)
+    (tmp_path / "big.json").write_text('[{"text": "hello"}]')
+    with pytest.raises(ScriptError, match=r"big\.json: over 10 bytes, the most a script may hold"):
+        load_script(tmp_path / "big.json")
+    monkeypatch.setattr(scripted, "MAX_SCRIPT_BYTES", 1000)
+    (tmp_path / "latin.yaml").write_bytes(b"- text: caf\xe9\n")
+    with pytest.raises(ScriptError, match=r"latin\.yaml: not UTF-8 text \(byte 11\)"):
+        load_script(tmp_path / "latin.yaml")
 
 
 async def test_refuses_non_loopback_hosts() -> None:
