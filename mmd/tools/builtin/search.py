@@ -36,6 +36,8 @@ from mmd.untrusted import bounded_lines, open_regular
 LIST_CAP = 500
 # Characters of a matching line grep shows (rg's --max-columns), and its marker.
 GREP_COLUMNS = 500
+# Bytes of ripgrep's complaints kept (a line each for unreadable files, and its first is shown).
+RG_STDERR_BYTES = 64 * 1024
 # Bytes of a line searched without ripgrep (ripgrep searches all of it; a longer line is rare in text).
 GREP_LINE_BYTES = 1024 * 1024
 _OMITTED = " [... omitted end of long line]"
@@ -253,7 +255,7 @@ async def _grep_rg(rg: str, args: dict[str, Any], ctx: ToolContext) -> tuple[lis
     cmd += ["--regexp", args["pattern"], "--", str(resolve(ctx, path)) if path.startswith("~") else path]
     try:
         with trio.fail_after(ctx.limits.timeout):
-            returncode, stdout, stderr = await _run_rg(cmd, ctx)
+            returncode, stdout, stderr = await _run_rg(cmd, ctx, args["max_results"] + 1)
     except trio.TooSlowError:
         raise ToolError(
             "timeout",
@@ -276,8 +278,20 @@ async def _grep_rg(rg: str, args: dict[str, Any], ctx: ToolContext) -> tuple[lis
     return found, note
 
 
-async def _run_rg(cmd: list[str], ctx: ToolContext) -> tuple[int | None, bytes, bytes]:
-    """Run rg under the supervisor, as every child of the daemon; its exit code, stdout and stderr."""
+async def _run_rg(cmd: list[str], ctx: ToolContext, wanted: int) -> tuple[int | None, bytes, bytes]:
+    """Run rg under the supervisor, as every child of the daemon; its exit code (None once *wanted* lines
+    came: it is then stopped), stdout and stderr.
+
+    --max-count bounds the lines of each file only: a pattern such as "." over a large tree prints
+    gigabytes before the timeout, so the reading stops once the lines shown, and one more, have come
+    (--sort path prints them in order: the first are the ones shown)."""
+    lines = 0
+
+    def enough(chunk: bytes) -> bool:
+        nonlocal lines
+        lines += chunk.count(b"\n")
+        return lines >= wanted
+
     # rg only reads: in a turn that has a sandbox it runs read-only with no network, whatever the turn's mode.
     box = (
         Sandbox(mode="read-only", network=False) if ctx.sandbox is not None and ctx.sandbox.confined else None
@@ -291,7 +305,7 @@ async def _run_rg(cmd: list[str], ctx: ToolContext) -> tuple[int | None, bytes, 
         pass_env=ctx.pass_env,
         sandbox=box,
     ) as proc:
-        stdout, stderr, code = await communicate(proc)
+        stdout, stderr, code = await communicate(proc, stop=enough, max_stderr=RG_STDERR_BYTES)
     return code, stdout, stderr
 
 

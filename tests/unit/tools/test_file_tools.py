@@ -16,7 +16,7 @@ import pytest
 from mmd.contract import validate
 from mmd.tools.base import ToolContext, ToolError, ToolResult
 from mmd.tools.builtin import files as file_tools
-from mmd.tools.builtin import make_builtins
+from mmd.tools.builtin import make_builtins, search
 
 FILE_TOOLS = {
     t.name: t for t in make_builtins(["read_file", "write_file", "edit_file", "list_files", "grep"])
@@ -549,6 +549,29 @@ async def test_grep_missing_path(ctx: ToolContext, grep_impl: str) -> None:
         "scr does not exist.",
         "Did you mean src? Use list_files to see what exists.",
     )
+
+
+async def test_grep_with_rg_reads_no_more_of_its_output_than_it_shows(ctx: ToolContext, monkeypatch) -> None:
+    # rg's --max-count bounds each file only: a pattern such as "." over a large tree printed gigabytes
+    # into the daemon's memory before the timeout. The reading stops once the lines shown and one more
+    # came: here 6 of the 9,000 lines (3.7 MB) rg would print, in reads of at most a pipe's 1 MiB.
+    if shutil.which("rg") is None:
+        pytest.skip("ripgrep is not installed")
+    for i in range(3000):
+        (ctx.cwd / f"f{i:04}.txt").write_text(("x" * 400 + "\n") * 3)
+    read: list[int] = []
+
+    async def counted(*args: Any, **kwargs: Any) -> tuple[bytes, bytes, int | None]:
+        out = await real(*args, **kwargs)
+        read.append(len(out[0]))
+        return out
+
+    real = search.communicate
+    monkeypatch.setattr(search, "communicate", counted)
+    result = await call("grep", ctx, pattern="x", max_results=5)
+    lines = result.content.splitlines()
+    assert lines[0] == "f0000.txt:1:" + "x" * 400 and lines[5].startswith("(Stopped after 5 matching lines")
+    assert read and read[0] <= 2 * 1024 * 1024
 
 
 async def test_grep_with_rg_stops_at_the_timeout(ctx: ToolContext) -> None:
