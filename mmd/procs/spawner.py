@@ -13,12 +13,13 @@ that sandbox: :func:`run_spawner` hands it a job and the task waits until the th
 children of no sandbox have a spawner of their own, confined to nothing.
 
 Which spawner runs a job is decided by what its confinement was made of: the sandbox's writable
-folders and device folders, its network switch, and the identity (device, inode) of each of those
-folders when the job is handed over. Landlock binds a rule to the inode a path named when the thread
-was confined: a folder deleted and made again, or moved away, is another inode, so the job goes to a
-new spawner confined to what the path names now, never to one whose rule follows the old folder.
-The device files (/dev/null, ...) are left out of the identity: a rule on one grants writes to that
-file only.
+folders, its mode and its network switch. Landlock binds a rule to the inode a path named when the
+thread was confined, so before each job the spawner looks again at the identity (device, inode) of each
+of its folders and the device folders: a folder deleted and made again, or moved away, is another inode,
+and the spawner then ends, its job and those queued behind it going to a new spawner confined to what
+the paths name now, never run under a rule that follows the old folder. The look is the spawner's, not
+the event loop's: a stat of a folder on a hung mount waits. The device files (/dev/null, ...) are left
+out of the identity: a rule on one grants writes to that file only.
 
 At most MAX_SPAWNERS are kept; the least recently used one ends after its queued jobs when one more
 is needed. A spawner that cannot confine itself answers its jobs with the error and ends; the next job
@@ -153,18 +154,25 @@ class _Spawner:
                 self._jobs.put(None)
 
     def _serve(self) -> None:
+        box, confined_to = self.box, None
         try:
-            if self.box is not None and (missing := unavailable_reason(self.box)) is not None:
+            if box is not None and (missing := unavailable_reason(box)) is not None:
                 raise Unavailable(missing)
             _thread.own_cwd = _unshare_cwd()
-            if self.box is not None:
-                confine_thread(self.box)
+            if box is not None:
+                confined_to = identities(box)
+                confine_thread(box)
         except BaseException as exc:
             self._fail(exc)
             return
         job: _Job | None = None
         try:
             while (job := self._jobs.get()) is not None:
+                # Looked at here, not in the loop's thread: a stat of a folder on a hung mount waits.
+                if box is not None and identities(box) != confined_to:
+                    self._fail(_Stale())  # this job and the queued ones go to a spawner confined anew
+                    job.answer(False, _Stale())
+                    return
                 job.run()
         except BaseException as exc:  # not expected (job.run answers every error): if the thread ends
             if job is not None and job.outcome is None:  # anyway, no job is left unanswered, and the
@@ -195,20 +203,22 @@ async def run_spawner(box: Sandbox | None, fn: Callable[..., T], *args: Any) -> 
 
     Errors: whatever *fn* raises; landlock.Unavailable and OSError when the thread cannot be confined.
     """
-    job = _Job(fn, args)
-    _hand_over(box, job)
-    # Answered while this thread waited (most spawns): no yield.
-    if not job.done.acquire(timeout=SYNC_WAIT) and job.park():
-        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-    assert job.outcome is not None
-    ok, value = job.outcome
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
+    while True:
+        job = _Job(fn, args)
+        _hand_over(box, job)
+        # Answered while this thread waited (most spawns): no yield.
+        if not job.done.acquire(timeout=SYNC_WAIT) and job.park():
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        assert job.outcome is not None
+        ok, value = job.outcome
+        if ok:
+            return value  # type: ignore[no-any-return]
+        if not isinstance(value, _Stale):  # a stale spawner ended without running it: to a new one
+            raise value
 
 
 def _hand_over(box: Sandbox | None, job: _Job) -> None:
-    key = UNCONFINED if box is None else confinement_key(box)
+    key = UNCONFINED if box is None else (box.network, box.mode, *box.writable())
     with _registry_lock:
         spawner = _spawners.get(key)
         if spawner is not None and spawner.take(job):
@@ -220,10 +230,13 @@ def _hand_over(box: Sandbox | None, job: _Job) -> None:
             _spawners.popitem(last=False)[1].retire()
 
 
-def confinement_key(box: Sandbox) -> Key:
-    """What a confinement to *box* is made of now: its folders with their (device, inode), its network."""
-    folders = (*box.writable(), *DEVICE_FOLDERS)
-    return (box.network, box.mode, tuple((path, _identity(path)) for path in folders))
+class _Stale(Exception):
+    """A spawner's folders are not the ones their paths name now: it ended, and the job goes to a new one."""
+
+
+def identities(box: Sandbox) -> tuple[tuple[int, int] | None, ...]:
+    """The (device, inode) of each folder a confinement to *box* names: its writable ones and the devices'."""
+    return tuple(_identity(path) for path in (*box.writable(), *DEVICE_FOLDERS))
 
 
 def _identity(path: str) -> tuple[int, int] | None:

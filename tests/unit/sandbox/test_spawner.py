@@ -100,7 +100,32 @@ def test_a_folder_made_again_is_writable_the_old_rule_named_the_folder_that_was_
 
     result = trio.run(main)
     assert (project / "b.txt").read_text() == "after\n", result.output
-    assert len(spawner.alive()) == 2  # the old one stays until the least used ends, never used again
+    assert len(spawner.alive()) == 1  # the old one saw its folder gone and ended
+
+
+def test_spawns_queued_behind_one_that_found_its_folder_replaced_all_go_to_the_new_spawner(dirs) -> None:
+    # The spawner looks at its folders before each job; the first to find one replaced ends it, and that
+    # job and every one queued behind it are handed to one new spawner, each run once.
+    project, temp = dirs
+    box = box_for(project, temp)
+
+    async def main() -> list[object]:
+        await sh("true", project, box)
+        shutil.rmtree(project)
+        project.mkdir()
+        results: list[object] = []
+
+        async def one(i: int) -> None:
+            results.append(await sh(f"echo {i} > f{i}.txt", project, box))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(one, i)
+        return results
+
+    results = trio.run(main)
+    assert [(project / f"f{i}.txt").read_text() for i in range(6)] == [f"{i}\n" for i in range(6)], results
+    assert len(spawner.alive()) == 1 and len(spawner_threads()) == 1
 
 
 def test_a_folder_moved_away_is_not_writable_through_the_rule_made_before_the_move(dirs, tmp_path) -> None:
