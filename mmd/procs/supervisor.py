@@ -453,7 +453,8 @@ async def _spawn(
     stdio = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **stdio}
     _spawning += 1  # until the new child is in _leaders, no zombie child is taken for an orphan
     try:
-        proc, outputs = await _open(argv, sandbox, raw_outputs, cwd=cwd, env=child_env, **stdio)
+        varying = (*env, TAG_VAR)  # the caller's variables (a call's id...) and the tag change every spawn
+        proc, outputs = await _open(argv, sandbox, raw_outputs, varying, cwd=cwd, env=child_env, **stdio)
         _leaders.add(proc.pid)
     finally:
         _spawning -= 1
@@ -469,7 +470,7 @@ async def _spawn(
 
 
 async def _open(
-    argv: list[str], sandbox: Sandbox | None, raw_outputs: bool, **options: Any
+    argv: list[str], sandbox: Sandbox | None, raw_outputs: bool, varying: tuple[str, ...], **options: Any
 ) -> tuple[_Child, dict[int, str]]:
     """Start the child in a new session as ``trio.lowlevel.open_process`` would, confined to *sandbox* if
     it is not off.
@@ -506,7 +507,7 @@ async def _open(
                     parent_ends[i] = trio.lowlevel.FdStream(mine)
                 options[name] = theirs
         box = sandbox if sandbox is not None and sandbox.confined else None
-        proc: Any = await run_spawner(box, _start, argv, box, options, raw_outputs)
+        proc: Any = await run_spawner(box, _start, argv, box, options, raw_outputs, varying)
     except BaseException:
         for stream in parent_ends:
             if stream is not None:
@@ -525,11 +526,13 @@ async def _open(
     return trio.Process._create(proc, *parent_ends), bare  # type: ignore[attr-defined]
 
 
-def _start(argv: list[str], box: Sandbox | None, options: dict[str, Any], raw: bool) -> _Child:
+def _start(
+    argv: list[str], box: Sandbox | None, options: dict[str, Any], raw: bool, varying: tuple[str, ...]
+) -> _Child:
     # Runs in a spawner thread (mmd/procs/spawner.py), confined to *box* unless None: the child inherits it.
     if box is not None:
         check_links(box.roots)
-    if raw and (child := _posix_spawn(argv, options)) is not None:
+    if raw and (child := _posix_spawn(argv, options, varying)) is not None:
         return child
     return subprocess.Popen(argv, start_new_session=True, **options)
 
@@ -537,7 +540,7 @@ def _start(argv: list[str], box: Sandbox | None, options: dict[str, Any], raw: b
 _cspawn_works = cspawn.AVAILABLE  # False once this C library's posix_spawn turned out to lack a feature
 
 
-def _posix_spawn(argv: list[str], options: dict[str, Any]) -> _Spawned | None:
+def _posix_spawn(argv: list[str], options: dict[str, Any], varying: tuple[str, ...]) -> _Spawned | None:
     """Start *argv* as Popen would (new session, stdio from descriptors, cwd, env, no other descriptor, the
     signals Python ignores reset) with the C library's posix_spawn (mmd/procs/cspawn.py: the GIL released
     until the child has exec'd), from a spawner thread whose working directory is its own; None where it
@@ -561,7 +564,7 @@ def _posix_spawn(argv: list[str], options: dict[str, Any]) -> _Spawned | None:
         return None
     os.chdir(options["cwd"])  # this thread's own working directory (spawner.own_cwd)
     try:
-        pid = cspawn.spawnp(argv, env, stdio, cspawn.inherit_nothing())
+        pid = cspawn.spawnp(argv, env, stdio, cspawn.inherit_nothing(), varying=varying)
     except RuntimeError:  # not expected where AVAILABLE held
         _cspawn_works = False
         return None
