@@ -288,7 +288,7 @@ class _Child(Protocol):
 
 
 class _Spawned:
-    """A child started by ``os.posix_spawn`` (:func:`_posix_spawn`): its pid, and its exit once reaped."""
+    """A child started by posix_spawn (:func:`_posix_spawn`): its pid, and its exit once reaped."""
 
     __slots__ = ("pid", "returncode")
     stdin = stdout = stderr = None  # its pipes are the caller's bare descriptors

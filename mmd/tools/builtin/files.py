@@ -218,14 +218,17 @@ def _edit(ctx: ToolContext, p: Path, shown: str, old: str, new: str, replace_all
     text_file(ctx, p, shown)
     try:
         with open_regular(p) as f:
-            if (size := os.fstat(f.fileno()).st_size) > MAX_EDIT_BYTES:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(MAX_EDIT_BYTES + 1) if size <= MAX_EDIT_BYTES else b""
+            if size > MAX_EDIT_BYTES or len(data) > MAX_EDIT_BYTES:  # grown since the look: never cut it
                 raise ToolError(
                     "file_too_large",
-                    f"{shown} is {size:,} bytes; edit_file edits files up to {MAX_EDIT_BYTES:,} bytes.",
+                    f"{shown} is {max(size, len(data)):,} bytes; edit_file edits files up to "
+                    f"{MAX_EDIT_BYTES:,} bytes.",
                     cls="terminal",
                     fix="Change it with bash (sed, or a short script) instead.",
                 )
-            text = f.read(MAX_EDIT_BYTES + 1).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         reason = f"{shown} is not UTF-8 text (byte {e.start}); edit_file would damage it."
         raise ToolError("binary_file", reason, cls="terminal") from None

@@ -517,6 +517,42 @@ async def test_grep_cuts_long_lines(ctx: ToolContext, grep_impl: str) -> None:
     assert result.content == "min.js:1:" + "x" * 500 + " [... omitted end of long line]"
 
 
+async def test_edit_file_never_cuts_a_file_that_grew_past_the_limit_after_its_size_was_read(
+    ctx: ToolContext, monkeypatch
+) -> None:
+    # A log that grows between the look at its size and the read: read up to the limit, it would be
+    # written back cut. It is refused whole instead.
+    monkeypatch.setattr(file_tools, "MAX_EDIT_BYTES", 100)
+    files(ctx.cwd, {"log.txt": "a line\n" * 10})
+    real_open = file_tools.open_regular
+
+    class GrowsBeforeTheRead:
+        def __init__(self, path: Path) -> None:
+            self.file = real_open(path)
+
+        def __enter__(self) -> GrowsBeforeTheRead:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            self.file.close()
+
+        def fileno(self) -> int:
+            return self.file.fileno()
+
+        def read(self, most: int) -> bytes:
+            with open(ctx.cwd / "log.txt", "a") as writer:  # another process appends meanwhile
+                writer.write("more\n" * 20)
+            return self.file.read(most)
+
+    monkeypatch.setattr(file_tools, "open_regular", GrowsBeforeTheRead)
+    err = await refused("edit_file", ctx, path="log.txt", old_text="a line", new_text="b", replace_all=True)
+    assert (err.code, err.reason) == (
+        "file_too_large",
+        "log.txt is 101 bytes; edit_file edits files up to 100 bytes.",
+    )
+    assert (ctx.cwd / "log.txt").read_text() == "a line\n" * 10 + "more\n" * 20
+
+
 async def test_grep_skips_a_fifo_and_searches_an_endless_line_in_bounded_memory(
     ctx: ToolContext, grep_impl: str
 ) -> None:
