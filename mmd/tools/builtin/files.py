@@ -97,7 +97,9 @@ def _read(ctx: ToolContext, p: Path, shown: str, offset: int, limit: int) -> Too
     with open_regular(p) as f:
         for total, (line, chars) in enumerate(bounded_lines(f, LINE_BYTES), 1):
             if offset <= total < offset + limit:
-                shown_lines.append(numbered(total, line.decode("utf-8", errors="replace"), chars))
+                # A line read whole is measured as decoded (U+FFFD for a stray byte), a longer one by its count.
+                whole = None if len(line) < LINE_BYTES else chars
+                shown_lines.append(numbered(total, line.decode("utf-8", errors="replace"), whole))
     if total == 0:
         return ToolResult(ok=True, content=f"({shown} is empty.)", data={"path": str(p), "total_lines": 0})
     if offset > total:
