@@ -111,14 +111,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"    {name:<12}{total * 1000:9.2f}{loop * 1000:8.2f}{switches:10.1f}{total / floor:8.1f}x"
                 )
             if against:
+                # The kernel counts a process's CPU in clock ticks (10 ms): a round of a few calls may count
+                # none, and has no ratio.
                 ratios = [
                     (a["user"] + a["sys"]) / (b["user"] + b["sys"])
                     for a, b in zip(rows["this tree"], rows["against"], strict=True)
+                    if b["user"] + b["sys"] > 0
                 ]
                 shown = ", ".join(f"{r:.2f}" for r in ratios)
-                print(
-                    f"    this tree / against, round by round: {shown}; median {statistics.median(ratios):.2f}"
+                median = (
+                    f"median {statistics.median(ratios):.2f}" if ratios else "no round counted a clock tick"
                 )
+                print(f"    this tree / against, round by round: {shown}; {median}")
     except BenchError as exc:
         print(f"bench_cpu: {exc}", file=sys.stderr)
         return 1
