@@ -6,7 +6,8 @@ the daemon, the event loop's with it: no session, no client, no cancellation mov
 answers. CPython releases the GIL around ``subprocess``'s own vfork (since 3.11.5), not around
 ``os.posix_spawn``. A foreign function called through a ``ctypes.CDLL`` releases it for the call's
 duration, and the C library's posix_spawn costs the calling thread what ``os.posix_spawn`` does, plus
-the arguments' conversion (about 15 µs for 50 variables; Popen's Python half costs ten times that).
+the arguments' conversion: ~35 µs for 50 variables made anew, ~15 µs with what a thread keeps between
+its spawns (:func:`spawnp`); Popen's Python half costs about 100 µs more.
 
 What a child gets is what Popen gives it: its three standard descriptors, a new session
 (``POSIX_SPAWN_SETSID``, glibc 2.26, musl 1.1.24), SIGPIPE and SIGXFSZ back to their defaults (Python

@@ -452,7 +452,7 @@ OWN_SPAWNERS = {
 }
 SPAWN_CALLS = re.compile(
     r"\b(subprocess\.(run|Popen|call|check_call|check_output)|trio\.run_process|open_process|os\.fork|"
-    r"\w*\.?posix_spawnp?|cspawn\.spawnp|os\.spawn\w*|os\.system|asyncio\.create_subprocess_\w+)\s*\("
+    r"posix_spawnp?|cspawn\.spawnp|os\.spawn\w*|os\.system|asyncio\.create_subprocess_\w+)\s*\("
 )
 
 
