@@ -1102,11 +1102,19 @@ def become_subreaper(on: bool = True) -> bool:
 def _tagged_orphans(tag: str, exclude: int) -> list[int]:
     """This process's children that carry ``tag`` and were not spawned here: a tree's orphans."""
     needle = f"{TAG_VAR}={tag}".encode()
-    return [
-        pid
-        for pid in _children(os.getpid())
-        if pid != exclude and pid not in _leaders and _carries(pid, needle)
-    ]
+    return [pid for pid in _orphans() if pid != exclude and pid not in _leaders and _carries(pid, needle)]
+
+
+def _orphans() -> list[int]:
+    """The children of this process's main thread: every orphan it inherited as a subreaper.
+
+    The kernel gives an orphan to the first live thread of the subreaper's group, walked from its leader
+    (find_new_reaper, find_alive_thread): the main thread, which runs while this process does. So does it a
+    child of a thread that ended. One small read, where every thread's list took one each, the listing of
+    the threads five system calls more, and the spawner threads' lists hold only children spawned here.
+    """
+    pid = os.getpid()
+    return [int(child) for child in _read_proc(pid, f"task/{pid}/children").split()]
 
 
 def stop_orphans(grace: float = 1.0) -> list[int]:

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -519,6 +520,37 @@ async def test_a_subreaper_walks_twice_only_when_the_first_walk_started_somewher
     result = await run(["bash", "-c", "(trap '' TERM; exec sleep 1000) & echo $!"], tmp_path)
     assert len(looks) >= 2  # the orphaned sleep was a root: walked again
     assert not psutil.pid_exists(int(result.output)) or gone(psutil.Process(int(result.output)))
+
+
+def test_an_orphan_comes_back_to_the_main_thread_whichever_thread_started_its_parent(mode: str) -> None:
+    # A call's orphans are looked for in the main thread's children list alone: the kernel gives an orphan
+    # to the first live thread of the subreaper's group. Its parent is started by another thread here, as
+    # the spawner threads start every child; the orphan is there while that thread lives, and after.
+    if mode != "subreaper":
+        pytest.skip("only a subreaper inherits orphans")
+    orphans: list[int] = []
+    hold = threading.Event()
+
+    def start_and_leave_an_orphan() -> None:
+        shell = ["bash", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"]
+        orphans.append(int(subprocess.run(shell, capture_output=True, text=True, check=True).stdout))
+        hold.wait(30)
+
+    starter = threading.Thread(target=start_and_leave_an_orphan)
+    starter.start()
+    try:
+        while not orphans and starter.is_alive():
+            time.sleep(0.005)
+        assert supervisor._orphans() == orphans
+        hold.set()
+        starter.join()
+        assert supervisor._orphans() == orphans
+    finally:
+        hold.set()
+        starter.join()
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 def test_the_reap_reads_the_children_only_once_one_has_exited(mode: str, monkeypatch) -> None:
