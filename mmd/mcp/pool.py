@@ -43,6 +43,7 @@ from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
 from ..sandbox import Sandbox
 from .errors import McpCallError, McpUnavailable
+from .http import bounded_client
 from .stdio import stdio_transport
 from .tool import McpTool, make_tools
 
@@ -482,10 +483,10 @@ async def _http_transport(url: str, headers: dict[str, str], connect_timeout: fl
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    # No read timeout here: each request has its own (the call's timeout).
+    # No read timeout here: each request has its own (the call's timeout). No body read past its bound.
     timeout = httpx2.Timeout(connect_timeout, read=None)
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        bounded_client(headers, timeout) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
@@ -499,7 +500,11 @@ async def _sse_transport(url: str, headers: dict[str, str], connect_timeout: flo
     # The event stream of an idle connection may stay silent as long as the connection is kept:
     # a shorter read timeout would drop it (and reconnect) for nothing.
     async with sse_client(
-        url, headers=headers, timeout=connect_timeout, sse_read_timeout=IDLE_CLOSE * 2
+        url,
+        headers=headers,
+        timeout=connect_timeout,
+        sse_read_timeout=IDLE_CLOSE * 2,
+        httpx_client_factory=bounded_client,  # no POST's answer read past its bound
     ) as streams:
         yield streams
 

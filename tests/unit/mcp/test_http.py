@@ -1,0 +1,144 @@
+"""The MCP transports' HTTP client reads no answer's body past its bound (mmd/mcp/http.py), against a real
+HTTP server on 127.0.0.1 that streams a body of its choosing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from mmd import __version__
+from mmd.mcp import pool
+from mmd.mcp.http import answer_too_large, bounded_client
+
+MiB = 1024 * 1024
+# What the hostile server writes at most: a client that reads it all (no bound) gets it whole and fails the
+# tests; one that stops closes the connection long before.
+SERVED = 48 * MiB
+PIECE = b"x" * 65536
+
+
+class _Server:
+    """A one-thread HTTP/1.1 server: each request is answered with ``body(request_head)`` chunks, chunked."""
+
+    def __init__(self, content_type: str, chunks: Any) -> None:
+        self.content_type, self.chunks = content_type, chunks
+        self.sent = 0  # body bytes written, all connections together
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                if not (data := conn.recv(65536)):
+                    return
+                head += data
+            head_text = head.decode("latin-1").lower()
+            length = (
+                int(head_text.split("content-length:")[1].split("\r\n")[0])
+                if "content-length:" in head_text
+                else 0
+            )
+            body = head.split(b"\r\n\r\n", 1)[1]
+            while len(body) < length:
+                body += conn.recv(65536)
+            start = (
+                f"HTTP/1.1 200 OK\r\nContent-Type: {self.content_type}\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            try:
+                conn.sendall(start.encode())
+                for chunk in self.chunks(body):
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.sent += len(chunk)
+                conn.sendall(b"0\r\n\r\n")
+            except OSError:  # the client stopped reading and closed: what the bound does
+                return
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _endless_json(_request: bytes) -> Iterator[bytes]:
+    yield b'{"jsonrpc": "2.0", "id": 0, "result": "'
+    for _ in range(SERVED // len(PIECE)):
+        yield PIECE
+
+
+@pytest.fixture
+def servers() -> Iterator[list[_Server]]:
+    made: list[_Server] = []
+    yield made
+    for server in made:
+        server.close()
+
+
+async def test_a_body_past_the_bound_is_refused_and_read_no_further(servers: list[_Server]) -> None:
+    server = _Server("application/json", _endless_json)
+    servers.append(server)
+    async with bounded_client(most=MiB) as client:
+        with pytest.raises(answer_too_large()) as refused:
+            await client.post(server.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize"})
+    assert "passed 1,048,576 bytes" in str(refused.value) and server.url in str(refused.value)
+    await trio.sleep(0.2)  # the server notices the closed connection
+    assert server.sent < SERVED // 2
+
+
+async def test_an_event_stream_is_left_to_the_sdks_bound_of_each_event(servers: list[_Server]) -> None:
+    # A stream of events may stay open for hours: no total bound, only the SDK's of each event.
+    events = [
+        b"event: message\ndata: %s\n\n" % json.dumps({"n": i, "pad": "y" * 900}).encode() for i in range(8)
+    ]
+    server = _Server("text/event-stream", lambda _request: iter(events))
+    servers.append(server)
+    async with bounded_client(most=1024) as client:
+        answer = await client.post(server.url, json={})
+    assert answer.content == b"".join(events)
+
+
+async def test_an_mcp_server_answering_without_end_fails_its_request_with_the_bound_named(
+    servers: list[_Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through the SDK as the pool connects (pool._http_transport): initialize is answered by a JSON body
+    # without end; the request fails with the bound named, the daemon's memory untouched.
+    server = _Server("application/json", _endless_json)
+    servers.append(server)
+    monkeypatch.setattr("mmd.mcp.http.MAX_ANSWER_BYTES", MiB)
+    monkeypatch.setattr(pool, "bounded_client", _with_bound(MiB))
+    await pool.load_sdk()
+    from mcp.client.client import Client
+    from mcp_types import Implementation
+
+    client = Client(
+        pool._http_transport(server.url, {}, 10.0),
+        mode="auto",
+        client_info=Implementation(name="mm", version=__version__),
+        cache=None,
+    )
+    with trio.fail_after(20), pytest.raises(Exception) as failed:  # the SDK's own error
+        async with client:
+            pass
+    assert "passed 1,048,576 bytes" in pool.describe(failed.value)
+    assert server.sent < SERVED // 2
+
+
+def _with_bound(most: int) -> Any:
+    def make(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
+        return bounded_client(headers, timeout, auth, most=most)
+
+    return make
