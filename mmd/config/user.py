@@ -35,7 +35,8 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     api_key_env: Annotated[
         str | None, msgspec.Meta(description="the name of an environment variable, like OPENAI_API_KEY")
     ] = None
-    timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0  # seconds without a byte before giving up
+    # Seconds without a byte before giving up (to a server on this machine: that long at least, 1.5x at most).
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 4
     headers: dict[str, str] = {}  # extra HTTP headers, never credentials
     # The most tokens one model step may write. None: 4096 for kind anthropic (its API

@@ -42,6 +42,9 @@ MAX_HEAD = 64 * 1024
 READ_SIZE = 64 * 1024
 # Bytes received without a wait after which a read yields to the scheduler anyway.
 YIELD_BYTES = 1 << 20
+# A request's deadline is set this many times `timeout` ahead, and moved on once less than `timeout` is
+# left: a wait lasts `timeout` seconds at least, 1.5 times at most, and most waits move nothing.
+DEADLINE_SLACK = 1.5
 # An idle connection is dropped after this many seconds. llama-server (cpp-httplib), uvicorn and
 # Node close idle keep-alive connections after 5 s; a client that waits 5 s too sometimes sends its
 # next request into a connection the server is closing ("Server disconnected without sending a
@@ -120,6 +123,15 @@ class _Conn(msgspec.Struct):
     buffer: bytearray = msgspec.field(default_factory=bytearray)
     idle_since: float = 0.0
     unyielded: int = 0  # bytes received since the last wait or checkpoint
+    flight: _Flight | None = None  # the request it carries now
+
+
+class _Flight(msgspec.Struct):
+    """A request in flight (LoopbackClient.stream): the cancel scope whose deadline bounds each of its waits,
+    and what the wait under way waits for (the timeout's message)."""
+
+    scope: trio.CancelScope
+    waiting_for: str = "no answer"
 
 
 class LoopbackResponse:
@@ -229,8 +241,9 @@ def _chunk_size(line: bytes) -> int:
 class LoopbackClient:
     """HTTP/1.1 to servers on this machine, one kept-alive connection per server and request in flight.
 
-    ``timeout`` is the most seconds any one read may wait (a model that thinks long answers
-    late); it does not bound a whole answer, which streams.
+    ``timeout`` is how long any one read may wait (a model that thinks long answers late): that long at
+    least, DEADLINE_SLACK times at most, as the request's one deadline is moved on only when less than
+    ``timeout`` is left; it does not bound a whole answer, which streams.
     """
 
     def __init__(self, timeout: float) -> None:
@@ -241,25 +254,36 @@ class LoopbackClient:
     async def stream(
         self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
     ) -> AsyncIterator[LoopbackResponse]:
+        # One cancel scope for the request and its answer, not one for each wait: a scope cost more than the
+        # wait's pass of the loop, and a local model's answer waits once a token. Each wait moves the
+        # scope's deadline on (_wait), so no wait is cut before `timeout` seconds.
         if not is_loopback(url):
             raise TransportError("url", f"{url} is not plain HTTP to this machine")
         address, target, host = _where(url)
         head = _request_head(method, target, host, headers, content)
-        conn, status, response_headers = await self._send(address, head + (content or b""))
-        response = LoopbackResponse(self, conn, status, response_headers, method)
-        try:
-            yield response
-        finally:
-            if response.complete and not conn.buffer:
-                conn.idle_since = time.monotonic()
-                self._idle.setdefault(address, []).append(conn)
-            else:  # a body left unread (an abandoned stream, an error): the connection cannot be reused
-                _close(conn)
+        with trio.CancelScope(deadline=trio.current_time() + self.timeout * DEADLINE_SLACK) as scope:
+            flight = _Flight(scope)
+            conn, status, response_headers = await self._send(address, head + (content or b""), flight)
+            response = LoopbackResponse(self, conn, status, response_headers, method)
+            try:
+                yield response
+            finally:
+                conn.flight = None
+                if response.complete and not conn.buffer:
+                    conn.idle_since = time.monotonic()
+                    self._idle.setdefault(address, []).append(conn)
+                else:  # a body left unread (an abandoned stream, an error): the connection cannot be reused
+                    _close(conn)
+        if scope.cancelled_caught:
+            raise TransportError("timeout", f"{flight.waiting_for} within {self.timeout:g} s")
 
-    async def _send(self, address: tuple[str, int], request: bytes) -> tuple[_Conn, int, dict[str, str]]:
+    async def _send(
+        self, address: tuple[str, int], request: bytes, flight: _Flight
+    ) -> tuple[_Conn, int, dict[str, str]]:
         # A kept-alive connection the server closed meanwhile fails before any byte of an answer:
         # the request is then sent once more, on a new connection (nothing of it was processed).
         while (conn := self._reuse(address)) is not None:
+            conn.flight = flight
             try:
                 await self._write(conn, request)
                 return (conn, *await self._read_head(conn))
@@ -269,6 +293,7 @@ class LoopbackClient:
                 _close(conn)
                 raise
         conn = await self._connect(address)
+        conn.flight = flight
         try:
             await self._write(conn, request)
             return (conn, *await self._read_head(conn))
@@ -315,11 +340,16 @@ class LoopbackClient:
                 raise _Stale() from None
 
     async def _wait(self, conn: _Conn, wait: Callable[[socket.socket], Awaitable[None]], what: str) -> None:
+        # The request's scope (stream) ends the wait at its deadline, which is kept at least `timeout`
+        # seconds ahead: moved on (a registration in trio's deadlines) only once less than that is left.
+        flight = conn.flight
+        assert flight is not None, "a wait outside LoopbackClient.stream"
+        now = trio.current_time()
+        if flight.scope.deadline - now < self.timeout:
+            flight.scope.deadline = now + self.timeout * DEADLINE_SLACK
+        flight.waiting_for = what
         try:
-            with trio.fail_after(self.timeout):
-                await wait(conn.sock)
-        except trio.TooSlowError:
-            raise TransportError("timeout", f"{what} within {self.timeout:g} s") from None
+            await wait(conn.sock)
         except trio.ClosedResourceError:
             raise TransportError("protocol", "the connection was closed") from None
         conn.unyielded = 0

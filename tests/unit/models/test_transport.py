@@ -8,6 +8,7 @@ real thing; the provider-level behaviour (SSE, retries) is tested through the sc
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -252,6 +253,60 @@ async def test_no_answer_in_time_is_a_timeout(nursery: trio.Nursery) -> None:
     with pytest.raises(TransportError) as caught:
         await body_of(LoopbackClient(timeout=0.2), url)
     assert caught.value.kind == "timeout"
+
+
+async def test_the_timeout_bounds_each_wait_not_the_whole_answer(nursery: trio.Nursery) -> None:
+    # A body that comes a little at a time, never silent for a timeout but five timeouts long in all, is read
+    # whole: the request's one deadline moves on as its waits go; then a silence past it is a timeout.
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for i in range(12):
+            await trio.sleep(0.1)
+            await stream.send_all(b"1\r\n%d\r\n" % (i % 10))
+        if b"silent" in request:
+            await trio.sleep_forever()
+        await stream.send_all(b"0\r\n\r\n")
+        return True
+
+    url = await Server(answer).serve(nursery)
+    client = LoopbackClient(timeout=0.25)
+    assert await body_of(client, url) == (200, b"012345678901")
+    with pytest.raises(TransportError) as caught:
+        await body_of(client, url + "/silent")
+    assert caught.value.kind == "timeout" and "no answer within 0.25 s" in str(caught.value)
+    await client.aclose()
+
+
+async def test_the_waits_of_one_answer_share_its_one_cancel_scope(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A scope for each wait cost more than the wait's pass of the loop, and a local model's answer waits once
+    # a token: the request has one scope (and connecting a new connection its own), whatever its waits.
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(20):
+            await trio.sleep(0.01)
+            await stream.send_all(b"1\r\nx\r\n")
+        await stream.send_all(b"0\r\n\r\n")
+        return True
+
+    made: list[str] = []
+    real = trio.CancelScope
+
+    def counted(*args: Any, **kwargs: Any) -> trio.CancelScope:
+        frame = sys._getframe(1)  # made by the transport, itself or by fail_after, move_on_after...?
+        while frame is not None and frame.f_globals.get("__name__", "").startswith(("trio.", "contextlib")):
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__") == transport.__name__:
+            made.append(frame.f_code.co_name)
+        return real(*args, **kwargs)
+
+    url = await Server(answer).serve(nursery)
+    client = LoopbackClient(timeout=5)
+    monkeypatch.setattr(trio, "CancelScope", counted)
+    assert await body_of(client, url) == (200, b"x" * 20)
+    await client.aclose()
+    assert made.count("stream") == 1 and set(made) == {"stream", "_connect"}, made
 
 
 async def test_nothing_listening_is_a_connect_error() -> None:
