@@ -379,17 +379,6 @@ class SSEDecoder:
         return None
 
 
-# Seconds to read what follows the end of a stream (the chunked terminator),
-# so the connection goes back to the pool instead of being closed.
-_DRAIN_SECONDS = 1.0
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    with trio.move_on_after(_DRAIN_SECONDS):
-        async for _ in chunks:
-            pass
-
-
 async def _abandon(chunks: AsyncIterator[bytes]) -> None:
     # The byte iterators (httpx's, transport.py's) are nested async generators. Leaving them
     # suspended makes trio warn when they are collected; reading on under a
@@ -556,7 +545,7 @@ class HttpModel:
                 for event, data in decoder.feed(chunk):
                     if self._parse(parser, data, parser.feed, event, data):
                         if not parser.cut:  # a cut answer's connection is closed: the server stops writing
-                            await _drain(chunks)
+                            await response.end(chunks)
                         return True
             return any(self._parse(parser, data, parser.feed, event, data) for event, data in decoder.close())
         finally:

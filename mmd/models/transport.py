@@ -42,6 +42,9 @@ MAX_HEAD = 64 * 1024
 READ_SIZE = 64 * 1024
 # Bytes received without a wait after which a read yields to the scheduler anyway.
 YIELD_BYTES = 1 << 20
+# Seconds a remote server's answer is read on after the reader has what it wanted (the chunked terminator),
+# so that the connection goes back to httpx's pool instead of being closed.
+DRAIN_SECONDS = 1.0
 # A request's deadline is set this many times `timeout` ahead, and moved on once less than `timeout` is
 # left: a wait lasts `timeout` seconds at least, 1.5 times at most, and most waits move nothing.
 DEADLINE_SLACK = 1.5
@@ -68,6 +71,10 @@ class Response(Protocol):
     headers: Any  # a mapping read with lower-case names
 
     def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def end(self, chunks: AsyncIterator[bytes]) -> None:
+        """The reader has what it wanted of the body being read by *chunks* (from aiter_bytes): end it,
+        keeping the connection for the next request where the rest of the body allows."""
 
 
 class Client(Protocol):
@@ -124,6 +131,9 @@ class _Conn(msgspec.Struct):
     idle_since: float = 0.0
     unyielded: int = 0  # bytes received since the last wait or checkpoint
     flight: _Flight | None = None  # the request it carries now
+    # The end of the last answer's chunked body, left to be read when the connection is next taken
+    # (LoopbackResponse.end): "chunks" (the size-0 chunk, trailers, the empty line) or "trailers".
+    rest: str = ""
 
 
 class _Flight(msgspec.Struct):
@@ -146,14 +156,21 @@ class LoopbackResponse:
         self._conn = conn
         self._method = method
         self.complete = False  # the body was read to its end and the connection may be reused
+        # While _chunked waits at a yield with every chunk before it taken whole: what is left of the body
+        # then ("chunks", or "trailers" once the size-0 chunk came), else "".
+        self._left = ""
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         if self._method == "HEAD" or self.status_code in (204, 304) or 100 <= self.status_code < 200:
             self.complete = True
             return
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            async for chunk in self._chunked():
-                yield chunk
+            chunked = self._chunked()
+            try:
+                async for chunk in chunked:
+                    yield chunk
+            finally:  # closed early (end): the inner generator goes with it, not left to the collector
+                await chunked.aclose()
         elif (length := self.headers.get("content-length")) is not None:
             async for chunk in self._sized(_length(length)):
                 yield chunk
@@ -185,7 +202,9 @@ class LoopbackResponse:
         while True:
             data, ended, pending = self._whole_chunks()
             if data:
+                self._left = "trailers" if ended else "chunks"
                 yield data
+                self._left = ""
             if ended:
                 while await self._client.read_line(self._conn):  # trailers, then the empty line
                     pass
@@ -203,6 +222,20 @@ class LoopbackResponse:
             if not more:
                 raise TransportError("protocol", "the server closed the connection in the middle of the body")
             buffer += more
+
+    async def end(self, chunks: AsyncIterator[bytes]) -> None:
+        """End the body without waiting for its end. A chunked body read up to a chunk's end (a model's
+        stream after its last event: only the size-0 chunk is still to come, often in a packet of its own)
+        leaves the connection kept, its rest read when it is next taken (LoopbackClient._reuse): waiting for
+        it here cost a pass of the loop and a cancel scope every step. Any other body is read on to its end,
+        DRAIN_SECONDS at most, as before (the connection is kept if it ends)."""
+        if not self._left or self.headers.get("connection", "").lower() == "close":
+            with trio.move_on_after(DRAIN_SECONDS):
+                async for _ in chunks:
+                    pass
+            return
+        self._conn.rest = self._left
+        await chunks.aclose()  # aiter_bytes closes _chunked: no read, no wait
 
     def _whole_chunks(self) -> tuple[bytes, bool, int | None]:
         """The data of every chunk whole at the start of the buffer, taken from it; whether the last chunk
@@ -226,6 +259,23 @@ class LoopbackResponse:
             pos = stop + 2
         del buffer[:pos]
         return b"".join(parts), ended, pending
+
+
+def _rest_ends(conn: _Conn) -> bool | None:
+    """Whether the buffer holds the rest of a chunked body (_Conn.rest) and nothing more; None while it may
+    still come whole."""
+    buffer, pos = conn.buffer, 0
+    if conn.rest == "chunks":
+        if (end := buffer.find(b"\r\n")) < 0:
+            return None
+        if buffer[:end].split(b";", 1)[0].strip() != b"0":  # a chunk of data the reader did not want
+            return False
+        pos = end + 2
+    while (end := buffer.find(b"\r\n", pos)) > pos:  # trailers
+        pos = end + 2
+    if end < 0:
+        return None
+    return end + 2 == len(buffer)
 
 
 def _chunk_size(line: bytes) -> int:
@@ -269,7 +319,7 @@ class LoopbackClient:
                 yield response
             finally:
                 conn.flight = None
-                if response.complete and not conn.buffer:
+                if (response.complete and not conn.buffer) or conn.rest:
                     conn.idle_since = time.monotonic()
                     self._idle.setdefault(address, []).append(conn)
                 else:  # a body left unread (an abandoned stream, an error): the connection cannot be reused
@@ -285,6 +335,8 @@ class LoopbackClient:
         while (conn := self._reuse(address)) is not None:
             conn.flight = flight
             try:
+                if conn.rest:
+                    await self._read_rest(conn)
                 await self._write(conn, request)
                 return (conn, *await self._read_head(conn))
             except _Stale:
@@ -313,6 +365,20 @@ class LoopbackClient:
                 return conn
             _close(conn)  # expired: the server may close it any moment
         return None
+
+    async def _read_rest(self, conn: _Conn) -> None:
+        """Read the rest of the last body the connection carried (_Conn.rest): usually come long since, so
+        no wait; else up to DRAIN_SECONDS. _Stale (close it, take another) unless it ends well and nothing
+        follows it."""
+        with trio.move_on_after(DRAIN_SECONDS):
+            while (ended := _rest_ends(conn)) is None:
+                if not (more := await self._receive(conn)) or len(conn.buffer) > MAX_HEAD:
+                    break
+                conn.buffer += more
+        if not ended:
+            raise _Stale()
+        conn.buffer.clear()
+        conn.rest = ""
 
     async def _connect(self, address: tuple[str, int]) -> _Conn:
         try:
@@ -502,3 +568,9 @@ class _HttpxResponse:
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         return self._response.aiter_bytes()
+
+    async def end(self, chunks: AsyncIterator[bytes]) -> None:
+        # Read on, a second at most, so that httpx keeps the connection.
+        with trio.move_on_after(DRAIN_SECONDS):
+            async for _ in chunks:
+                pass

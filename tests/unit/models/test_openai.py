@@ -73,12 +73,13 @@ async def test_text_streams_as_deltas(start: Any) -> None:
 
 
 async def test_consecutive_requests_reuse_one_connection(start: Any) -> None:
-    # The end of a stream is read to its terminator, so keep-alive holds.
+    # The end of a stream (its chunked terminator, often a packet of its own) is read when the connection is
+    # next taken, not waited for after the last event: keep-alive holds, each answer read to its end.
     server, provider = await start(*({"text": f"answer {i}"} for i in range(5)))
     for _ in range(5):
         await complete(provider, Recorder())
     assert {r["connection"] for r in server.requests} == {server.requests[0]["connection"]}
-    assert all(r["t_responded"] is not None for r in server.requests)
+    assert all(r["t_responded"] is not None for r in server.requests[:-1])
 
 
 async def test_an_idle_connection_is_dropped_before_servers_drop_it(

@@ -309,6 +309,66 @@ async def test_the_waits_of_one_answer_share_its_one_cancel_scope(
     assert made.count("stream") == 1 and set(made) == {"stream", "_connect"}, made
 
 
+@pytest.mark.parametrize(
+    ("first", "rest"),
+    [
+        (b"5\r\nhello\r\n", b"0\r\n\r\n"),  # the size-0 chunk comes later, as a model's often does
+        (b"5\r\nhello\r\n0\r\nx-trailer: 1\r\n", b"\r\n"),  # it came with the data; trailers
+    ],
+)
+async def test_a_body_ended_after_a_whole_chunk_keeps_its_connection_without_waiting_for_the_rest(
+    nursery: trio.Nursery, first: bytes, rest: bytes
+) -> None:
+    # A model's stream is ended after its last event: the rest (the size-0 chunk) is read when the
+    # connection is next taken, not waited for then, and the connection carries the next request.
+    go_on = trio.Event()
+
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        if b"/first" in request:
+            await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + first)
+            await go_on.wait()  # set once end() returned: had it waited for the rest, never
+            await stream.send_all(rest)
+        else:
+            await stream.send_all(sized(b"next"))
+        return True
+
+    server = Server(answer)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    async with client.stream("GET", url + "/first", content=None, headers={}) as response:
+        chunks = response.aiter_bytes()
+        assert await chunks.__anext__() == b"hello"
+        await response.end(chunks)
+    go_on.set()
+    assert await body_of(client, url + "/second") == (200, b"next")  # the rest read first, waited for
+    assert server.connections == 1
+    await client.aclose()
+
+
+async def test_a_body_that_goes_on_after_the_reader_ended_it_costs_its_connection_not_the_next_answer(
+    nursery: trio.Nursery,
+) -> None:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        if b"/first" in request:
+            await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            await trio.sleep(0.05)
+            await stream.send_all(b"5\r\nextra\r\n0\r\n\r\n")
+        else:
+            await stream.send_all(sized(b"next"))
+        return True
+
+    server = Server(answer)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    async with client.stream("GET", url + "/first", content=None, headers={}) as response:
+        chunks = response.aiter_bytes()
+        assert await chunks.__anext__() == b"hello"
+        await response.end(chunks)
+    assert await body_of(client, url + "/second") == (200, b"next")
+    assert server.connections == 2
+    await client.aclose()
+
+
 async def test_nothing_listening_is_a_connect_error() -> None:
     sock = trio.socket.socket()
     await sock.bind(("127.0.0.1", 0))
