@@ -261,9 +261,25 @@ class LoopbackResponse:
         return b"".join(parts), ended, pending
 
 
-def _rest_ends(conn: _Conn) -> bool | None:
+def _received(conn: _Conn) -> bool:
+    """Add to the buffer what the connection has received, without waiting; False if it is closed or broken."""
+    try:
+        while len(conn.buffer) <= MAX_HEAD:
+            if not (more := conn.sock.recv(READ_SIZE)):
+                return False
+            conn.buffer += more
+    except BlockingIOError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
+def _rest_ends(conn: _Conn, open_: bool = True) -> bool | None:
     """Whether the buffer holds the rest of a chunked body (_Conn.rest) and nothing more; None while it may
-    still come whole."""
+    still come whole (never once the connection is no longer *open_*)."""
+    if not open_:
+        return False
     buffer, pos = conn.buffer, 0
     if conn.rest == "chunks":
         if (end := buffer.find(b"\r\n")) < 0:
@@ -370,11 +386,12 @@ class LoopbackClient:
         """Read the rest of the last body the connection carried (_Conn.rest): usually come long since, so
         no wait; else up to DRAIN_SECONDS. _Stale (close it, take another) unless it ends well and nothing
         follows it."""
-        with trio.move_on_after(DRAIN_SECONDS):
-            while (ended := _rest_ends(conn)) is None:
-                if not (more := await self._receive(conn)) or len(conn.buffer) > MAX_HEAD:
-                    break
-                conn.buffer += more
+        if (ended := _rest_ends(conn, _received(conn))) is None:  # not whole yet: a scope to wait in
+            with trio.move_on_after(DRAIN_SECONDS):
+                while (ended := _rest_ends(conn)) is None:
+                    if not (more := await self._receive(conn)) or len(conn.buffer) > MAX_HEAD:
+                        break
+                    conn.buffer += more
         if not ended:
             raise _Stale()
         conn.buffer.clear()

@@ -74,6 +74,24 @@ async def body_of(client: LoopbackClient, url: str, data: bytes | None = None) -
     return await transport.fetch(client, "POST" if data is not None else "GET", url, data)
 
 
+def scopes_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the name of each transport function that opens a cancel scope (itself, or by fail_after,
+    move_on_after...), once a scope."""
+    made: list[str] = []
+    real = trio.CancelScope
+
+    def counted(*args: Any, **kwargs: Any) -> trio.CancelScope:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith(("trio.", "contextlib")):
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__") == transport.__name__:
+            made.append(frame.f_code.co_name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trio, "CancelScope", counted)
+    return made
+
+
 async def test_content_length_and_a_kept_alive_connection(nursery: trio.Nursery) -> None:
     async def answer(stream: trio.SocketStream, request: bytes) -> bool:
         await stream.send_all(sized(b"hello " + request.split(b"\r\n\r\n", 1)[1]))
@@ -290,37 +308,28 @@ async def test_the_waits_of_one_answer_share_its_one_cancel_scope(
         await stream.send_all(b"0\r\n\r\n")
         return True
 
-    made: list[str] = []
-    real = trio.CancelScope
-
-    def counted(*args: Any, **kwargs: Any) -> trio.CancelScope:
-        frame = sys._getframe(1)  # made by the transport, itself or by fail_after, move_on_after...?
-        while frame is not None and frame.f_globals.get("__name__", "").startswith(("trio.", "contextlib")):
-            frame = frame.f_back
-        if frame is not None and frame.f_globals.get("__name__") == transport.__name__:
-            made.append(frame.f_code.co_name)
-        return real(*args, **kwargs)
-
     url = await Server(answer).serve(nursery)
     client = LoopbackClient(timeout=5)
-    monkeypatch.setattr(trio, "CancelScope", counted)
+    made = scopes_made(monkeypatch)
     assert await body_of(client, url) == (200, b"x" * 20)
     await client.aclose()
     assert made.count("stream") == 1 and set(made) == {"stream", "_connect"}, made
 
 
 @pytest.mark.parametrize(
-    ("first", "rest"),
+    ("first", "rest", "settle"),
     [
-        (b"5\r\nhello\r\n", b"0\r\n\r\n"),  # the size-0 chunk comes later, as a model's often does
-        (b"5\r\nhello\r\n0\r\nx-trailer: 1\r\n", b"\r\n"),  # it came with the data; trailers
+        (b"5\r\nhello\r\n", b"0\r\n\r\n", False),  # the size-0 chunk comes later, as a model's often does
+        (b"5\r\nhello\r\n", b"0\r\n\r\n", True),  # ... and is there when the next request is made
+        (b"5\r\nhello\r\n0\r\nx-trailer: 1\r\n", b"\r\n", False),  # it came with the data; trailers
     ],
 )
 async def test_a_body_ended_after_a_whole_chunk_keeps_its_connection_without_waiting_for_the_rest(
-    nursery: trio.Nursery, first: bytes, rest: bytes
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, first: bytes, rest: bytes, settle: bool
 ) -> None:
     # A model's stream is ended after its last event: the rest (the size-0 chunk) is read when the
-    # connection is next taken, not waited for then, and the connection carries the next request.
+    # connection is next taken, not waited for then, and the connection carries the next request. A rest
+    # already there is read without a cancel scope (one more a step otherwise).
     go_on = trio.Event()
 
     async def answer(stream: trio.SocketStream, request: bytes) -> bool:
@@ -340,8 +349,13 @@ async def test_a_body_ended_after_a_whole_chunk_keeps_its_connection_without_wai
         assert await chunks.__anext__() == b"hello"
         await response.end(chunks)
     go_on.set()
-    assert await body_of(client, url + "/second") == (200, b"next")  # the rest read first, waited for
+    if settle:
+        await trio.sleep(0.1)
+    made = scopes_made(monkeypatch)
+    assert await body_of(client, url + "/second") == (200, b"next")  # the rest read first (waited for)
     assert server.connections == 1
+    if settle:
+        assert made == ["stream"]
     await client.aclose()
 
 
