@@ -138,6 +138,7 @@ class CallRunner:
         self._system = setup.system.lower()
         self.invalid: set[str] = set()  # ids of the calls the contract refused (loop.py reads it)
         self._resolved_roots: list[str] | None = None  # _roots
+        self._turn_site: Site | None = None  # _site
         self.request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
         self.checkpoints = Recorder(
@@ -238,18 +239,16 @@ class CallRunner:
 
     async def pre_hooks(self, c: Call) -> None:
         assert c.tool is not None
-        c.pre = await run_pre_hooks(
-            self.setup.hooks,
-            tool=c.tool,
-            call=c.call,
-            args=c.args,
-            site=self._site(),
-            grace=self.setup.limits.grace,
-        )
-        self._publish(c.pre, c.call)
-        c.answer = c.pre.answer
-        if c.pre.updated:
-            c.args, c.echo = c.pre.args, c.tool.echo(c.pre.args)
+        if (hooks := self.setup.hooks) is not None and hooks.pre:
+            c.pre = await run_pre_hooks(
+                hooks, tool=c.tool, call=c.call, args=c.args, site=self._site(), grace=self.setup.limits.grace
+            )
+            self._publish(c.pre, c.call)
+            c.answer = c.pre.answer
+            if c.pre.updated:
+                c.args, c.echo = c.pre.args, c.tool.echo(c.pre.args)
+        else:
+            c.pre = PreOutcome(args=c.args)  # what a chain of no hook gives
         if c.tool.tier != "read":
             c.key = idempotency_key(self.session.id, c.tool.name, c.args)
 
@@ -325,8 +324,8 @@ class CallRunner:
         )
 
     async def post_hooks(self, c: Call) -> None:
-        if c.denied or c.result is None:
-            return
+        if c.denied or c.result is None or (hooks := self.setup.hooks) is None or not hooks.post:
+            return  # a chain of no hook leaves the result as it is
         assert c.tool is not None
         post = await run_post_hooks(
             self.setup.hooks,
@@ -386,7 +385,11 @@ class CallRunner:
             raise StopTurn("denied", outcome.stop)
 
     def _site(self) -> Site:
-        return Site.for_turn(self.session, yolo=self.setup.yolo, sandbox=self.setup.sandbox)
+        # The same for every call of the turn (the session, yolo, the sandbox and whether the kernel
+        # enforces it): made once, by the first call that has a hook to run.
+        if self._turn_site is None:
+            self._turn_site = Site.for_turn(self.session, yolo=self.setup.yolo, sandbox=self.setup.sandbox)
+        return self._turn_site
 
     def _unconfinable(self, tool: Tool) -> ToolResult | None:
         """The answer to a write tool that would run a process the kernel cannot confine; None: it may run.
