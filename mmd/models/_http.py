@@ -255,6 +255,8 @@ class Accumulator:
 
     def flush(self) -> None:
         """Hand the text deltas parsed since the last flush to on_text."""
+        if not self._unsent:  # most events of a tool call carry no text
+            return
         unsent, self._unsent = self._unsent, []
         if self._on_text is not None:
             for delta in unsent:
@@ -332,9 +334,32 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         """The events completed by ``chunk``.
 
+        A model's stream is events of one data line each, a blank line after each: they are split whole
+        from the bytes (each event a slice and a decode; line by line, each cost a dozen calls more, once
+        a token for a local model). Any other event, an event under way, and a stream with CR line ends
+        go line by line.
+
         Errors: ModelError for a line that is not an SSE field.
         """
-        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        data = self._pending + chunk
+        if self._data or self._event or b"\r" in data:
+            return self._by_lines(data)
+        *blocks, tail = data.split(b"\n\n")
+        events = []
+        for block in blocks:
+            if block.startswith(b"data:") and b"\n" not in block:
+                value = block[6:] if block[5:6] == b" " else block[5:]
+                events.append(("message", value.decode("utf-8", errors="replace")))
+            else:
+                events += self._by_lines(block + b"\n\n")
+        if b"\n" in tail and not tail.startswith(b"data:"):  # a whole line of another kind: its rules now
+            events += self._by_lines(tail)
+        else:
+            self._pending = tail
+        return events
+
+    def _by_lines(self, data: bytes) -> list[tuple[str, str]]:
+        *lines, self._pending = data.split(b"\n")
         events = []
         for raw in lines:
             line = raw.removesuffix(b"\r").decode("utf-8", errors="replace")
@@ -356,8 +381,9 @@ class SSEDecoder:
         Errors: ModelError for a line that is not an SSE field.
         """
         pending, self._pending = self._pending, b""
-        last = self._line(pending.decode("utf-8", errors="replace")) if pending.strip() else None
-        return [e for e in (last, self._line("")) if e]
+        events = self._by_lines(pending + b"\n") if pending.strip() else []
+        last = self._line("")
+        return [*events, last] if last else events
 
     def _line(self, line: str) -> tuple[str, str] | None:
         if not line:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mmd.models._http import SSEDecoder
 from mmd.models.base import ModelError
@@ -42,3 +44,60 @@ def test_a_line_that_is_no_sse_field_is_refused_with_the_line() -> None:
     decoder = SSEDecoder("test")
     with pytest.raises(ModelError, match="not Server-Sent Events: '<html>'"):
         decoder.feed(b"<html>\n")
+
+
+def _reference(stream: bytes) -> list[tuple[str, str]]:
+    """The events of *stream* read one line at a time, as the SSE rules say (LF or CRLF line ends)."""
+    events, name, data = [], "", []
+    for raw in stream.split(b"\n"):
+        line = raw.removesuffix(b"\r").decode("utf-8", errors="replace")
+        if not line:
+            if data:
+                events.append((name or "message", "\n".join(data)))
+            name, data = "", []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "data":
+                data.append(value)
+            elif field == "event":
+                name = value
+    if data:
+        events.append((name or "message", "\n".join(data)))
+    return events
+
+
+_BLOCKS = [
+    b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n',  # a model's stream: one data line an event
+    b"data:no space\n\n",
+    b"data: caf\xc3\xa9 \xe2\x80\xa8\n\n",
+    b"data: [DONE]\n\n",
+    b"event: ping\ndata: x\n\n",
+    b"data: two\ndata: lines\n\n",
+    b": keep-alive\n\n",
+    b"id: 3\nretry: 10\n\n",
+    b"\n",
+    b"data: crlf\r\n\r\n",
+]
+
+
+@given(
+    st.lists(st.sampled_from(_BLOCKS), max_size=12),
+    st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20),
+)
+def test_whole_events_and_line_by_line_give_what_the_rules_give_however_the_bytes_are_cut(
+    blocks: list[bytes], cuts: list[int]
+) -> None:
+    # The decoder splits a model's plain events whole and reads anything else line by line; both, mixed and
+    # cut anywhere, give what reading the stream line by line by the rules gives, each event as soon as
+    # its blank line came (every block here ends with one: nothing is left for close).
+    stream = b"".join(blocks)
+    decoder, events, start, i = SSEDecoder("test"), [], 0, 0
+    while start < len(stream):
+        size = cuts[i % len(cuts)]
+        events += decoder.feed(stream[start : start + size])
+        start, i = start + size, i + 1
+    assert events == _reference(stream)
+    assert decoder.close() == []
