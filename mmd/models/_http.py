@@ -72,11 +72,11 @@ def excerpt(text: str | bytes) -> str:
     return repr(text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…")
 
 
-def decode_json(data: str | bytes, label: str) -> Any:
-    """Parse a JSON document from the provider, refusing one nested deeper than MAX_DOCUMENT_DEPTH.
+def check_depth(data: str | bytes, label: str) -> None:
+    """Refuse a JSON document from the provider nested deeper than MAX_DOCUMENT_DEPTH, before any decoder
+    recurses into it.
 
-    Errors: ModelError saying the provider returned invalid or too deeply nested
-    JSON, with an excerpt.
+    Errors: ModelError saying so, with an excerpt.
     """
     try:
         check_json(data, what="the provider's answer is", max_depth=MAX_DOCUMENT_DEPTH)
@@ -85,6 +85,15 @@ def decode_json(data: str | bytes, label: str) -> Any:
             f"{label}: {exc} ({excerpt(data)}); no model answers like this. "
             "Try again; if it happens again, check that base_url in config.yaml points at a server you trust."
         ) from None
+
+
+def decode_json(data: str | bytes, label: str) -> Any:
+    """Parse a JSON document from the provider, refusing one nested deeper than MAX_DOCUMENT_DEPTH.
+
+    Errors: ModelError saying the provider returned invalid or too deeply nested
+    JSON, with an excerpt.
+    """
+    check_depth(data, label)
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError:

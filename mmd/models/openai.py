@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from mmd.models import transport
-from mmd.models._http import Accumulator, HttpModel, decode_json
+from mmd.models._http import Accumulator, HttpModel, check_depth, decode_json
 from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec, grown_from
 from mmd.models.llama import constrained_choice, constrained_step, timings
 from mmd.models.tokens import server_root
@@ -211,12 +211,82 @@ def said_message(message: Message) -> dict[str, Any]:
     return _message(message)
 
 
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None  # a few servers send an object where OpenAI sends its text
+
+
+class _CallDelta(msgspec.Struct):
+    index: int | msgspec.UnsetType | None = msgspec.UNSET  # missing: the call's place in the list
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_CallDelta] | None = None
+
+
+class _StreamChoice(msgspec.Struct):
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """A chat.completion.chunk of the usual shape; fields not named here are skipped unread."""
+
+    choices: list[_StreamChoice] | None = None
+    usage: Any = None
+    timings: Any = None
+    error: Any = None
+
+
+# One event a token, for a local model: decoded into these, an event's fields are read as attributes, and
+# no dict is made for the fields nobody reads (id, model, object, created, logprobs...).
+_CHUNK = msgspec.json.Decoder(_Chunk)
+
+
 class OpenAIStream(Accumulator):
     """Parses chat.completion.chunk events (or one chat.completion body)."""
 
     def feed(self, event: str, data: str) -> bool:
         if data.strip() == "[DONE]":
             return True
+        check_depth(data, self.label)
+        try:
+            chunk = _CHUNK.decode(data)
+        except msgspec.DecodeError:  # another shape, or no JSON: read as any JSON, as every event once was
+            return self._feed_any(data)
+        if chunk.error is not None:
+            return self._feed_any(data)
+        if chunk.usage is not None:
+            self._usage(chunk.usage)
+        if chunk.timings is not None:
+            self.timings = timings(chunk.timings) or self.timings
+        for choice in chunk.choices or ():
+            if choice.index == 0:
+                if (delta := choice.delta) is not None:
+                    self._typed_delta(delta)
+                if choice.finish_reason:
+                    self.finish_reason = choice.finish_reason
+        return False
+
+    def _typed_delta(self, delta: _Delta) -> None:
+        # What _choice does with a delta's dict, read from its struct.
+        if delta.content:
+            self.add_text(delta.content)
+        for position, call in enumerate(delta.tool_calls or ()):
+            key = position if call.index is msgspec.UNSET else call.index
+            function = call.function
+            self.start_call(key, call.id, function.name if function is not None else None)
+            arguments = function.arguments if function is not None else None
+            if isinstance(arguments, dict):
+                arguments = msgspec.json.encode(arguments).decode()
+            if arguments:
+                self.add_arguments(key, arguments)
+
+    def _feed_any(self, data: str) -> bool:
         chunk = self.checked(decode_json(data, self.label))
         # Most events carry neither (a call each, for every token of a local model's stream).
         if (usage := chunk.get("usage")) is not None:

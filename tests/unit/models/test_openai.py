@@ -507,3 +507,99 @@ def test_the_encoded_forms_send_the_same_body_and_the_tools_block_is_kept_while_
     other = [ToolSpec(name="bash", description="other", parameters={"type": "object", "properties": {}})]
     again = request_body("m", history, other, wire=wire)
     assert msgspec.json.decode(again["tools"])[0]["function"]["description"] == "other"
+
+
+# -- the stream's events read into structs, as they were read as any JSON ------------------------------
+
+_TEXT = st.text(max_size=4)
+_ODD = st.sampled_from([None, True, False, -1, 0, 2, 0.0, "", "x", ["a"], {}])
+
+
+def _shapes(odd: bool) -> st.SearchStrategy[Any]:
+    """Chunk events of the usual shape, each field of its usual type; with *odd*, any field may hold any of
+    the odd values instead (the reading falls back then)."""
+
+    def field(usual: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.one_of(usual, _ODD) if odd else usual
+
+    function = st.fixed_dictionaries(
+        {},
+        optional={
+            "name": field(st.one_of(st.none(), _TEXT)),
+            "arguments": field(
+                st.one_of(st.none(), _TEXT, st.dictionaries(_TEXT, st.integers(), max_size=2))
+            ),
+        },
+    )
+    call = st.fixed_dictionaries(
+        {},
+        optional={
+            "index": field(st.one_of(st.none(), st.integers(0, 2))),
+            "id": field(st.one_of(st.none(), _TEXT)),
+            "type": st.just("function"),
+            "function": field(st.one_of(st.none(), function)),
+        },
+    )
+    delta = st.fixed_dictionaries(
+        {},
+        optional={
+            "role": st.just("assistant"),
+            "content": field(st.one_of(st.none(), _TEXT)),
+            "tool_calls": field(st.one_of(st.none(), st.lists(call, max_size=2))),
+            "reasoning_content": _TEXT,
+        },
+    )
+    choice = st.fixed_dictionaries(
+        {},
+        optional={
+            "index": field(st.integers(0, 1)),
+            "delta": field(st.one_of(st.none(), delta)),
+            "finish_reason": field(st.one_of(st.none(), st.sampled_from(["stop", "tool_calls", "length"]))),
+            "logprobs": st.none(),
+        },
+    )
+    return st.fixed_dictionaries(
+        {"object": st.just("chat.completion.chunk")},
+        optional={
+            "choices": field(st.one_of(st.none(), st.lists(choice, max_size=2))),
+            "usage": st.one_of(st.none(), st.fixed_dictionaries({"prompt_tokens": st.integers(0, 9)}), _ODD),
+            "timings": st.one_of(st.none(), st.fixed_dictionaries({"prompt_n": st.integers(0, 9)}), _ODD),
+            "error": st.one_of(st.none(), _TEXT) if odd else st.none(),
+        },
+    )
+
+
+_EVENT = st.one_of(_shapes(odd=False), _shapes(odd=True), _ODD)
+
+
+def _fed(stream: Any, events: list[str], feed: Any) -> list[Any]:
+    """What each event did (None, or the kind of error it raised), and what the stream holds after."""
+    outcomes = []
+    for data in events:
+        try:
+            feed(stream, data)
+            outcomes.append(None)
+        except (
+            AttributeError,
+            KeyError,
+            IndexError,
+            TypeError,
+            ModelError,
+        ) as exc:  # as HttpModel._parse reads
+            outcomes.append(type(exc).__name__)
+    calls = [(key, c.id, c.name, c.parts, c.fallback) for key, c in sorted(stream._calls.items(), key=repr)]
+    state = (stream._text, calls, stream.finish_reason, stream.input_tokens, stream.timings)
+    return [outcomes, state]
+
+
+@settings(max_examples=300)
+@given(st.lists(_EVENT, min_size=1, max_size=4))
+def test_events_read_into_structs_do_what_they_did_read_as_any_json(events: list[Any]) -> None:
+    # The usual chunk is decoded into structs; any other shape falls back to the reading as any JSON. Over
+    # events of every shape, odd values included, both give the same text, calls, errors and counts.
+    from mmd.models.openai import OpenAIStream
+
+    texts = [msgspec.json.encode(e).decode() for e in events]
+    typed = _fed(OpenAIStream(None, "m"), texts, lambda s, d: s.feed("message", d))
+    as_any = _fed(OpenAIStream(None, "m"), texts, lambda s, d: s._feed_any(d))
+    assert typed == as_any
