@@ -272,19 +272,23 @@ class Accumulator:
                 self._on_text(delta)
 
     def start_call(self, key: int, call_id: str | None, name: str | None, fallback: str = "") -> None:
-        if key not in self._calls and fallback:
-            self._count(len(fallback))
-        call = self._calls.setdefault(key, _PartialCall(fallback=fallback))
+        if (call := self._calls.get(key)) is None:
+            if fallback:
+                self._count(len(fallback))
+            call = self._calls[key] = _PartialCall(fallback=fallback)
         # Some servers repeat id and name on every fragment: the first wins.
-        call.id = call.id or call_id
-        call.name = call.name or name
+        if not call.id:
+            call.id = call_id
+        if not call.name:
+            call.name = name
 
     def add_arguments(self, key: int, fragment: str) -> None:
         if not isinstance(fragment, str):
             raise TypeError("an arguments fragment is not a string")  # reported as an unexpected shape
-        self.start_call(key, None, None)
+        if (call := self._calls.get(key)) is None:
+            call = self._calls[key] = _PartialCall()
         self._count(len(fragment))
-        self._calls[key].parts.append(fragment)
+        call.parts.append(fragment)
 
     def _count(self, chars: int) -> None:
         self._chars += chars
@@ -611,7 +615,8 @@ class HttpModel:
                 f"{self.label}: the provider sent an answer of an unexpected shape: {excerpt(data)}"
             ) from None
         # on_text runs outside the guard so its own errors propagate unchanged.
-        parser.flush()
+        if parser._unsent:
+            parser.flush()
         return result
 
     def _broken(self, parser: Accumulator, reason: str, hint: str) -> Exception:

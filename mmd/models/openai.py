@@ -18,6 +18,7 @@ from mmd.models._http import Accumulator, HttpModel, check_depth, decode_json
 from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec, grown_from
 from mmd.models.llama import constrained_choice, constrained_step, timings
 from mmd.models.tokens import server_root
+from mmd.untrusted import MAX_DOCUMENT_DEPTH
 
 
 class OpenAIProvider:
@@ -253,7 +254,8 @@ class OpenAIStream(Accumulator):
     def feed(self, event: str, data: str) -> bool:
         if data.strip() == "[DONE]":
             return True
-        check_depth(data, self.label)
+        if data.count("[") + data.count("{") > MAX_DOCUMENT_DEPTH:  # check_depth's own first look
+            check_depth(data, self.label)
         try:
             chunk = _CHUNK.decode(data)
         except msgspec.DecodeError:  # another shape, or no JSON: read as any JSON, as every event once was
