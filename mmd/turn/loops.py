@@ -137,7 +137,7 @@ class LoopDetector(msgspec.Struct):
                 continue
             tail = calls[-need:]
             unit = tail[:period]
-            if len(set(unit)) != period or any(tail[i] != unit[i % period] for i in range(need)):
+            if len(set(unit)) != period or tail != unit * self.limits.cycle:  # need is period * cycle
                 continue
             names = " → ".join(f"{n}({_quote(a, 60)})" for n, a in unit)
             message = (
