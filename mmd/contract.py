@@ -192,15 +192,16 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
     (nested deeper than MAX_DEPTH, 64 levels) or ``too_large`` (more than
     MAX_ARGUMENTS_BYTES, 1 MiB): the last two are checked before decoding.
     """
-    sample = _compact(example) if example else '{"name": "value"}'
-    fix = f"Send the arguments as one JSON object, e.g. {sample}"
     if not raw.strip():
         return {}
     try:
         value = _loads(raw)
         if isinstance(value, str) and value.lstrip().startswith("{"):
             value = _loads(value)
-        _compact(value).encode()  # a lone surrogate escape like "\udd00" is not text (UnicodeEncodeError)
+        # A lone surrogate escape like "\udd00" is not text (UnicodeEncodeError); it can only come from a
+        # \u escape, or be in the text already (not ASCII): an arguments text of neither is not encoded.
+        if "\\u" in raw or not raw.isascii():
+            _compact(value).encode()
     except (TooDeep, TooLarge) as e:
         raise InvalidArguments([_limit_problem(e, None)], example=example) from None
     except DuplicateKey as e:
@@ -209,7 +210,7 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
         raise InvalidArguments([problem], example=example) from None
     except json.JSONDecodeError as e:
         raise InvalidArguments(
-            [Problem("malformed_json", None, _where_broken(e), fix)], example=example
+            [Problem("malformed_json", None, _where_broken(e), _one_object(example))], example=example
         ) from None
     except UnicodeEncodeError as e:
         bad = e.object[e.start : e.end].encode("unicode_escape").decode()
@@ -218,13 +219,22 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
         raise InvalidArguments([Problem("malformed_json", None, reason, fix)], example=example) from None
     except ValueError as e:  # NaN, Infinity
         reason = f"The arguments are not valid JSON: {e}."
-        raise InvalidArguments([Problem("malformed_json", None, reason, fix)], example=example) from None
+        problem = Problem("malformed_json", None, reason, _one_object(example))
+        raise InvalidArguments([problem], example=example) from None
     if value is None:
         return {}
     if not isinstance(value, dict):
         reason = f"The arguments must be a JSON object with one field per parameter, not {_kind(value)}."
-        raise InvalidArguments([Problem("not_an_object", None, reason, fix)], example=example)
+        raise InvalidArguments(
+            [Problem("not_an_object", None, reason, _one_object(example))], example=example
+        )
     return value
+
+
+def _one_object(example: dict[str, Any] | None) -> str:
+    """How to send arguments that are not one JSON object (made only then: twice a call, most are)."""
+    sample = _compact(example) if example else '{"name": "value"}'
+    return f"Send the arguments as one JSON object, e.g. {sample}"
 
 
 def _where_broken(e: json.JSONDecodeError) -> str:

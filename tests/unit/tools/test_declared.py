@@ -369,10 +369,19 @@ def test_nul_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert not (ctx.session_dir / "output-c1.log").exists()  # no process was started
 
 
-def test_lone_surrogate_escape_is_refused_by_the_contract() -> None:
-    # json.loads turns "\udd00" into a str that no argv (nor the event store) can encode.
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"service": "bill\\udd00ing"}',  # the escape
+        '"{\\"service\\": \\"bill\\\\udd00ing\\"}"',  # in stringified JSON, unpacked once
+        '{"service": "bill\udd00ing"}',  # the character itself, already in the text
+    ],
+)
+def test_lone_surrogate_escape_is_refused_by_the_contract(raw: str) -> None:
+    # json.loads turns "\udd00" into a str that no argv (nor the event store) can encode. Only a text with a
+    # \u escape or with characters past ASCII is looked at for one: each kind is.
     with pytest.raises(contract.InvalidArguments) as info:
-        contract.parse_arguments('{"service": "bill\\udd00ing"}')
+        contract.parse_arguments(raw)
     assert info.value.code == "malformed_json"
     assert "\\udd00" in info.value.reason and "lone surrogate" in info.value.reason
     # A surrogate pair is one character, and fine.
