@@ -8,6 +8,8 @@ real thing; the provider-level behaviour (SSE, retries) is tested through the sc
 from __future__ import annotations
 
 import functools
+import socket
+import struct
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -359,13 +361,19 @@ async def test_a_body_ended_after_a_whole_chunk_keeps_its_connection_without_wai
     await client.aclose()
 
 
+@pytest.mark.parametrize("then", ["more data", "reset"])
 async def test_a_body_that_goes_on_after_the_reader_ended_it_costs_its_connection_not_the_next_answer(
-    nursery: trio.Nursery,
+    nursery: trio.Nursery, then: str
 ) -> None:
+    # What follows the last chunk the reader wanted is more data, or the connection breaks while the next
+    # request waits for the rest: either way that request goes on a new connection and is answered.
     async def answer(stream: trio.SocketStream, request: bytes) -> bool:
         if b"/first" in request:
             await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
             await trio.sleep(0.05)
+            if then == "reset":  # SO_LINGER 0: the close is a reset, which the client's read raises
+                stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return False
             await stream.send_all(b"5\r\nextra\r\n0\r\n\r\n")
         else:
             await stream.send_all(sized(b"next"))
