@@ -177,6 +177,9 @@ class _Actions:
     it); freed by the C library when dropped."""
 
     __slots__ = ("buffer",)
+    # Held by the class: a thread's kept actions may be dropped as the interpreter ends, once this module's
+    # globals are gone ("NoneType object is not callable", printed by every process that spawned).
+    _destroy = _actions_destroy
 
     def __init__(self, stdio: Sequence[int], close: Sequence[int]) -> None:
         self.buffer: ctypes.Array[ctypes.c_char] | None = None
@@ -193,7 +196,7 @@ class _Actions:
 
     def __del__(self) -> None:
         if self.buffer is not None:
-            _actions_destroy(self.buffer)  # type: ignore[misc]
+            self._destroy(self.buffer)  # type: ignore[misc]
 
 
 def _environment(env: Mapping[str, str], varying: Sequence[str]) -> ctypes.Array[ctypes.c_char_p]:

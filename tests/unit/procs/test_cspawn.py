@@ -4,6 +4,8 @@ keeps between its spawns (the converted environment, the file actions) never sho
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -78,3 +80,20 @@ def test_a_program_not_found_names_the_program() -> None:
     with pytest.raises(FileNotFoundError) as err:
         spawned(["/nonexistent/mm-tool"], {})
     assert err.value.filename == "/nonexistent/mm-tool"
+
+
+def test_kept_file_actions_are_freed_quietly_as_the_interpreter_ends() -> None:
+    # A thread's kept actions may be dropped once the module's globals are gone (the main thread's, a daemon
+    # thread's at exit): every process that spawned printed "Exception ignored ... NoneType is not callable".
+    script = (
+        "import os, threading, time\n"
+        "from mmd.procs import cspawn\n"
+        "def spawn():\n"
+        "    r, w = os.pipe()\n"
+        "    os.waitpid(cspawn.spawnp(['true'], dict(os.environ), [r, w, w], cspawn.inherit_nothing()), 0)\n"
+        "spawn()\n"
+        "threading.Thread(target=lambda: (spawn(), time.sleep(100)), daemon=True).start()\n"
+        "time.sleep(0.2)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == ""
