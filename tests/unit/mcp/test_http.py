@@ -3,6 +3,7 @@ HTTP server on 127.0.0.1 that streams a body of its choosing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -24,9 +25,10 @@ PIECE = b"x" * 65536
 
 
 class _Server:
-    """A one-thread HTTP/1.1 server: each request is answered with ``body(request_head)`` chunks, chunked."""
+    """A one-thread HTTP/1.1 server: each request is answered with the chunks of ``chunks(request)``, chunked,
+    as ``content_type`` (a text, or what it gives for the request)."""
 
-    def __init__(self, content_type: str, chunks: Any) -> None:
+    def __init__(self, content_type: Any, chunks: Any) -> None:
         self.content_type, self.chunks = content_type, chunks
         self.sent = 0  # body bytes written, all connections together
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -58,12 +60,12 @@ class _Server:
             body = head.split(b"\r\n\r\n", 1)[1]
             while len(body) < length:
                 body += conn.recv(65536)
-            start = (
-                f"HTTP/1.1 200 OK\r\nContent-Type: {self.content_type}\r\nTransfer-Encoding: chunked\r\n\r\n"
-            )
+            request = head.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n" + body
+            kind = self.content_type(request) if callable(self.content_type) else self.content_type
+            start = f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nTransfer-Encoding: chunked\r\n\r\n"
             try:
                 conn.sendall(start.encode())
-                for chunk in self.chunks(body):
+                for chunk in self.chunks(request):
                     conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.sent += len(chunk)
                 conn.sendall(b"0\r\n\r\n")
@@ -118,7 +120,6 @@ async def test_an_mcp_server_answering_without_end_fails_its_request_with_the_bo
     # without end; the request fails with the bound named, the daemon's memory untouched.
     server = _Server("application/json", _endless_json)
     servers.append(server)
-    monkeypatch.setattr("mmd.mcp.http.MAX_ANSWER_BYTES", MiB)
     monkeypatch.setattr(pool, "bounded_client", _with_bound(MiB))
     await pool.load_sdk()
     from mcp.client.client import Client
@@ -142,3 +143,41 @@ def _with_bound(most: int) -> Any:
         return bounded_client(headers, timeout, auth, most=most)
 
     return make
+
+
+async def test_the_sse_transport_reads_no_posts_answer_past_the_bound(
+    servers: list[_Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SSE transport (type: sse) posts each message and reads the POST's answer whole: the endpoint the
+    # event stream names answers the initialize POST without end. The POST is cut at the bound; the
+    # connection never gets ready, and it fails within its connect timeout.
+    def answer(request: bytes) -> Iterator[bytes]:
+        if request.startswith(b"GET"):
+            yield b"event: endpoint\ndata: /messages?session_id=1\n\n"
+            while not stop.is_set():
+                stop.wait(0.05)
+            return
+        yield from _endless_json(request)
+
+    stop = threading.Event()
+    server = _Server(lambda r: "text/event-stream" if r.startswith(b"GET") else "application/json", answer)
+    servers.append(server)
+    monkeypatch.setattr(pool, "bounded_client", _with_bound(MiB))
+    await pool.load_sdk()
+    from mcp.client.client import Client
+    from mcp_types import Implementation
+
+    client = Client(
+        pool._sse_transport(server.url, {}, 5.0),
+        mode="auto",
+        client_info=Implementation(name="mm", version=__version__),
+        cache=None,
+    )
+    try:
+        with trio.move_on_after(3), contextlib.suppress(Exception):
+            async with client:
+                pass
+    finally:
+        stop.set()
+    await trio.sleep(0.2)  # the server notices the closed connection
+    assert 0 < server.sent < SERVED // 2
