@@ -232,7 +232,8 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
 
 
 def _one_object(example: dict[str, Any] | None) -> str:
-    """How to send arguments that are not one JSON object (made only then: twice a call, most are)."""
+    """How to send arguments that are not one JSON object: made for that error only (arguments are parsed
+    twice a call, and nearly always are one)."""
     sample = _compact(example) if example else '{"name": "value"}'
     return f"Send the arguments as one JSON object, e.g. {sample}"
 

@@ -226,7 +226,7 @@ class LoopbackResponse:
     async def end(self, chunks: AsyncIterator[bytes]) -> None:
         """End the body without waiting for its end. A chunked body read up to a chunk's end (a model's
         stream after its last event: only the size-0 chunk is still to come, often in a packet of its own)
-        leaves the connection kept, its rest read when it is next taken (LoopbackClient._reuse): waiting for
+        leaves the connection kept, its rest read when it is next taken (LoopbackClient._read_rest): waiting for
         it here cost a pass of the loop and a cancel scope every step. Any other body is read on to its end,
         DRAIN_SECONDS at most, as before (the connection is kept if it ends)."""
         if not self._left or self.headers.get("connection", "").lower() == "close":
