@@ -276,11 +276,12 @@ async def test_no_answer_in_time_is_a_timeout(nursery: trio.Nursery) -> None:
 
 
 async def test_the_timeout_bounds_each_wait_not_the_whole_answer(nursery: trio.Nursery) -> None:
-    # A body that comes a little at a time, never silent for a timeout but five timeouts long in all, is read
-    # whole: the request's one deadline moves on as its waits go; then a silence past it is a timeout.
+    # A body that comes a little at a time, never silent for a timeout but three timeouts long in all (twice
+    # the request's first deadline), is read whole: the one deadline moves on as the waits go; then a silence
+    # past it is a timeout.
     async def answer(stream: trio.SocketStream, request: bytes) -> bool:
         await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        for i in range(12):
+        for i in range(15):
             await trio.sleep(0.1)
             await stream.send_all(b"1\r\n%d\r\n" % (i % 10))
         if b"silent" in request:
@@ -289,11 +290,11 @@ async def test_the_timeout_bounds_each_wait_not_the_whole_answer(nursery: trio.N
         return True
 
     url = await Server(answer).serve(nursery)
-    client = LoopbackClient(timeout=0.25)
-    assert await body_of(client, url) == (200, b"012345678901")
+    client = LoopbackClient(timeout=0.5)
+    assert await body_of(client, url) == (200, b"012345678901234")
     with pytest.raises(TransportError) as caught:
         await body_of(client, url + "/silent")
-    assert caught.value.kind == "timeout" and "no answer within 0.25 s" in str(caught.value)
+    assert caught.value.kind == "timeout" and "no answer within 0.5 s" in str(caught.value)
     await client.aclose()
 
 
