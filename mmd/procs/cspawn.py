@@ -140,7 +140,7 @@ def spawnp(
     encoded = [s.encode(_FS_ENCODING, "surrogateescape") for s in argv]
     args = (ctypes.c_char_p * (len(encoded) + 1))(*encoded)
     envp = _environment(env, varying)
-    key = (*stdio, -1, *close)
+    key = (CLOSEFROM, *stdio, -1, *close)  # the actions of one way of closing the rest are not another's
     actions = _kept.actions.get(key)
     if actions is None:
         if len(_kept.actions) >= _KEPT_ACTIONS:

@@ -339,14 +339,22 @@ def _llama_servers(mm_home: Path) -> list[psutil.Process]:
     return found
 
 
-def _wait(what: str, check: Any, timeout: float) -> Any:
+def _wait(what: str, check: Any, timeout: float, explain: Any = None) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
+
+
+def _what_ran(mm_home: Path) -> str:
+    """The llama-servers running and the end of the daemon's log: what a failed wait for one shows."""
+    servers = [" ".join(p.cmdline()[-6:]) for p in _llama_servers(mm_home)]
+    log = mm_home / "state" / "mm" / "mmd.log"
+    tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else ["(no mmd.log)"]
+    return "llama-servers: " + ("; ".join(servers) or "none") + "\nmmd.log ends:\n" + "\n".join(tail)
 
 
 def _healthy(port: str) -> bool:
@@ -370,9 +378,10 @@ def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped
     port = cmd[cmd.index("--port") + 1]
     first.kill()  # a crash, as the kernel's OOM killer would do it
     second = _wait(
-        "a new llama-server",
+        f"a new llama-server healthy on port {port}",
         lambda: [p for p in _llama_servers(mm_home) if p.pid != first.pid and _healthy(port)],
         timeout=120,
+        explain=lambda: _what_ran(mm_home),
     )[0]
     assert second.cmdline() == cmd  # same model, same port: requests retried after the crash reach it
     log = mm_home / "state" / "mm" / "mmd.log"
