@@ -121,21 +121,23 @@ async def test_an_mcp_server_answering_without_end_fails_its_request_with_the_bo
     server = _Server("application/json", _endless_json)
     servers.append(server)
     monkeypatch.setattr(pool, "bounded_client", _with_bound(MiB))
-    await pool.load_sdk()
-    from mcp.client.client import Client
-    from mcp_types import Implementation
-
-    client = Client(
-        pool._http_transport(server.url, {}, 10.0),
-        mode="auto",
-        client_info=Implementation(name="mm", version=__version__),
-        cache=None,
-    )
+    client = await _sdk_client(pool._http_transport(server.url, {}, 10.0))
     with trio.fail_after(20), pytest.raises(Exception) as failed:  # the SDK's own error
         async with client:
             pass
     assert "passed 1,048,576 bytes" in pool.describe(failed.value)
     assert server.sent < SERVED // 2
+
+
+async def _sdk_client(transport: Any) -> Any:
+    """The SDK's client over *transport*, made as the pool makes it (McpConnection._client_context)."""
+    await pool.load_sdk()
+    from mcp.client.client import Client
+    from mcp_types import Implementation
+
+    return Client(
+        transport, mode="auto", client_info=Implementation(name="mm", version=__version__), cache=None
+    )
 
 
 def _with_bound(most: int) -> Any:
@@ -163,16 +165,7 @@ async def test_the_sse_transport_reads_no_posts_answer_past_the_bound(
     server = _Server(lambda r: "text/event-stream" if r.startswith(b"GET") else "application/json", answer)
     servers.append(server)
     monkeypatch.setattr(pool, "bounded_client", _with_bound(MiB))
-    await pool.load_sdk()
-    from mcp.client.client import Client
-    from mcp_types import Implementation
-
-    client = Client(
-        pool._sse_transport(server.url, {}, 5.0),
-        mode="auto",
-        client_info=Implementation(name="mm", version=__version__),
-        cache=None,
-    )
+    client = await _sdk_client(pool._sse_transport(server.url, {}, 5.0))
     try:
         with trio.move_on_after(3), contextlib.suppress(Exception):
             async with client:

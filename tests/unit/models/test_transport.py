@@ -319,6 +319,15 @@ async def test_the_waits_of_one_answer_share_its_one_cancel_scope(
     assert made.count("stream") == 1 and set(made) == {"stream", "_connect"}, made
 
 
+async def read_hello_and_end(client: LoopbackClient, url: str) -> None:
+    """Read the first chunk of *url*'s chunked answer (``hello``) and end the body there, as a model step does
+    after its last event."""
+    async with client.stream("GET", url, content=None, headers={}) as response:
+        chunks = response.aiter_bytes()
+        assert await chunks.__anext__() == b"hello"
+        await response.end(chunks)
+
+
 @pytest.mark.parametrize(
     ("first", "rest", "settle"),
     [
@@ -347,10 +356,7 @@ async def test_a_body_ended_after_a_whole_chunk_keeps_its_connection_without_wai
     server = Server(answer)
     url = await server.serve(nursery)
     client = LoopbackClient(timeout=5)
-    async with client.stream("GET", url + "/first", content=None, headers={}) as response:
-        chunks = response.aiter_bytes()
-        assert await chunks.__anext__() == b"hello"
-        await response.end(chunks)
+    await read_hello_and_end(client, url + "/first")
     go_on.set()
     if settle:
         await trio.sleep(0.1)
@@ -383,10 +389,7 @@ async def test_a_body_that_goes_on_after_the_reader_ended_it_costs_its_connectio
     server = Server(answer)
     url = await server.serve(nursery)
     client = LoopbackClient(timeout=5)
-    async with client.stream("GET", url + "/first", content=None, headers={}) as response:
-        chunks = response.aiter_bytes()
-        assert await chunks.__anext__() == b"hello"
-        await response.end(chunks)
+    await read_hello_and_end(client, url + "/first")
     assert await body_of(client, url + "/second") == (200, b"next")
     assert server.connections == 2
     await client.aclose()
