@@ -74,15 +74,71 @@ def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
             if quiet is not None:
                 passed = all(len(found) == counts[key] for key, found in names.items())
                 quiet.settle(linked if complete and passed else None)
-    for key, found in names.items():
-        if len(found) < counts[key]:
-            raise HardLinkRefused(
-                f"the sandbox cannot confine writes through {found[0]}: it is a hard link (the file has "
-                f"{counts[key]} names, {len(found)} of them in the folders this call may write), so a write "
-                "through it would change the file under its other names too. Break the link with a copy "
-                f"(cp -p {found[0]} {found[0]}.copy && mv {found[0]}.copy {found[0]}) or remove it; "
-                "or run mm with --sandbox off"
-            )
+    refused = [
+        (found[0], len(found), counts[key]) for key, found in names.items() if len(found) < counts[key]
+    ]
+    if refused:
+        raise HardLinkRefused(refusal(refused))
+
+
+def refusal(refused: list[tuple[str, int, int]]) -> str:
+    """What a refused spawn says of the hard links *refused* (each: a name inside, how many of its names are
+    inside, how many it has). The model reads it first: it names what the person has to do, since no
+    command of the model can run confined to do it (the one named by a package manager's link farm)."""
+    found = [(_farm(r[0]), r) for r in refused]
+    farms = collections.Counter(farm for farm, _ in found)
+    farm = max(farms, key=lambda f: (f is not None, farms[f]))  # a farm's, else the first file's
+    path, inside, names = next(r for f, r in found if f == farm)
+    said = f"the file has {names} names, {inside} of them in the folders this call may write"
+    if farm is None:
+        more = f" ({len(refused) - 1} more such files, such as {refused[1][0]})" if len(refused) > 1 else ""
+        return (
+            f"the sandbox cannot confine writes through {path}: it is a hard link ({said}){more}, so a write "
+            "through it would change the file under its other names too. Break the link with a copy "
+            f"(cp -p {path} {path}.copy && mv {path}.copy {path}) or remove it; or run mm with --sandbox off"
+        )
+    folder, manager = farm
+    return (
+        f"the sandbox cannot confine writes in {folder}: {farms[farm]} of its files are hard links into "
+        f"{_STORES[manager]} ({path}: {said}), so a write through one would change that file for every "
+        f"project that shares it. No command can run confined here until {folder} holds copies: the person "
+        f"running mm has to make it again with copies ({_COPIES[manager]}), or run mm with --sandbox off. "
+        "Tell them so; do not try to fix it with a command"
+    )
+
+
+# Package managers that hard-link the files of a store shared by every project into a project's folder, by
+# default wherever the store and the project are on one file system.
+_STORES = {"uv": "uv's cache", "pnpm": "pnpm's store"}
+_COPIES = {
+    "uv": '`uv sync --reinstall --link-mode=copy`; `link-mode = "copy"` under [tool.uv] in pyproject.toml '
+    "keeps later syncs copying",
+    "pnpm": "`pnpm config set package-import-method copy --location project && pnpm install --force`",
+}
+
+
+def _farm(path: str) -> tuple[str, str] | None:
+    """The folder of a package manager's link farm *path* lies in, and the manager: a virtual environment uv
+    made (its pyvenv.cfg names uv), or a node_modules pnpm made (it holds .modules.yaml)."""
+    folder = os.path.dirname(path)
+    farm = None
+    while folder != os.path.dirname(folder):
+        if os.path.basename(folder) == "node_modules" and os.path.isfile(
+            os.path.join(folder, ".modules.yaml")
+        ):
+            farm = (folder, "pnpm")  # the outermost: pnpm's own node_modules/.pnpm/… hold more of them
+        elif farm is None and _made_by_uv(os.path.join(folder, "pyvenv.cfg")):
+            return folder, "uv"
+        folder = os.path.dirname(folder)
+    return farm
+
+
+def _made_by_uv(cfg: str) -> bool:
+    try:
+        with open(cfg, "rb") as f:
+            return any(line.split(b"=")[0].strip() == b"uv" for line in f.read(4096).splitlines())
+    except OSError:
+        return False
 
 
 def _walk(roots: list[str], max_entries: int, quiet: _Quiet | None) -> tuple[list[str], bool]:

@@ -120,3 +120,62 @@ def test_the_watch_descriptor_is_not_inherited(tree) -> None:
     check_links([str(project)])
     quiet = links._quiets[(str(project),)]
     assert quiet._fd >= 0 and not os.get_inheritable(quiet._fd)
+
+
+def _store_files(outside: Path, count: int) -> list[Path]:
+    """*count* files of a package store outside the project, as a package manager keeps them."""
+    store = outside / "store"
+    store.mkdir()
+    files = [store / f"f{i}.py" for i in range(count)]
+    for f in files:
+        f.write_text("x\n")
+    return files
+
+
+def test_a_venv_uv_linked_from_its_cache_is_named_whole_with_the_way_to_copies(tree) -> None:
+    # uv's default on one file system: the venv's files are hard links into uv's cache; every confined call
+    # is refused, and no command of the model can change that, so the answer says what the person does.
+    project, outside = tree
+    site = project / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\nimplementation = CPython\nuv = 0.13.9\n")
+    for f in _store_files(outside, 3):
+        os.link(f, site / f.name)
+    with pytest.raises(HardLinkRefused) as refused:
+        check_links([str(project)])
+    text = str(refused.value)
+    assert f"cannot confine writes in {project / '.venv'}: 3 of its files are hard links into uv's cache" in text
+    assert "2 names, 1 of them" in text and str(site) in text
+    assert "uv sync --reinstall --link-mode=copy" in text and "--sandbox off" in text
+    assert "do not try to fix it with a command" in text
+
+
+def test_a_node_modules_pnpm_linked_from_its_store_is_named_at_its_outermost_folder(tree) -> None:
+    project, outside = tree
+    modules = project / "node_modules"
+    inner = modules / ".pnpm" / "is-odd@3.0.1" / "node_modules" / "is-odd"
+    inner.mkdir(parents=True)
+    (modules / ".modules.yaml").write_text("layoutVersion: 5\n")
+    (project / "src" / "deep" / "b.py").write_text("b\n")
+    files = _store_files(outside, 2)
+    os.link(files[0], inner / "index.js")
+    os.link(files[1], inner / "README.md")
+    with pytest.raises(HardLinkRefused) as refused:
+        check_links([str(project)])
+    text = str(refused.value)
+    assert f"cannot confine writes in {modules}: 2 of its files are hard links into pnpm's store" in text
+    assert "pnpm config set package-import-method copy --location project && pnpm install --force" in text
+
+
+def test_links_outside_any_link_farm_name_the_first_and_how_many_more(tree) -> None:
+    project, outside = tree
+    (project / ".venv").mkdir()
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # made by python -m venv: no farm
+    files = _store_files(outside, 3)
+    for f, folder in zip(files, [project, project / "src", project / ".venv"], strict=True):
+        os.link(f, folder / f.name)
+    with pytest.raises(HardLinkRefused) as refused:
+        check_links([str(project)])
+    text = str(refused.value)
+    assert "it is a hard link (the file has 2 names, 1 of them in the folders this call may write) (2 more" in text
+    assert "cp -p" in text and "uv" not in text and "pnpm" not in text
