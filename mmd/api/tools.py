@@ -29,7 +29,7 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     registry, skills, warnings = plan.build_tools(agent, cwd, mcp_tools)
     warnings = [*mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}
-    box = plan.turn_sandbox(agent, cwd)
+    box = plan.turn_sandbox(agent, cwd, user=config.sandbox)
     tools = [
         ToolInfo(
             name=tool.name,

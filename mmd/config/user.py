@@ -19,7 +19,7 @@ from ..models import PROVIDER_KINDS
 from .hooks import HooksSpec, check_hooks
 from .loader import ConfigError, Document, did_you_mean, one_of, parse
 from .mcp import KEY_HINTS, McpServerSpec, check_servers
-from .sandbox import absolute, normalise
+from .sandbox import SandboxSpec, absolute, normalise
 
 # A kind of the providers' table (mmd/models/__init__.py): the API a provider speaks.
 ProviderKind = Literal[PROVIDER_KINDS]  # type: ignore[valid-type]
@@ -85,6 +85,10 @@ class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp: dict[str, McpServerSpec] = {}
     # Hooks for every agent, mm's shape or Claude Code's (docs/hooks.md); they run before the agent file's.
     hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
+    # The sandbox of every agent's processes (docs/security.md): mode, the default where neither --sandbox nor
+    # the agent file names one; writable, folders beside the agent file's (a tool's cache: ~/.cache/uv);
+    # network: off turns it off whatever the agent file says.
+    sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
     # The file this was loaded from (it may not exist). Not a key of the file.
     path: str | None = None
 
@@ -107,12 +111,15 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     servers = doc.data.get("mcp") if isinstance(doc.data, dict) else None
     for name in servers if isinstance(servers, dict) else ():
         normalise(doc, ("mcp", name, "sandbox"))
+    normalise(doc, ("sandbox",))
     config = doc.convert(UserConfig)
     servers = {
         name: msgspec.structs.replace(s, sandbox=absolute(s.sandbox, path.parent))
         for name, s in config.mcp.items()
     }
-    config = msgspec.structs.replace(config, path=str(path), mcp=servers)
+    config = msgspec.structs.replace(
+        config, path=str(path), mcp=servers, sandbox=absolute(config.sandbox, path.parent)
+    )
     _check_references(doc, config)
     check_servers(doc, config.mcp)
     check_hooks(doc, config.hooks)

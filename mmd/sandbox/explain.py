@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+from mmd import paths
+
 from . import Sandbox
 
 # The kernel's texts for the errors a refusal gives, as libc and Python print them.
@@ -49,12 +51,12 @@ def refusal_note(output: str, box: Sandbox, cwd: str, agent_file: str | None) ->
             path = os.path.realpath(os.path.join(cwd, os.path.expanduser(quoted or slashed or named)))
             if not box.allows(path) and path not in refused:
                 refused.append(path)
-    where = (
-        f"sandbox.writable: in {agent_file}"
-        if agent_file
-        else "sandbox.writable: in the agent file (mm.yaml)"
+    here = agent_file or "the agent file (mm.yaml)"
+    every = paths.config_dir() / "config.yaml"
+    allow = (
+        f"A person can allow a folder by adding it to sandbox.writable: in {here} (this project) or in {every} "
+        "(every project: a tool's cache such as ~/.cache/uv), or run mm with --sandbox off."
     )
-    allow = f"A person can allow a folder by adding it to {where}, or run mm with --sandbox off."
     if refused:
         shown = ", ".join(refused[:_MAX_PATHS]) + (" …" if len(refused) > _MAX_PATHS else "")
         head = f"[mm: the sandbox refused writing {shown}: {box.summary()}."

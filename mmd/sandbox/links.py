@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from mmd import inotify
+from mmd import inotify, paths
 
 # Entries walked per spawn at most, all writable folders together.
 MAX_ENTRIES = 20_000
@@ -101,8 +101,9 @@ def refusal(refused: list[tuple[str, int, int]]) -> str:
     return (
         f"the sandbox cannot confine writes in {folder}: {farms[farm]} of its files are hard links into "
         f"{_STORES[manager]} ({path}: {said}), so a write through one would change that file for every "
-        f"project that shares it. No command can run confined here until {folder} holds copies: the person "
-        f"running mm has to make it again with copies ({_COPIES[manager]}), or run mm with --sandbox off. "
+        f"project that shares it. No command can run confined here until the person running mm makes the "
+        f"folder again with copies ({_COPIES[manager].format(config=paths.config_dir() / 'config.yaml')}), or runs "
+        "mm with --sandbox off. "
         "Tell them so; do not try to fix it with a command"
     )
 
@@ -112,8 +113,10 @@ def refusal(refused: list[tuple[str, int, int]]) -> str:
 _STORES = {"uv": "uv's cache", "pnpm": "pnpm's store"}
 _COPIES = {
     "uv": '`uv sync --reinstall --link-mode=copy`; `link-mode = "copy"` under [tool.uv] in pyproject.toml '
-    "keeps later syncs copying",
-    "pnpm": "`pnpm config set package-import-method copy --location project && pnpm install --force`",
+    "keeps later syncs copying) or lets confined calls write uv's cache, which `uv run` locks anyway (its "
+    "folder, `uv cache dir`, under sandbox: writable: in {config}",
+    "pnpm": "`pnpm config set package-import-method copy --location project && pnpm install --force`) or lets "
+    "confined calls write pnpm's store (its folder, `pnpm store path`, under sandbox: writable: in {config}",
 }
 
 

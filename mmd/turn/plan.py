@@ -20,6 +20,7 @@ from .. import paths
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
 from ..config.hooks import HooksSpec, claude_settings_files, claude_settings_hooks
 from ..config.mcp_json import add_mcp_files
+from ..config.sandbox import SandboxSpec
 from ..config.secrets import credential_variables, secret_variables
 from ..config.turns import LoopLimits, PhaseSpec
 from ..local import catalog as local_catalog
@@ -252,21 +253,24 @@ def _claude_hooks(
     return found, warnings
 
 
-def turn_sandbox(agent: AgentFile, cwd: Path, override: str | None = None) -> Sandbox:
+def turn_sandbox(
+    agent: AgentFile, cwd: Path, override: str | None = None, user: SandboxSpec | None = None
+) -> Sandbox:
     """The sandbox of a turn's processes in *cwd*: *override* (``--sandbox``), else the agent file's mode,
-    else workspace.
+    else config.yaml's (*user*), else workspace.
 
-    ``workspace`` may write beneath the session's directory and the agent's
-    ``sandbox.writable:`` folders; ``read-only`` beneath none of them (both: and
-    the temp dir).
+    ``workspace`` may write beneath the session's directory and the ``sandbox.writable:`` folders of the
+    agent file and of config.yaml; ``read-only`` beneath none of them (both: and the temp dir). The network
+    is off where either file turns it off: an agent file (a cloned repository's) cannot turn on what the
+    person turned off for every agent.
     """
-    spec = agent.sandbox
-    mode = override or spec.mode or DEFAULT_MODE
-    roots = (cwd, *spec.writable) if mode == "workspace" else ()
+    spec, user = agent.sandbox, user or SandboxSpec()
+    mode = override or spec.mode or user.mode or DEFAULT_MODE
+    roots = (cwd, *spec.writable, *user.writable) if mode == "workspace" else ()
     return Sandbox(
         mode=mode,  # type: ignore[arg-type]  # checked by the agent file's type and by the RPC params
         roots=tuple(dict.fromkeys(os.path.realpath(root) for root in roots)),
-        network=spec.network,
+        network=spec.network and user.network,
         source=agent.path or "",
     )
 
@@ -291,7 +295,7 @@ def assemble(
     max_bytes = budget.window.output_bytes(d.output_max_bytes) if budget else d.output_max_bytes
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     pass_env = tuple(agent.pass_env)
-    box = turn_sandbox(agent, cwd, plan.sandbox)
+    box = turn_sandbox(agent, cwd, plan.sandbox, plan.config.sandbox)
     if plan.confined_client:
         box = Sandbox(mode="read-only", network=False, source=box.source)
         warnings.append(CONFINED_CLIENT_WARNING)

@@ -158,6 +158,25 @@ def test_writable_folders_of_the_agent_file_are_allowed(home, scripted):
     assert (shared / "ok.txt").read_text() == "x\n"
 
 
+def test_writable_folders_of_config_yaml_are_allowed_in_every_project(home, scripted):
+    # A tool's cache outside every project (uv: ~/.cache/uv, which `uv run` locks): refused until the person
+    # names it once in config.yaml, and the note says so; then allowed in a project with no agent file.
+    work, cache = home / "work", home / "home" / ".cache" / "tool"
+    cache.mkdir(parents=True)
+    server = scripted(
+        [bash(f"echo x > {cache}/lock"), {"text": "refused"}, bash(f"echo y > {cache}/lock"), {"text": "ok"}]
+    )
+    assert prompt(work).returncode == 0
+    [refused] = tool_messages(server.requests()[-1])
+    assert f"[mm: the sandbox refused writing {cache}/lock" in refused
+    assert f"or in {home / 'config' / 'mm' / 'config.yaml'} (every project" in refused
+    assert not (cache / "lock").exists()
+    config = home / "config" / "mm" / "config.yaml"
+    config.write_text(config.read_text() + "sandbox:\n  writable: [~/.cache/tool]\n")
+    assert prompt(work).returncode == 0
+    assert (cache / "lock").read_text() == "y\n"
+
+
 def test_network_off_refuses_a_loopback_connection_to_a_server_of_the_test(home, scripted):
     work = home / "work"
     with socket.socket() as listener:

@@ -218,6 +218,14 @@ USER_ERRORS = [
         "default_model",
         None,
     ),
+    (
+        "daemon: {}\nsandbox: wrkspace\n",
+        2,
+        "sandbox",
+        '2: sandbox: expected "workspace", "read-only" or "off" (or a map with mode:, writable:, network:), '
+        'found a string ("wrkspace") — did you mean "workspace"?',
+    ),
+    ("sandbox:\n  writable: ~/.cache/uv\n", 2, "sandbox.writable", None),
 ]
 
 
@@ -570,3 +578,17 @@ def test_the_yaml_kept_between_prompts_stays_within_its_budget():
         parse("x.yaml", f"n: {i}\npad: {'p' * 900}\n")
     assert sum(map(len, loader._COMPOSED)) <= loader.COMPOSED_BUDGET
     assert f"n: 199\npad: {'p' * 900}\n" in loader._COMPOSED  # the latest is kept
+
+
+def test_the_sandbox_of_config_yaml_short_or_whole_with_its_folders_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert (
+        load_user_config(write(tmp_path / "a" / "config.yaml", "sandbox: read-only\n")).sandbox.mode
+        == "read-only"
+    )
+    assert load_user_config(write(tmp_path / "b" / "config.yaml", "sandbox: off\n")).sandbox.mode == "off"
+    text = "sandbox:\n  writable: [~/.cache/uv, shared]\n  network: off\n"
+    box = load_user_config(write(tmp_path / "c" / "config.yaml", text)).sandbox
+    assert box.writable == [str(tmp_path / "home" / ".cache" / "uv"), str(tmp_path / "c" / "shared")]
+    assert (box.mode, box.network) == (None, False)
+    assert load_user_config(tmp_path / "none.yaml").sandbox.writable == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmd import inotify
+from mmd import inotify, paths
 from mmd.sandbox import links
 from mmd.sandbox.links import HardLinkRefused, check_links
 
@@ -147,6 +147,7 @@ def test_a_venv_uv_linked_from_its_cache_is_named_whole_with_the_way_to_copies(t
     assert f"cannot confine writes in {project / '.venv'}: 3 of its files are hard links into uv's cache" in text
     assert "2 names, 1 of them" in text and str(site) in text
     assert "uv sync --reinstall --link-mode=copy" in text and "--sandbox off" in text
+    assert f"`uv cache dir`, under sandbox: writable: in {paths.config_dir() / 'config.yaml'})" in text
     assert "do not try to fix it with a command" in text
 
 

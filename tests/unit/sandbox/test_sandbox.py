@@ -17,6 +17,7 @@ import trio
 
 from mmd.config import ConfigError, load_agent_file
 from mmd.config.declared import DeclaredToolSpec
+from mmd.config.sandbox import SandboxSpec
 from mmd.procs import run_tool_process
 from mmd.sandbox import Sandbox, support
 from mmd.sandbox.explain import refusal_note
@@ -180,7 +181,8 @@ def test_refusals_are_read_from_the_output_with_their_paths(output: str, refused
     assert note is not None
     text, paths = note
     assert paths == refused
-    assert "sandbox.writable: in /p/mm.yaml" in text and "--sandbox off" in text
+    assert "sandbox.writable: in /p/mm.yaml (this project) or in " in text and "--sandbox off" in text
+    assert "config.yaml (every project" in text
 
 
 # --- the agent file ---------------------------------------------------------------------
@@ -229,6 +231,23 @@ def test_the_command_line_wins_over_the_agent_file(tmp_path: Path) -> None:
     box = turn_sandbox(agent, tmp_path, "workspace")
     assert box.roots == (os.path.realpath(tmp_path), os.path.realpath(tmp_path / "shared"))
     assert turn_sandbox(agent, tmp_path, "off").label == "off"
+
+
+def test_config_yaml_adds_folders_and_a_default_mode_and_can_only_turn_the_network_off(
+    tmp_path: Path,
+) -> None:
+    user = SandboxSpec(mode="read-only", writable=["/cache/uv"], network=True)
+    plain = load(tmp_path, "model: a/b\n")
+    assert turn_sandbox(plain, tmp_path, user=user).mode == "read-only"  # no mode in the agent file
+    box = turn_sandbox(plain, tmp_path, "workspace", user)
+    assert box.roots == (os.path.realpath(tmp_path), "/cache/uv")
+    agent = load(tmp_path, "sandbox:\n  mode: workspace\n  writable: [shared]\n  network: on\n")
+    box = turn_sandbox(agent, tmp_path, user=user)  # the agent file's mode wins over config.yaml's
+    assert box.roots == (os.path.realpath(tmp_path), os.path.realpath(tmp_path / "shared"), "/cache/uv")
+    assert box.network
+    off = SandboxSpec(network=False)
+    assert not turn_sandbox(agent, tmp_path, user=off).network  # a cloned repo's file cannot turn it on
+    assert turn_sandbox(agent, tmp_path, user=None).roots[-1] == os.path.realpath(tmp_path / "shared")
 
 
 def test_a_link_made_into_a_folder_walked_before_is_found(tmp_path: Path) -> None:
