@@ -138,6 +138,11 @@ class Connection:
     def notify(self, method: str, params: Any) -> None:
         self.push(notification(method, params))
 
+    def notify_each(self, method: str, each: list[Any]) -> None:
+        """One notification for each of *each*, in one frame of bytes: one write, where a second push
+        within BURST would go through the writer task."""
+        self.push(b"".join([notification(method, params) for params in each]))
+
     def _write_now(self, frame: bytes) -> bytes:
         """What of *frame* the socket did not take at once (b"" when it took it all)."""
         assert self._sock is not None

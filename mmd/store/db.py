@@ -242,7 +242,7 @@ def _first_line(text: str) -> str:
 
 
 class Batch:
-    """The block of :meth:`Store.batch` (a class, not a generator: it runs up to three times a tool call)."""
+    """The block of :meth:`Store.batch` (a class, not a generator: it runs twice a tool call)."""
 
     __slots__ = ("_numbers", "_opened", "_store")
 

@@ -108,6 +108,7 @@ class Call(msgspec.Struct):
     denied: bool = False
     # The context it runs with, made once its key is known: the consent's and the run's (CallRunner._ctx).
     ctx: ToolContext | None = None
+    contracted: bool = False  # the contract stage ran (CallRunner.open: in the model step's commit)
 
     @property
     def replays(self) -> bool:
@@ -139,6 +140,7 @@ class CallRunner:
         self.invalid: set[str] = set()  # ids of the calls the contract refused (loop.py reads it)
         self._resolved_roots: list[str] | None = None  # _roots
         self._turn_site: Site | None = None  # _site
+        self._opened: Call | None = None  # the call open() ran the contract stage of, for run() to go on
         self.request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
         # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
         self.checkpoints = Recorder(
@@ -152,13 +154,22 @@ class CallRunner:
             timeout=setup.limits.timeout,
         )
 
+    def open(self, call: ToolCall) -> None:
+        """Run *call*'s contract stage now (no await: within the caller's ``together()``), for :meth:`run`
+        to take it from there: the call's record and tool_call event then join the caller's commit."""
+        c = Call(call=call, tool=self.setup.registry.get(call.name), started=time.monotonic())
+        self._contract(c)
+        self._opened = c
+
     async def run(self, call: ToolCall) -> Finished:
         """Take *call* through every stage; the result is what the model reads. Its tool_result event is
         not emitted yet: :meth:`publish` emits it, where the caller writes the call's message (one commit).
 
         Errors: StopTurn when a verdict ends the turn (nobody to ask, a hook's stop).
         """
-        c = Call(call=call, tool=self.setup.registry.get(call.name), started=time.monotonic())
+        c, self._opened = self._opened, None
+        if c is None or c.call is not call:
+            c = Call(call=call, tool=self.setup.registry.get(call.name), started=time.monotonic())
         for stage in STAGES:
             if c.answer is not None:
                 break
@@ -181,6 +192,11 @@ class CallRunner:
     # -- the stages, in order ---------------------------------------------------
 
     async def contract(self, c: Call) -> None:
+        if not c.contracted:
+            self._contract(c)
+
+    def _contract(self, c: Call) -> None:
+        c.contracted = True
         try:
             if c.tool is None:
                 raise self._unknown_tool(c.call)

@@ -10,6 +10,7 @@ only the current phase's tools are offered (mmd/turn/phases.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -38,10 +39,14 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
     progress = Progress(detector=LoopDetector(setup.loop), request=runner.request)
     lead: Lead = "call" if setup.act_first else "free"
     stop_blocks = 0  # times a Stop hook made the model go on in this turn (stop_hook_active once any)
+
+    def opening(completion: Completion) -> None:
+        _open_first(runner, progress, completion)
+
     for _ in range(setup.max_steps):
-        completion = await model_step(session, setup, lead=lead)
+        completion = await model_step(session, setup, lead=lead, then=opening)
         if not completion.tool_calls and (again := _retry_lead(session, setup, completion, progress)):
-            completion = await model_step(session, setup, lead=again)  # not counted against max_steps
+            completion = await model_step(session, setup, lead=again, then=opening)  # not against max_steps
         if not completion.tool_calls:
             status, text = await _final(session, setup, completion, progress)
             go_on = await hookpoints.stop_blocked(session, setup, text, stop_blocks)
@@ -79,6 +84,7 @@ class Progress(msgspec.Struct):
     # the contract refused for a tool that already succeeded in this turn. A loop on one ends the turn ok.
     refused: set[Key] = msgspec.field(default_factory=set)
     retold: bool = False  # a reply that did nothing was answered and the step taken again (once a turn)
+    opened: tuple[ToolCall, Key] | None = None  # the call _open_first checked and opened, with its key
     request: str = ""  # the user's message the turn answers
 
     def record(
@@ -143,25 +149,44 @@ def _scalar(value: Any) -> str:
     return "\0" if isinstance(value, dict | list) else json.dumps(value)
 
 
+def _open_first(runner: CallRunner, progress: Progress, completion: Completion) -> None:
+    """The step's first call's contract stage, in the step's own commit (model_step's *then*): its record
+    and tool_call event join the assistant message's, one commit and one write to each client instead of
+    two a call. Only where :func:`_one_call` would go straight to it: the call repeats none that succeeded
+    and continues no loop (both checks only read: nothing can change their answer before _one_call takes the call)."""
+    if not completion.tool_calls:
+        return
+    call = completion.tool_calls[0]
+    key = call_key(call.name, call.arguments)
+    if (
+        progress.repeats(key, runner.setup.registry.get(call.name)) is None
+        and progress.detector.before(key) is None
+    ):
+        runner.open(call)
+        progress.opened = (call, key)
+
+
 async def _one_call(session: Conversation, runner: CallRunner, progress: Progress, call: ToolCall) -> None:
     """Run one call and add its result to the conversation, with a loop nudge when one is seen."""
-    key = call_key(call.name, call.arguments)
+    opened, progress.opened = progress.opened, None
+    checked = opened is not None and opened[0] is call  # by _open_first, in the step's commit
+    key = opened[1] if opened is not None and checked else call_key(call.name, call.arguments)
     try:
-        if (done := progress.repeats(key, runner.setup.registry.get(call.name))) is not None:
+        if not checked and (done := progress.repeats(key, runner.setup.registry.get(call.name))) is not None:
             content = _repeat_after_success(session, progress, done, call, echoed=done != key)
             session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=content))
         else:
-            await _run(session, runner, progress, key, call)
+            await _run(session, runner, progress, key, call, checked=checked)
     except StopTurn as stop:  # the call's own answer, before the turn ends
         session.add_message(Message(role="tool", tool_call_id=call.id, name=call.name, content=stop.text))
         raise
 
 
 async def _run(
-    session: Conversation, runner: CallRunner, progress: Progress, key: Key, call: ToolCall
+    session: Conversation, runner: CallRunner, progress: Progress, key: Key, call: ToolCall, *, checked: bool
 ) -> None:
     # The call's result event, a loop's nudge and the call's message are committed together.
-    if (loop := progress.detector.before(key)) is not None:  # told once already: stop, don't run
+    if not checked and (loop := progress.detector.before(key)) is not None:  # told once already: stop
         session.emit("loop_detected", loop.data("stop"))
         # The action may be done: a write succeeded, or a declared or MCP tool did and the call repeated
         # never ran and cannot be what was asked for (Progress.refused; contrib/eval: `pkgtest greet` ran,
@@ -306,8 +331,15 @@ def _unusable(
     return answers.unusable(completion.text)
 
 
-async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "free") -> Completion:
-    """Ask the model for its next step; its text streams out as ``text`` events."""
+async def model_step(
+    session: Conversation,
+    setup: TurnSetup,
+    *,
+    lead: Lead = "free",
+    then: Callable[[Completion], None] | None = None,
+) -> Completion:
+    """Ask the model for its next step; its text streams out as ``text`` events. *then* is called with the
+    step's completion within the commit of its message (it must not await)."""
 
     def on_retry(attempt: int, wait: float, reason: str) -> None:
         session.emit("model_retry", {"attempt": attempt, "wait": round(wait, 3), "reason": reason})
@@ -344,6 +376,8 @@ async def model_step(session: Conversation, setup: TurnSetup, *, lead: Lead = "f
     with session.together():  # the message and its event: one commit
         session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept, said=said))
         session.emit("assistant", _assistant_record(completion))
+        if then is not None:
+            then(completion)
     return completion
 
 

@@ -44,9 +44,12 @@ class Subscriber(Protocol):
 
     def notify(self, method: str, params: Any) -> None: ...
 
+    def notify_each(self, method: str, each: list[Any]) -> None:
+        """One notification for each of *each*, in order, sent together."""
+
 
 class Together:
-    """The block of :meth:`Session.together` (a class, not a generator: it runs three times a tool call)."""
+    """The block of :meth:`Session.together` (a class, not a generator: it runs twice a tool call)."""
 
     __slots__ = ("_batch", "_count", "_held", "_session")
 
@@ -78,10 +81,9 @@ class Together:
             session._held = None
             if kind is not None:
                 del session.messages[self._count :]
-        if kind is None:
-            for event in held:
-                for conn in list(session.subscribers):
-                    conn.notify("event", event)
+        if kind is None and held:
+            for conn in list(session.subscribers):  # a commit's events in one write to each client
+                conn.notify_each("event", held)
 
 
 class Session:

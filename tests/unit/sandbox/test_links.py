@@ -144,7 +144,9 @@ def test_a_venv_uv_linked_from_its_cache_is_named_whole_with_the_way_to_copies(t
     with pytest.raises(HardLinkRefused) as refused:
         check_links([str(project)])
     text = str(refused.value)
-    assert f"cannot confine writes in {project / '.venv'}: 3 of its files are hard links into uv's cache" in text
+    assert (
+        f"cannot confine writes in {project / '.venv'}: 3 of its files are hard links into uv's cache" in text
+    )
     assert "2 names, 1 of them" in text and str(site) in text
     assert "uv sync --reinstall --link-mode=copy" in text and "--sandbox off" in text
     assert f"`uv cache dir`, under sandbox: writable: in {paths.config_dir() / 'config.yaml'})" in text
@@ -178,5 +180,8 @@ def test_links_outside_any_link_farm_name_the_first_and_how_many_more(tree) -> N
     with pytest.raises(HardLinkRefused) as refused:
         check_links([str(project)])
     text = str(refused.value)
-    assert "it is a hard link (the file has 2 names, 1 of them in the folders this call may write) (2 more" in text
+    assert (
+        "it is a hard link (the file has 2 names, 1 of them in the folders this call may write) (2 more"
+        in text
+    )
     assert "cp -p" in text and "uv" not in text and "pnpm" not in text

@@ -418,3 +418,25 @@ async def test_a_push_never_writes_past_a_frame_the_writer_still_holds() -> None
         conn.close_after_flush()
     await client.aclose()
     assert bytes(received) == big + small
+
+
+async def test_the_events_of_one_commit_go_out_in_one_write_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A step's message and its first call's record are one commit (mmd/turn/loop.py): its two events are
+    # pushed as one frame of bytes, one write with no wake of the writer task (a second push within BURST
+    # would have queued for it). No burst rule here: the handshake's answer was written just before.
+    monkeypatch.setattr(connection, "BURST", 0.0)
+    seen: list[list[bytes]] = []
+
+    async def events(daemon: Any, conn: Connection, params: Empty) -> Done:
+        writes = recorded_writes(monkeypatch)
+        conn.notify_each("event", [{"seq": 0}, {"seq": 1}, {"seq": 2}])
+        seen.append(list(writes))  # before this handler yielded once
+        return Done()
+
+    async with serving(table(**{"daemon.status": Method(Empty, events)})) as (peer, _, _):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        await peer.send(request(2, "daemon.status"))
+        assert await peer.event_seqs(3) == [0, 1, 2]
+        [written] = seen
+        assert len(written) == 1 and written[0].count(b"seq") == 3

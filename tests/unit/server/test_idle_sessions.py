@@ -28,6 +28,9 @@ class Client:
     def notify(self, method: str, params: Any) -> None:
         pass
 
+    def notify_each(self, method: str, each: list[Any]) -> None:
+        pass
+
 
 @pytest.fixture
 async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:

@@ -9,6 +9,7 @@ turn committed (events and messages) and what the model was sent. Where time mat
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
@@ -114,6 +115,10 @@ class Client:
         self.events.append(params)
         self.on_event(params)
 
+    def notify_each(self, method: str, each: list[Any]) -> None:
+        for params in each:
+            self.notify(method, params)
+
 
 class Turn:
     """One session and what its turns need: the store, the tools, the provider."""
@@ -217,6 +222,28 @@ async def test_a_calls_events_arrive_with_the_rows_written_beside_them_already_c
         ("tool_result", 2),
         ("assistant", 3),
     ]
+
+
+async def test_a_steps_message_and_its_first_calls_record_are_one_commit_sent_together(turn: Turn) -> None:
+    # The step's commit holds its first call's contract stage too (loop._open_first): the assistant and
+    # tool_call events arrive in one batch, as one commit's events; the result is a commit of its own.
+    batches: list[list[str]] = []
+    begun: list[int] = []  # transactions begun when each batch came
+
+    class Batches(Client):
+        def notify_each(self, method: str, each: list[Any]) -> None:
+            batches.append([event.kind for event in each])
+            begun.append(len(begins))
+
+    begins: list[str] = []
+    turn.host.store._conn.set_trace_callback(
+        lambda sql: begins.append(sql) if sql.startswith("BEGIN") else None
+    )
+    turn.session.subscribe(Batches(), interactive=False)
+    await turn.run(call("lookup", {"key": "b"}), call("lookup", {"key": "c"}), answer("done."))
+    turn.host.store._conn.set_trace_callback(None)
+    assert batches == [["assistant", "tool_call"], ["tool_result"]] * 2 + [["assistant"]]
+    assert [b - a for a, b in itertools.pairwise(begun)] == [1, 1, 1, 1]  # two commits a call
 
 
 async def test_each_step_records_the_timings_its_server_reported(turn: Turn) -> None:
