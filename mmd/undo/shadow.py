@@ -276,7 +276,7 @@ class Shadow(msgspec.Struct):
             out = await self.git("check-ignore", "-z", "--stdin", stdin=stdin, ok=(0, 1), literal=False)
             ignored = {p + b"/" for p in out.split(b"\0") if p}
         try:
-            watch.start(ignored)
+            await watch.restart(ignored)
         except Unwatchable as exc:
             refuse(self.git_dir, str(exc))
 

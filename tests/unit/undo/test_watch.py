@@ -10,9 +10,11 @@ import os
 import random
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
+import trio
 
 from mmd import inotify
 from mmd.store import Store
@@ -434,3 +436,55 @@ async def test_a_snapshot_never_keeps_a_tree_read_before_a_change_another_reader
     finally:
         CountingShadow.git = git
     await shadows.snapshot()  # compared with git's tree from scratch
+
+
+async def test_a_restart_walks_in_a_worker_thread_while_the_loop_runs_on(tmp_path, monkeypatch):
+    # Watching a project lists and watches each folder: ~100 ms for 4,000, during which the whole daemon's
+    # loop waited when the walk ran on its thread. The walk here waits until the loop has run a task.
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    loop_ran = threading.Event()
+    real_add = watch._Tree._add
+
+    def add(self: watch._Tree, folder: bytes) -> bool:
+        if not loop_ran.wait(10):
+            raise AssertionError("the loop ran nothing while the walk went on")
+        return real_add(self, folder)
+
+    monkeypatch.setattr(watch._Tree, "_add", add)
+    w = Watch(tmp_path)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.restart, set())
+            await trio.sleep(0)  # the restart starts its walk
+            loop_ran.set()  # what the loop does meanwhile
+        assert w.folders == 4 and not w.stale
+        assert w.changed()  # no snapshot's tree yet
+        w.tree = "t"
+        assert not w.changed()
+        (tmp_path / "a" / "new").write_text("n\n")  # a folder watched by the walk in the thread
+        assert w.changed()
+    finally:
+        w.close()
+
+
+async def test_a_watch_dropped_while_its_walk_runs_closes_what_the_walk_made(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    release, built = threading.Event(), []
+    real_build = watch._Tree.build
+
+    def build(self: watch._Tree, ignored: set[bytes]) -> watch._Tree:
+        release.wait(10)
+        built.append(real_build(self, ignored))
+        return built[-1]
+
+    monkeypatch.setattr(watch._Tree, "build", build)
+    w = Watch(tmp_path)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.restart, set())
+        await trio.sleep(0)
+        w.drop()  # as watch_of does when the path names another folder now
+        release.set()
+    assert w._fd == -1 and w.stale
+    with pytest.raises(OSError):
+        os.fstat(built[0].fd)  # closed, not leaked
