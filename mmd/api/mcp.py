@@ -93,7 +93,7 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> McpTested:
         out.error = f"{type(exc).__name__}: {exc}"
         return out
     tools, warnings = make_tools(entry, pooled)
-    base, _, _ = plan.build_tools(agent, cwd)
+    base, _, _ = await trio.to_thread.run_sync(plan.build_tools, agent, cwd)  # it reads the skills
     kept, clashes = admit(tools, taken_names(list(base.tools.values())))
     specs = Registry(kept, strict=agent.schema == "strict").specs()
     _reached(out, pooled, reused, [_tool_row(tool, spec) for tool, spec in zip(kept, specs, strict=True)])

@@ -26,7 +26,7 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     # In a worker thread: parsing a big or hostile agent file must not stall other clients.
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path)
     mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config)
-    registry, skills, warnings = plan.build_tools(agent, cwd, mcp_tools)
+    registry, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, mcp_tools)
     warnings = [*mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}
     box = plan.turn_sandbox(agent, cwd, user=config.sandbox)

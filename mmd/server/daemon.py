@@ -372,7 +372,11 @@ class Daemon:
         provider = await self.providers.get(resolved.model, session.id)
         budget = await self.providers.budget(resolved.model, session.id)
         mcp_tools, mcp_warnings = await self.mcp.tools(resolved.agent, resolved.config)
-        setup = plan.assemble(resolved, provider, mcp_tools, mcp_warnings, budget)
+        # In a worker thread: it reads the project's skills (a cloned repository's 500 SKILL.md files took
+        # the loop 115 s before their bounds), the files the system prompt names, and the sandbox's paths.
+        setup = await trio.to_thread.run_sync(
+            plan.assemble, resolved, provider, mcp_tools, mcp_warnings, budget
+        )
         for warning in setup.warnings:
             log.warning("%s", warning)
         return setup

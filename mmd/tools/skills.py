@@ -25,8 +25,14 @@ import yaml
 
 from ..untrusted import YamlLimitError, open_regular, safe_load
 
-# Largest front matter read: it holds a name, a description and keywords (a few hundred bytes).
-MAX_FRONT_MATTER = 64 * 1024
+# Largest front matter read: it holds a name, a description and keywords (a few hundred bytes; a description
+# is at most 1,024 characters in Claude's format). YAML is read in Python, ~4 ms a kilobyte here.
+MAX_FRONT_MATTER = 16 * 1024
+# What one load reads of all its skills at most: SKILL.md bytes (each skill's body is kept for read_skill)
+# and front matter (YAML). A cloned repository's 500 skills of 64 KB front matter took 115 s of the daemon
+# to load, at every prompt, and 500 bodies of 256 KB would be 128 MB kept; past either, skills are skipped.
+MAX_SKILLS_BYTES = 4 * 1024 * 1024
+MAX_FRONT_MATTER_TOTAL = 256 * 1024
 # Largest SKILL.md read: a body the model reads whole (Claude's guidance: under 500 lines); a file past
 # this is skipped, so a huge or endless file in a cloned repository costs one bounded read.
 MAX_SKILL_BYTES = 256 * 1024
@@ -104,6 +110,24 @@ class SkillError(Exception):
     """A SKILL.md that cannot be loaded; the message says what is wrong."""
 
 
+class _Budget:
+    """What a load may still read (MAX_SKILLS_BYTES, MAX_FRONT_MATTER_TOTAL)."""
+
+    def __init__(self) -> None:
+        self.bytes = MAX_SKILLS_BYTES
+        self.front = MAX_FRONT_MATTER_TOTAL
+        self.skipped = 0  # skills not read once it was spent
+
+    def take(self, size: int, front: int) -> bool:
+        """Whether a SKILL.md of *size* bytes and *front* characters of front matter still fits (then taken)."""
+        if size > self.bytes or front > self.front:
+            self.bytes = self.front = 0  # spent: no later skill is read either (the order is the priority)
+            return False
+        self.bytes -= size
+        self.front -= front
+        return True
+
+
 class SkillDir(msgspec.Struct, frozen=True):
     """One folder searched for skills: where it is, what `mm skills list` calls it, what it may reach."""
 
@@ -128,15 +152,19 @@ def load_skills(dirs: Iterable[Path | SkillDir]) -> tuple[Catalogue, list[str]]:
     skipped silently, being no attempted skill), a skill whose folder or
     SKILL.md resolves outside its SkillDir's ``confine`` (skipped).
     """
-    catalogue, warnings = Catalogue(), []
+    catalogue, warnings, budget, failed = Catalogue(), [], _Budget(), 0
     for d in dirs:
         where = d if isinstance(d, SkillDir) else SkillDir(Path(d))
         for folder in _skill_folders(where.path.expanduser(), warnings):
             try:
                 _check_confined(folder, where.confine)
-                skill = parse_skill(folder, source=where.source)
+                skill = parse_skill(folder, source=where.source, budget=budget)
+                if skill is None:
+                    continue
             except SkillError as e:
-                warnings.append(f"{folder / 'SKILL.md'}: {e}; skill skipped.")
+                failed += 1
+                if failed <= MAX_SKIPPED_WARNINGS:  # one a file, as many as a cloned repository holds: cut
+                    warnings.append(f"{folder / 'SKILL.md'}: {e}; skill skipped.")
                 continue
             first = catalogue.skills.get(skill.name)
             if first is not None:
@@ -146,6 +174,14 @@ def load_skills(dirs: Iterable[Path | SkillDir]) -> tuple[Catalogue, list[str]]:
                 )
                 continue
             catalogue.skills[skill.name] = skill
+    if failed > MAX_SKIPPED_WARNINGS:
+        warnings.append(f"{failed - MAX_SKIPPED_WARNINGS} more SKILL.md files could not be loaded. Skipped.")
+    if budget.skipped:
+        warnings.append(
+            f"{budget.skipped} skills not loaded: the ones before them hold the most read for one prompt "
+            f"({MAX_SKILLS_BYTES // 1024 // 1024} MiB of SKILL.md, {MAX_FRONT_MATTER_TOTAL // 1024} KiB of front "
+            "matter); keep skills short, or fewer in the project"
+        )
     return catalogue, warnings
 
 
@@ -190,8 +226,8 @@ def _check_confined(folder: Path, confine: Path | None) -> None:
             )
 
 
-def parse_skill(folder: Path, source: str = "") -> Skill:
-    """Read ``folder/SKILL.md``.
+def parse_skill(folder: Path, source: str = "", budget: _Budget | None = None) -> Skill | None:
+    """Read ``folder/SKILL.md``; None (counted in *budget*) when it no longer fits in the load's *budget*.
 
     Errors: SkillError for a file past MAX_SKILL_BYTES, no front matter, bad
     YAML, a missing or malformed name or description, a malformed
@@ -204,7 +240,11 @@ def parse_skill(folder: Path, source: str = "") -> Skill:
     close = _CLOSE.search(text, start)
     if close is None:
         raise SkillError("the front matter has no closing --- line")
-    meta = _front_matter(text[start : close.start()])
+    front = text[start : close.start()]
+    if len(front) <= MAX_FRONT_MATTER and budget is not None and not budget.take(len(text), len(front)):
+        budget.skipped += 1  # one too big is refused by _front_matter, unread and uncounted
+        return None
+    meta = _front_matter(front)
     body = text[close.end() :].lstrip("\r\n")
     return Skill(
         name=_name(meta, folder),

@@ -12,7 +12,9 @@ functions that break a rule.
 - no await inside a store batch (``store.batch()``, ``session.together()``): the daemon's one
   connection would take another task's writes into the transaction;
 - the client imports only `mmd.__version__`, `mmd.rpc`, `mmd.paths`, the
-  standard library, click and itself.
+  standard library, click and itself;
+- what reads a project's files (skills, agent file) is not called from an async function of the server or
+  the API: it runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -511,3 +513,45 @@ def test_no_await_inside_a_store_transaction_block() -> None:
 def test_the_transaction_block_check_sees_an_await() -> None:
     code = "async def f(s):\n    with s.together():\n        await g()\n    with s.batch():\n        h()\n"
     assert awaits_in_transaction_blocks(ast.parse(code)) == [2]
+
+
+# --- what reads a project's files runs in a worker thread, never on the event loop's ---------------------
+
+# Functions that read what a project holds (its skills, its agent file, the files the system prompt names):
+# a cloned repository decides how long they take (500 SKILL.md files took 115 s), and on the loop's thread
+# every session and client of the daemon would wait. The daemon calls them through trio.to_thread.run_sync.
+PROJECT_READERS = ("assemble", "build_tools", "load_skills", "load", "load_agent")
+
+
+def project_reads_on_the_loop(module_tree: ast.AST) -> list[int]:
+    """The lines of async functions in *module_tree* that call a PROJECT_READERS function directly."""
+    found = []
+    for function in ast.walk(module_tree):
+        if not isinstance(function, ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                name = (
+                    node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                )
+                if name in PROJECT_READERS:
+                    found.append(node.lineno)
+    return found
+
+
+def test_no_project_file_is_read_on_the_event_loop() -> None:
+    found = [
+        f"{module.rel}:{line}"
+        for name, module in modules().items()
+        if name.startswith("mmd.server") or name.startswith("mmd.api")
+        for line in project_reads_on_the_loop(tree(module.path))
+    ]
+    assert found == [], "a project's files read in an async function: use trio.to_thread.run_sync"
+
+
+def test_the_project_read_check_sees_a_direct_call_and_passes_a_thread() -> None:
+    code = (
+        "async def f(p):\n    s = plan.assemble(p)\n"
+        "async def g(p):\n    s = await trio.to_thread.run_sync(plan.assemble, p)\n"
+    )
+    assert project_reads_on_the_loop(ast.parse(code)) == [2]

@@ -24,6 +24,7 @@ import pytest
 
 from mmd.config.declared import MAX_TOOLS
 from mmd.config.loader import MAX_FILE_BYTES
+from mmd.tools.skills import MAX_FRONT_MATTER
 from mmd.untrusted import MAX_YAML_DEPTH, MAX_YAML_VALUES
 
 from ..conftest import run_mm, socket_of, spawn_mm, stop_daemon, wait_for_socket, write_config
@@ -225,7 +226,7 @@ def test_a_bomb_or_deep_front_matter_skips_that_skill_only(mm_home, limited):
         in warnings
     )
     size = len(bombs["big"].split("---\n")[1])
-    assert f"the front matter is {size:,} characters; the limit is 65,536" in warnings
+    assert f"the front matter is {size:,} characters; the limit is {MAX_FRONT_MATTER:,}" in warnings
     assert_daemon_serves(mm_home)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mmd.contract import validate
+from mmd.tools import skills
 from mmd.tools.base import ToolContext, ToolError
 from mmd.tools.builtin import BUILTIN_TOOLS, make_builtins
 from mmd.tools.builtin.skill import ReadSkill
@@ -135,6 +136,40 @@ def test_folders_without_skill_md(tmp_path: Path) -> None:
         f"{tmp_path / 'draft'}: no SKILL.md in this folder, so it is not a skill. Skipped.",
         f"{tmp_path / 'lower'}: has skill.md; the file must be named SKILL.md. Skipped.",
     ]
+
+
+def test_a_load_reads_at_most_its_budget_the_first_dirs_first_and_says_what_it_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cloned repository's 500 skills of 64 KB front matter took 115 s to load, at every prompt, and 500
+    # bodies of 256 KB would be 128 MB kept: one load reads a bounded whole, in the dirs' order (agent file,
+    # user, then project: a project cannot crowd out the user's skills).
+    monkeypatch.setattr(skills, "MAX_SKILLS_BYTES", 1000)
+    user, project = tmp_path / "user", tmp_path / "project"
+    skill(user, "mine", front("mine", "x" * 300))
+    for i in range(5):
+        skill(project, f"p{i}", front(f"p{i}", "y" * 300))
+    catalogue, warnings = load_skills([user, project])
+    assert catalogue.names() == ["mine", "p0"]  # ~350 bytes each: the third would pass 1,000
+    assert warnings == [
+        "4 skills not loaded: the ones before them hold the most read for one prompt (0 MiB of SKILL.md, "
+        "256 KiB of front matter); keep skills short, or fewer in the project"
+    ]
+    monkeypatch.setattr(skills, "MAX_SKILLS_BYTES", 1 << 20)
+    monkeypatch.setattr(skills, "MAX_FRONT_MATTER_TOTAL", 600)
+    catalogue, _ = load_skills([user, project])
+    assert catalogue.names() == ["mine"]  # front matter counts apart: ~330 characters each
+
+
+def test_front_matter_past_its_bound_is_refused_unread_and_a_flood_of_errors_is_cut(tmp_path: Path) -> None:
+    big = "keywords: [" + ", ".join(f"w{i}" for i in range(3000)) + "]\n"  # 20 KB: ~80 ms of YAML each
+    for i in range(25):
+        skill(tmp_path, f"s{i:02d}", f"---\nname: s{i:02d}\ndescription: d\n{big}---\nbody\n")
+    skill(tmp_path, "zz", front("zz"))
+    catalogue, warnings = load_skills([tmp_path])
+    assert catalogue.names() == ["zz"]  # not crowded out: the refused ones took nothing of the budget
+    assert len(warnings) == 21 and "the limit is 16,384" in warnings[0]
+    assert warnings[-1] == "5 more SKILL.md files could not be loaded. Skipped."
 
 
 # --- read_skill -----------------------------------------------------------------
