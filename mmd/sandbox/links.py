@@ -98,13 +98,14 @@ def refusal(refused: list[tuple[str, int, int]]) -> str:
             f"(cp -p {path} {path}.copy && mv {path}.copy {path}) or remove it; or run mm with --sandbox off"
         )
     folder, manager = farm
+    # What the person does comes first: a tool's echo, and the turn's end when the model keeps calling, show
+    # the first few hundred characters.
     return (
-        f"the sandbox cannot confine writes in {folder}: {farms[farm]} of its files are hard links into "
-        f"{_STORES[manager]} ({path}: {said}), so a write through one would change that file for every "
-        f"project that shares it. No command can run confined here until the person running mm makes the "
-        f"folder again with copies ({_COPIES[manager].format(config=paths.config_dir() / 'config.yaml')}), or runs "
-        "mm with --sandbox off. "
-        "Tell them so; do not try to fix it with a command"
+        f"{folder} holds {farms[farm]} hard links into {_STORES[manager]}, which the sandbox cannot confine: the "
+        f"person running mm must make it hold copies "
+        f"({_COPIES[manager].format(config=paths.config_dir() / 'config.yaml')}), or run mm with --sandbox off. "
+        "Tell them so; do not try to fix it with a command: none can run confined here until then. A write "
+        f"through one of the links would change that file for every project that shares it ({path}: {said})"
     )
 
 
@@ -113,9 +114,9 @@ def refusal(refused: list[tuple[str, int, int]]) -> str:
 _STORES = {"uv": "uv's cache", "pnpm": "pnpm's store"}
 _COPIES = {
     "uv": '`uv sync --reinstall --link-mode=copy`; `link-mode = "copy"` under [tool.uv] in pyproject.toml '
-    "keeps later syncs copying) or lets confined calls write uv's cache, which `uv run` locks anyway (its "
+    "keeps later syncs copying) or let confined calls write uv's cache, which `uv run` locks anyway (its "
     "folder, `uv cache dir`, under sandbox: writable: in {config}",
-    "pnpm": "`pnpm config set package-import-method copy --location project && pnpm install --force`) or lets "
+    "pnpm": "`pnpm config set package-import-method copy --location project && pnpm install --force`) or let "
     "confined calls write pnpm's store (its folder, `pnpm store path`, under sandbox: writable: in {config}",
 }
 

@@ -182,6 +182,16 @@ def summary(ran: list[tuple[str, ToolResult]]) -> str | None:
     return "\n".join(lines)
 
 
-def _first_lines(content: str) -> str:
+def last_failure(ran: list[tuple[str, ToolResult]]) -> str:
+    """What the turn's last call was answered when it failed, for the person reading why the turn stopped
+    (a small model repeats a call the sandbox refuses rather than say what the answer asks of them); ""
+    when it succeeded or nothing ran."""
+    if not ran or ran[-1][1].ok:
+        return ""
+    name, result = ran[-1]
+    return f"\nThe last {name} call was answered: {_first_lines(result.content, 2 * _QUOTE)}"
+
+
+def _first_lines(content: str, most: int = _QUOTE) -> str:
     text = " ".join([line.strip() for line in content.splitlines() if line.strip()][:3])
-    return text if len(text) <= _QUOTE else text[: _QUOTE - 1] + "…"
+    return text if len(text) <= most else text[: most - 1] + "…"

@@ -194,7 +194,7 @@ async def _run(
         done = answers.summary(progress.ran)
         if done is not None and (progress.wrote or (progress.acted and key in progress.refused)):
             raise StopTurn("ok", done)
-        raise StopTurn("loop", loop.message)
+        raise StopTurn("loop", loop.message + answers.last_failure(progress.ran))
     done = await runner.run(call)
     result, tool = done.result, runner.setup.registry.get(call.name)
     progress.record(key, call.name, tool, result, invalid=call.id in runner.invalid)

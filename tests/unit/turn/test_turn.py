@@ -295,6 +295,10 @@ async def test_a_failing_call_repeated_is_nudged_once_then_stops_the_turn(turn: 
     assert [e["action"] for e in turn.events("loop_detected")] == ["nudge", "stop"]
     assert turn.ended()["status"] == "loop"
     assert len(provider.requests) == 3
+    # The person reads what the call kept getting (a refusal that asks something of them, say).
+    [answered] = [line for line in turn.ended()["text"].splitlines() if line.startswith("The last ")]
+    first = turn.events("tool_result")[-1]["content"].splitlines()[0]
+    assert answered.startswith(f"The last lookup call was answered: {first[:100]}")
 
 
 async def test_the_same_error_twice_in_a_row_is_nudged(turn: Turn) -> None:
