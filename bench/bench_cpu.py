@@ -4,7 +4,8 @@ Run ``python bench/bench_cpu.py [--against DIR] [--rounds N] [--turns N] [--tool
 starts a daemon of its own (a private home, a scripted model server), runs one turn to warm up, then
 ``--turns`` turns of ``--tool-calls`` ``bash true`` calls, as a default prompt runs (undo checkpoint,
 sandbox) and with ``--sandbox off`` and no checkpoint, and prints the daemon's user and system CPU per
-call, its event-loop thread's (``/proc/PID/task/PID/schedstat``, in ns) and its context switches.
+call, its event-loop thread's (``/proc/PID/task/PID/schedstat``, in ns) and that thread's voluntary
+context switches (psutil reads the leader's /proc/PID/status: the other threads' are not counted).
 
 ``--against DIR``: a checkout of another revision (``git worktree add /tmp/old REV``). Each round then
 runs that tree's daemon right after this one's, and the figure to read is the ratio of the two within
