@@ -169,6 +169,16 @@ def test_trio_still_lets_a_process_be_made_from_a_popen() -> None:
         ("touch: cannot touch '/etc/y': Permission denied", ["/etc/y"]),
         ("PermissionError: [Errno 13] Permission denied: '/root/z'", ["/root/z"]),
         ("bash: line 1: inside.txt: Permission denied", []),  # inside the project: not named
+        # Go (lower case), Rust, Node and npm, whose own advice (`sudo chown -R`) a model would follow.
+        ("open /root/go/pkg/mod/cache/lock: permission denied", ["/root/go/pkg/mod/cache/lock"]),
+        ("error: failed to open `/root/.cargo/registry/x` (os error 13)", ["/root/.cargo/registry/x"]),
+        ('Error: Permission denied (os error 13) at path "/root/.cache/uv/.tmpX"', ["/root/.cache/uv/.tmpX"]),
+        ("Error: EACCES: permission denied, mkdir '/root/.npm/_cacache'", ["/root/.npm/_cacache"]),
+        (
+            "npm error code EACCES\nnpm error syscall open\nnpm error path /root/.npm/_cacache/tmp/x\n"
+            'npm error   sudo chown -R 0:0 "/root/.npm"',
+            ["/root/.npm/_cacache/tmp/x"],
+        ),
         ("all good", None),
     ],
 )
