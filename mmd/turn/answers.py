@@ -189,7 +189,11 @@ def last_failure(ran: list[tuple[str, ToolResult]]) -> str:
     if not ran or ran[-1][1].ok:
         return ""
     name, result = ran[-1]
-    return f"\nThe last {name} call was answered: {_first_lines(result.content, 2 * _QUOTE)}"
+    # mm's own note on a failure (a sandbox refusal: what a person can allow) says more than the output's
+    # first lines, and comes last.
+    notes = [line for line in result.content.splitlines() if line.startswith("[mm: ")]
+    said = _first_lines(notes[-1] if notes else result.content, 2 * _QUOTE)
+    return f"\nThe last {name} call was answered: {said}"
 
 
 def _first_lines(content: str, most: int = _QUOTE) -> str:

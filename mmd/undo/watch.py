@@ -166,6 +166,7 @@ class Watch:
         if self.dropped:
             os.close(built.fd)
             return
+        self.close()  # what another restart installed meanwhile (snapshots hold the shadow's lock: none does)
         self._fd, self._folders = built.fd, built.folders
         self.tree = None
         self.stale = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmd.contract import ToolResult
-from mmd.turn.answers import claimed_call, summary, unusable
+from mmd.turn.answers import claimed_call, last_failure, summary, unusable
 
 
 @pytest.mark.parametrize(
@@ -169,3 +169,22 @@ def test_no_claimed_call(text: str) -> None:
 
 def test_the_command_is_no_tool_without_bash() -> None:
     assert claimed_call("I ran the command ls.", ["status"]) is None
+
+
+def test_a_loops_end_quotes_the_last_failure_mm_s_note_first() -> None:
+    # npm under the sandbox prints its own advice first ("sudo chown -R"); mm's note, last, says what a
+    # person can allow: that is what the person reads when the turn stops as a loop.
+    npm = (
+        "npm error code EACCES\nnpm error path /root/.npm/x\nnpm error   sudo chown -R 0:0 /root/.npm\n"
+        "[exit code 1]\n[mm: the sandbox refused writing /root/.npm/x: … A person can allow a folder …]"
+    )
+    ran = [("bash", ToolResult(ok=True, content="fine")), ("bash", ToolResult(ok=False, content=npm))]
+    assert (
+        last_failure(ran)
+        == "\nThe last bash call was answered: [mm: the sandbox refused writing /root/.npm/x: … A person can allow a folder …]"
+    )
+    plain = ToolResult(ok=False, content="no such key\nsecond\nthird\nfourth")
+    assert (
+        last_failure([("lookup", plain)]) == "\nThe last lookup call was answered: no such key second third"
+    )
+    assert last_failure(ran[:1]) == "" and last_failure([]) == ""
