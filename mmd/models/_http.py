@@ -615,8 +615,7 @@ class HttpModel:
                 f"{self.label}: the provider sent an answer of an unexpected shape: {excerpt(data)}"
             ) from None
         # on_text runs outside the guard so its own errors propagate unchanged.
-        if parser._unsent:
-            parser.flush()
+        parser.flush()
         return result
 
     def _broken(self, parser: Accumulator, reason: str, hint: str) -> Exception:

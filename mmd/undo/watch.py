@@ -167,8 +167,7 @@ class Watch:
             os.close(built.fd)
             return
         self.close()  # what another restart installed meanwhile (snapshots hold the shadow's lock: none does)
-        self._fd, self._folders = built.fd, built.folders
-        self.tree = None
+        self._fd, self._folders = built.fd, built.folders  # close() left tree None
         self.stale = False
 
     def drop(self) -> None:
