@@ -1,0 +1,65 @@
+"""mmd's command line (mmd/main.py): the usual one read without argparse, every other one by argparse."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmd import main
+
+USUAL = [
+    [],
+    ["--socket", "/run/user/1000/mm/mmd.sock"],
+    ["--socket=/tmp/a b/mmd.sock", "--log-level", "DEBUG"],
+    ["--state-dir", "/tmp/state", "--config", "/tmp/c.yaml", "--log-level=ERROR", "--socket", "s"],
+    ["--socket=x=y"],
+    ["--config="],
+]
+
+
+@pytest.mark.parametrize("argv", USUAL)
+def test_the_usual_command_lines_read_as_argparse_reads_them(argv: list[str]) -> None:
+    plain = main._plain(argv)
+    assert plain is not None
+    assert plain == main._Args(**vars(main._argparse(argv)))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--sock", "x"],  # an abbreviation: argparse's
+        ["--socket", "a", "--socket", "b"],  # twice: argparse takes the last
+        ["--socket"],
+        ["--socket", "--config", "c"],
+        ["--log-level", "LOUD"],
+        ["--help"],
+        ["--version"],
+        ["extra"],
+        ["--", "--socket", "x"],
+    ],
+)
+def test_any_other_command_line_is_left_to_argparse(argv: list[str]) -> None:
+    assert main._plain(argv) is None
+
+
+def test_argparse_still_answers_what_it_answered(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main._parse(["--log-level", "LOUD"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'LOUD'" in capsys.readouterr().err
+    assert main._parse(["--socket", "a", "--socket", "b"]).socket == Path("b")
+    assert main._parse(["--sock", "x"]).socket == Path("x")
+
+
+def test_the_daemons_start_imports_neither_argparse_nor_difflib() -> None:
+    """Both cost memory and start time for what only a mistake needs (a hint, argparse's message)."""
+    code = (
+        "import sys, mmd.boot, mmd.main\n"
+        "mmd.main._parse(['--socket', '/tmp/x.sock'])\n"
+        "print(sorted(m for m in ('argparse', 'difflib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
