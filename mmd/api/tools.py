@@ -29,7 +29,7 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     registry, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, mcp_tools)
     warnings = [*mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}
-    box = plan.turn_sandbox(agent, cwd, user=config.sandbox)
+    box = plan.turn_sandbox(agent, cwd, user=config.sandbox, config_file=config.path)
     tools = [
         ToolInfo(
             name=tool.name,

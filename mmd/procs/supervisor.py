@@ -531,7 +531,7 @@ def _start(
 ) -> _Child:
     # Runs in a spawner thread (mmd/procs/spawner.py), confined to *box* unless None: the child inherits it.
     if box is not None:
-        check_links(box.roots)
+        check_links(box.roots, config=box.config_file())
     if raw and (child := _posix_spawn(argv, options, varying)) is not None:
         return child
     return subprocess.Popen(argv, start_new_session=True, **options)

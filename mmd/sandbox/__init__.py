@@ -21,6 +21,8 @@ from typing import Literal
 
 import msgspec
 
+from mmd import paths
+
 from . import landlock
 
 Mode = Literal["workspace", "read-only", "off"]
@@ -48,10 +50,16 @@ class Sandbox(msgspec.Struct, frozen=True):
     # Where the policy was set, for the answer that says how to allow a path: the agent file, or "".
     source: str = ""
     temp: str = msgspec.field(default_factory=tempfile.gettempdir)
+    # The daemon's config.yaml (mmd --config), named by that answer too; "": the default one.
+    config: str = ""
 
     @property
     def confined(self) -> bool:
         return self.mode != "off"
+
+    def config_file(self) -> str:
+        """The config.yaml whose ``sandbox.writable:`` allows a folder in every project."""
+        return self.config or str(paths.config_dir() / "config.yaml")
 
     @property
     def label(self) -> str:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import re
 
-from mmd import paths
-
 from . import Sandbox
 
 # The kernel's texts for the errors a refusal gives, as libc, Python, Go (lower case), Rust ("os error 13") and
@@ -58,9 +56,9 @@ def refusal_note(output: str, box: Sandbox, cwd: str, agent_file: str | None) ->
             if not box.allows(path) and path not in refused:
                 refused.append(path)
     here = agent_file or "the agent file (mm.yaml)"
-    config = paths.config_dir() / "config.yaml"
     allow = (
-        f"A person can allow a folder by adding it to sandbox.writable: in {here} (this project) or in {config} "
+        f"A person can allow a folder by adding it to sandbox.writable: in {here} (this project) or in "
+        f"{box.config_file()} "
         "(every project: a tool's cache such as ~/.cache/uv), or run mm with --sandbox off."
     )
     if refused:

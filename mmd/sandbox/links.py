@@ -53,7 +53,7 @@ _walked: dict[str, _Folder] = {}
 _lock = threading.Lock()
 
 
-def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
+def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES, *, config: str | None = None) -> None:
     """Raise HardLinkRefused for the first file under *roots* with a name outside them.
 
     Symbolic links are not followed (Landlock checks where they lead). A folder
@@ -78,13 +78,14 @@ def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> None:
         (found[0], len(found), counts[key]) for key, found in names.items() if len(found) < counts[key]
     ]
     if refused:
-        raise HardLinkRefused(refusal(refused))
+        raise HardLinkRefused(refusal(refused, config))
 
 
-def refusal(refused: list[tuple[str, int, int]]) -> str:
+def refusal(refused: list[tuple[str, int, int]], config: str | None = None) -> str:
     """What a refused spawn says of the hard links *refused* (each: a name inside, how many of its names are
     inside, how many it has). The model reads it first: it names what the person has to do, since no
-    command of the model can run confined to do it (the one named by a package manager's link farm)."""
+    command of the model can run confined to do it (the one named by a package manager's link farm).
+    *config*: the daemon's config.yaml (default: the default one)."""
     found = [(_farm(r[0]), r) for r in refused]
     farms = collections.Counter(farm for farm, _ in found)
     farm = max(farms, key=lambda f: (f is not None, farms[f]))  # a farm's, else the first file's
@@ -103,7 +104,8 @@ def refusal(refused: list[tuple[str, int, int]]) -> str:
     return (
         f"{folder} holds {farms[farm]} hard links into {_STORES[manager]}, which the sandbox cannot confine: the "
         f"person running mm must make it hold copies "
-        f"({_COPIES[manager].format(config=paths.config_dir() / 'config.yaml')}), or run mm with --sandbox off. "
+        f"({_COPIES[manager].format(config=config or paths.config_dir() / 'config.yaml')}), or run mm with "
+        "--sandbox off. "
         "Tell them so; do not try to fix it with a command: none can run confined here until then. A write "
         f"through one of the links would change that file for every project that shares it ({path}: {said})"
     )

@@ -254,7 +254,11 @@ def _claude_hooks(
 
 
 def turn_sandbox(
-    agent: AgentFile, cwd: Path, override: str | None = None, user: SandboxSpec | None = None
+    agent: AgentFile,
+    cwd: Path,
+    override: str | None = None,
+    user: SandboxSpec | None = None,
+    config_file: str | None = None,
 ) -> Sandbox:
     """The sandbox of a turn's processes in *cwd*: *override* (``--sandbox``), else the agent file's mode,
     else config.yaml's (*user*), else workspace.
@@ -262,7 +266,8 @@ def turn_sandbox(
     ``workspace`` may write beneath the session's directory and the ``sandbox.writable:`` folders of the
     agent file and of config.yaml; ``read-only`` beneath none of them (both: and the temp dir). The network
     is off where either file turns it off: an agent file (a cloned repository's) cannot turn on what the
-    person turned off for every agent.
+    person turned off for every agent. *config_file*: the config.yaml *user* came from, named where a
+    refusal says how to allow a folder.
     """
     spec, user = agent.sandbox, user or SandboxSpec()
     mode = override or spec.mode or user.mode or DEFAULT_MODE
@@ -272,6 +277,7 @@ def turn_sandbox(
         roots=tuple(dict.fromkeys(os.path.realpath(root) for root in roots)),
         network=spec.network and user.network,
         source=agent.path or "",
+        config=config_file or "",
     )
 
 
@@ -295,9 +301,9 @@ def assemble(
     max_bytes = budget.window.output_bytes(d.output_max_bytes) if budget else d.output_max_bytes
     registry, skills, warnings = build_tools(agent, cwd, mcp_tools)
     pass_env = tuple(agent.pass_env)
-    box = turn_sandbox(agent, cwd, plan.sandbox, plan.config.sandbox)
+    box = turn_sandbox(agent, cwd, plan.sandbox, plan.config.sandbox, plan.config.path)
     if plan.confined_client:
-        box = Sandbox(mode="read-only", network=False, source=box.source)
+        box = Sandbox(mode="read-only", network=False, source=box.source, config=box.config)
         warnings.append(CONFINED_CLIENT_WARNING)
     return TurnSetup(
         sandbox=box,

@@ -152,6 +152,9 @@ def test_a_venv_uv_linked_from_its_cache_is_named_whole_with_the_way_to_copies(t
     assert "uv sync --reinstall --link-mode=copy" in text and "--sandbox off" in text
     assert f"`uv cache dir`, under sandbox: writable: in {paths.config_dir() / 'config.yaml'})" in text
     assert "do not try to fix it with a command" in text
+    with pytest.raises(HardLinkRefused) as refused:  # a daemon started with --config names its own
+        check_links([str(project)], config="/srv/mm/config.yaml")
+    assert "`uv cache dir`, under sandbox: writable: in /srv/mm/config.yaml)" in str(refused.value)
 
 
 def test_a_node_modules_pnpm_linked_from_its_store_is_named_at_its_outermost_folder(tree) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from mmd import paths as mmd_paths
 from mmd.config import ConfigError, load_agent_file
 from mmd.config.declared import DeclaredToolSpec
 from mmd.config.sandbox import SandboxSpec
@@ -193,6 +194,20 @@ def test_refusals_are_read_from_the_output_with_their_paths(output: str, refused
     assert paths == refused
     assert "sandbox.writable: in /p/mm.yaml (this project) or in " in text and "--sandbox off" in text
     assert "config.yaml (every project" in text
+
+
+def test_the_note_names_the_daemons_own_config_yaml(tmp_path: Path) -> None:
+    # mmd --config elsewhere: the file to add a folder to is that one, not the default's.
+    agent = load(tmp_path, "model: a/b\n")
+    box = turn_sandbox(agent, tmp_path, config_file="/srv/mm/config.yaml")
+    note = refusal_note("touch: cannot touch '/etc/x': Permission denied", box, str(tmp_path), None)
+    assert note is not None and "or in /srv/mm/config.yaml (every project" in note[0]
+    default = refusal_note(
+        "touch: cannot touch '/etc/x': Permission denied", turn_sandbox(agent, tmp_path), "/", None
+    )
+    assert (
+        default is not None and f"or in {mmd_paths.config_dir() / 'config.yaml'} (every project" in default[0]
+    )
 
 
 # --- the agent file ---------------------------------------------------------------------
