@@ -115,15 +115,23 @@ class LlamaCounter(Counter):
 
 async def llama_window(root: str) -> int | None:
     """The window (``n_ctx``) of the llama-server at *root*, or None when it is no llama-server."""
+    return (await server_window(root))[0]
+
+
+async def server_window(root: str) -> tuple[int | None, bool]:
+    """The window of the llama-server at *root* (None: it is none), and whether a server answered at all
+    (False: nothing listens, or the connection broke: it may be one once it is up)."""
     http = transport.client_for(root, TIMEOUT)
     try:
         status, data = await transport.fetch(http, "GET", f"{root}/props")
         if status != 200:
-            return None
+            return None, True
         props: Any = msgspec.json.decode(data)
         n_ctx = props["default_generation_settings"]["n_ctx"]
-    except (transport.TransportError, ValueError, KeyError, TypeError):
-        return None
+    except transport.TransportError:
+        return None, False
+    except (ValueError, KeyError, TypeError):
+        return None, True
     finally:
         await http.aclose()
-    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+    return (n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None), True

@@ -8,6 +8,7 @@ turn left it; its server lives as long as the turn.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -27,6 +28,10 @@ if TYPE_CHECKING:  # imported by the first turn with a scripted model (tests, be
 
 # Sessions whose scripted model position is remembered; the oldest is forgotten past this.
 SCRIPT_POSITIONS = 10_000
+# Seconds a server's answer about its window is kept. Asking costs every prompt a connection and a request
+# before its first model request (0.8 of the ~7 ms of CPU a one-step prompt costs the daemon); a server
+# restarted with another window is asked again within this.
+WINDOW_TTL = 10.0
 
 
 class _Scripted(msgspec.Struct, kw_only=True):
@@ -50,6 +55,8 @@ class Providers:
         # Token counters of the llama-servers asked (by URL): each keeps the counts of its texts.
         self._counters: dict[str, tokens.Counter] = {}
         self._estimate = tokens.Counter()
+        # What each server root said of its window, and when (monotonic): kept WINDOW_TTL seconds.
+        self._windows: dict[str, tuple[float, int | None]] = {}
 
     async def get(self, model: ModelRef, session_id: str) -> Provider:
         """The provider for *model* in a turn of *session_id*.
@@ -78,13 +85,27 @@ class Providers:
         """
         root = await self._root(model, session_id)
         asked = model.kind == "openai" and tokens.on_loopback(root)
-        server = await tokens.llama_window(root) if asked else None
+        server = await self._window(root) if asked else None
         local = catalog.context_size(model.extra["local"]) if "local" in model.extra else None
         size, source = window_tokens(model.kind, config=model.context_window, server=server, catalog=local)
         # A local model's server is llama-server even when /props did not answer: its /tokenize is
         # tried, and a text it does not count is counted as dense (mmd/models/tokens.py).
         counter = self._counter(root, session_id) if server or local else self._estimate
         return Budget(window=Window.of(size, model.max_tokens), counter=counter, source=source)
+
+    async def _window(self, root: str) -> int | None:
+        """The window of the server at *root*: asked at most once in WINDOW_TTL seconds while it answers (a
+        server that does not answer is asked at every prompt: it may be up by the next)."""
+        now = time.monotonic()
+        kept = self._windows.get(root)
+        if kept is not None and now - kept[0] < WINDOW_TTL:
+            return kept[1]
+        window, answered = await tokens.server_window(root)
+        # Expired answers go as another is kept: a scripted model's server has a root of its own per turn.
+        self._windows = {r: k for r, k in self._windows.items() if now - k[0] < WINDOW_TTL}
+        if answered:
+            self._windows[root] = (time.monotonic(), window)
+        return window
 
     async def _root(self, model: ModelRef, session_id: str) -> str:
         if "local" in model.extra:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import trio
 
 from mmd.config import load_user_config
 from mmd.local.server import LocalServers
 from mmd.models import tokens
 from mmd.models.factory import ModelRef
+from mmd.turn import providers as providers_module
 from mmd.turn.providers import Providers
 
 
@@ -66,4 +68,39 @@ async def test_a_remote_provider_is_never_asked_and_takes_its_configured_window(
     budget = await providers.budget(model, "s1")  # nothing listens there: a request would fail
     assert (budget.window.tokens, budget.source) == (16_384, "config")
     assert (budget.window.answer, budget.window.output_bytes(30_000)) == (2048, 12_288)
+    await providers.aclose()
+
+
+async def test_a_servers_window_is_asked_once_in_a_while_and_a_silent_server_at_every_prompt(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Asking cost every prompt a connection and a request before its first model request.
+    asked: list[str] = []
+    ask = tokens.server_window
+
+    async def counted(root: str) -> tuple[int | None, bool]:
+        asked.append(root)
+        return await ask(root)
+
+    monkeypatch.setattr(tokens, "server_window", counted)
+    providers = Providers(nursery, LocalServers(nursery, tmp_path))
+    model = ModelRef.parse(
+        load_user_config(tmp_path / "none.yaml"), f"scripted:{_script(tmp_path, 3000)}", tmp_path
+    )
+    await providers.get(model, "s1")
+    for _ in range(3):
+        assert (await providers.budget(model, "s1")).window.tokens == 3000
+    assert len(asked) == 1
+    monkeypatch.setattr(providers_module, "WINDOW_TTL", 0.0)  # kept no longer: asked again
+    assert (await providers.budget(model, "s1")).window.tokens == 3000
+    assert len(asked) == 2
+    await providers.release("s1")
+
+    config = tmp_path / "config.yaml"
+    config.write_text("providers:\n  near: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}\n")
+    monkeypatch.setattr(providers_module, "WINDOW_TTL", 60.0)
+    silent = ModelRef.parse(load_user_config(config), "near/m", tmp_path)
+    for _ in range(2):  # nothing listens: asked again next time, when it may be up
+        assert (await providers.budget(silent, "s2")).source == "default"
+    assert asked[2:] == ["http://127.0.0.1:9", "http://127.0.0.1:9"]
     await providers.aclose()
