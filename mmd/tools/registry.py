@@ -6,11 +6,20 @@ contract and the consent path are the same for all of them.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
+
+import msgspec
 
 from .. import contract
 from ..models.base import ToolSpec
 from .base import Tool
+
+# Tools' rendered specs, by everything a rendering reads (as JSON): a turn renders its tools again, and every
+# prompt is a turn: ~0.3 ms of the loop's CPU a prompt, most of it copying schemas. The oldest is forgotten
+# past this.
+RENDERED = 256
+_rendered: OrderedDict[bytes, ToolSpec] = OrderedDict()
 
 
 class Registry:
@@ -59,17 +68,32 @@ class Registry:
         return contract.shape_example(tool.parameters)
 
     def _render(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(
-                name=tool.name,
-                description=contract.render_description(
-                    tool.description,
-                    effects=None if tool.tier == "read" else tool.tier,
-                    prerequisite=tool.prerequisite,
-                    example=self._example(tool),
-                ),
-                parameters=contract.render_schema(tool.parameters, strict=self.strict),
-                schema=tool.parameters,
-            )
-            for tool in self.tools.values()
-        ]
+        return [self._spec(tool) for tool in self.tools.values()]
+
+    def _spec(self, tool: Tool) -> ToolSpec:
+        try:
+            read = (tool.name, tool.description, tool.tier, tool.prerequisite, tool.example, tool.parameters)
+            key = msgspec.json.encode((*read, self.strict, self.placeholders))
+        except (TypeError, msgspec.EncodeError):  # a value JSON has no form for: rendered each time
+            return self._render_one(tool)
+        spec = _rendered.get(key)
+        if spec is None:
+            spec = _rendered[key] = self._render_one(tool)
+            if len(_rendered) > RENDERED:
+                _rendered.popitem(last=False)
+        else:
+            _rendered.move_to_end(key)
+        return spec
+
+    def _render_one(self, tool: Tool) -> ToolSpec:
+        return ToolSpec(
+            name=tool.name,
+            description=contract.render_description(
+                tool.description,
+                effects=None if tool.tier == "read" else tool.tier,
+                prerequisite=tool.prerequisite,
+                example=self._example(tool),
+            ),
+            parameters=contract.render_schema(tool.parameters, strict=self.strict),
+            schema=tool.parameters,
+        )

@@ -1,0 +1,57 @@
+"""The tools of a turn and their specs (mmd/tools/registry.py): rendered once for every turn that offers them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmd.tools.base import Tool, ToolContext, ToolResult
+from mmd.tools.registry import Registry
+
+
+class Echo(Tool):
+    name = "echo"
+    description = "Say a text back."
+    tier = "read"
+
+    def __init__(self, parameters: dict[str, Any] | None = None, description: str | None = None) -> None:
+        self.parameters = parameters or {
+            "type": "object",
+            "properties": {"text": {"type": "string", "description": "What to say", "maxLength": 9}},
+            "required": ["text"],
+        }
+        if description is not None:
+            self.description = description
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return f"echo {args['text']}"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult(ok=True, content=args["text"])
+
+
+def test_a_tool_rendered_for_one_turn_is_not_rendered_again_for_the_next() -> None:
+    # Every prompt is a turn with a registry of its own: the copy of each schema was most of the CPU.
+    first, second = Registry([Echo()]).specs()[0], Registry([Echo()]).specs()[0]
+    assert second is first
+    assert first.parameters["properties"]["text"] == {
+        "type": "string",
+        "description": "What to say. Required. At most 9 characters.",
+    }
+    assert first.schema == Echo().parameters  # the whole schema, for grammars
+
+
+def test_whatever_the_rendering_reads_makes_another_spec() -> None:
+    plain = Registry([Echo()]).specs()[0]
+    strict = Registry([Echo()], strict=True).specs()[0]
+    assert strict is not plain and strict.parameters["required"] == ["text"]
+    worded = Registry([Echo(description="Say it twice.")]).specs()[0]
+    assert worded.description.startswith("Say it twice.") and plain.description.startswith("Say a text back.")
+    other = Echo({"type": "object", "properties": {"words": {"type": "integer"}}})
+    assert list(Registry([other]).specs()[0].parameters["properties"]) == ["words"]
+
+
+def test_a_schema_json_cannot_hold_is_rendered_each_time() -> None:
+    odd = {"type": "object", "properties": {"x": {"type": "string", "x-origin": object()}}}
+    one, two = Registry([Echo(odd)]).specs()[0], Registry([Echo(odd)]).specs()[0]
+    assert one is not two and one.description == two.description
+    assert one.parameters["properties"]["x"]["description"] == "Optional."
