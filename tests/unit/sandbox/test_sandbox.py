@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -20,7 +21,7 @@ from mmd.config import ConfigError, load_agent_file
 from mmd.config.declared import DeclaredToolSpec
 from mmd.config.sandbox import SandboxSpec
 from mmd.procs import run_tool_process
-from mmd.sandbox import Sandbox, support
+from mmd.sandbox import Sandbox, no_new_privs, support
 from mmd.sandbox.explain import refusal_note
 from mmd.sandbox.links import HardLinkRefused, check_links
 from mmd.tools.base import Limits, ToolContext
@@ -303,3 +304,23 @@ def test_a_local_git_clone_whose_objects_are_hard_links_is_not_refused(tmp_path:
     os.link(origin / "f", clone / "f-link")  # a hard link elsewhere in the clone is still refused
     with pytest.raises(HardLinkRefused, match="f-link"):
         check_links([str(clone)])
+
+
+def test_no_new_privs_is_read_from_the_process_status() -> None:
+    # Asked of every prompt's client: a confined command's `mm -p` gets a read-only turn.
+    code = (
+        "import ctypes, sys, time; ctypes.CDLL(None).prctl(38, 1, 0, 0, 0); "  # PR_SET_NO_NEW_PRIVS
+        "print('set', flush=True); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "set\n"
+        assert no_new_privs(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    mine = b"NoNewPrivs:\t1\n" in Path(f"/proc/{os.getpid()}/status").read_bytes()
+    assert no_new_privs(os.getpid()) == mine
+    assert not no_new_privs(child.pid)  # gone
