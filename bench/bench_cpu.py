@@ -14,6 +14,11 @@ daemon's hot path. The other tree's daemon runs with ``PYTHONPATH=DIR:DIR/client
 directory outside both trees (``python -m mmd`` puts the working directory first on sys.path: started
 from a checkout, it would run that checkout's daemon whatever PYTHONPATH says).
 
+``--ablate NAMES``: each round pairs this tree's daemon with one that leaves out the named pieces of its
+work (comma-separated: ``nosql``, ``notranscript``, ``nospawnhop``; bench/ablate/sitecustomize.py says what
+each does), and prints the share of the CPU they cost, round by round. Such a daemon breaks a guarantee on
+purpose: it exists to be measured.
+
 The same run also prints the CPU of spawning ``true`` with ``subprocess.run`` in this process: the
 floor of a tool call's spawn, for a ratio that does not move with the machine as much.
 """
@@ -33,16 +38,23 @@ from bench_client import MM, Env, bash_turns, run
 from mmd_child import BenchError, start_mmd
 
 MODES = (("default prompt", []), ("--sandbox off, no checkpoint", ["--sandbox", "off"]))
+ABLATE = Path(__file__).resolve().parent / "ablate"  # its sitecustomize.py takes pieces out (--ablate)
+# A daemon to measure: its label, the tree it runs (None: this one), the pieces it leaves out ("": none).
+Daemon = tuple[str, Path | None, str]
 
 
-def measure(tree: Path | None, mode: list[str], turns: int, calls: int) -> dict[str, float]:
-    """One daemon (this checkout's, or *tree*'s), one warm-up turn, then *turns* measured: per call."""
+def measure(tree: Path | None, mode: list[str], turns: int, calls: int, ablate: str = "") -> dict[str, float]:
+    """One daemon (this checkout's, or *tree*'s; without the *ablate* pieces), one warm-up turn, then *turns*
+    measured: per call."""
     env = Env()
     try:
         env.start_servers({"chat": [{"text": "hi"}], "s": bash_turns(calls, turns + 1)}, default="chat")
         child_env = dict(os.environ)
         if tree is not None:
             child_env["PYTHONPATH"] = f"{tree}:{tree / 'clients'}"
+        if ablate:
+            child_env["PYTHONPATH"] = ":".join(filter(None, [str(ABLATE), child_env.get("PYTHONPATH")]))
+            child_env["MM_ABLATE"] = ablate
         env.daemon = start_mmd(env.socket, env.home, env=child_env, cwd=env.home)
         if mode:
             env.set_daemon_option("snapshot_max_files", 0)
@@ -79,7 +91,11 @@ def spawn_floor(n: int = 200) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--against", type=Path, help="a checkout of another revision to pair each round with")
+    other = parser.add_mutually_exclusive_group()
+    other.add_argument("--against", type=Path, help="a checkout of another revision to pair each round with")
+    other.add_argument(
+        "--ablate", help="pieces to leave out of a daemon paired with each round's (see above)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--turns", type=int, default=6, help="measured turns per daemon (default 6)")
     parser.add_argument("--tool-calls", type=int, default=40, help="bash calls per turn (default 40)")
@@ -88,46 +104,60 @@ def main(argv: list[str] | None = None) -> int:
     if against is not None and not (against / "mmd" / "__init__.py").exists():
         print(f"bench_cpu: {against} is not a checkout of mm (no mmd/__init__.py)", file=sys.stderr)
         return 1
-    trees: list[tuple[str, Path | None]] = [("this tree", None)] + ([("against", against)] if against else [])
+    daemons: list[Daemon] = [("this tree", None, "")]
+    if against:
+        daemons.append(("against", against, ""))
+    elif args.ablate:
+        daemons.append(("ablated", None, args.ablate))
     print(
         f"mm daemon CPU per tool call: {args.rounds} rounds, {args.turns} turns of {args.tool_calls} `bash true`"
     )
     if against:
         print(f"  against: {against}")
+    if args.ablate:
+        print(f"  ablated: this tree's daemon without {args.ablate} (bench/ablate/sitecustomize.py)")
     floor = spawn_floor()
     print(f"  floor: `true` by subprocess.run costs this process {floor * 1000:.2f} ms of CPU")
     try:
         for label, mode in MODES:
-            rows: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
+            rows: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in daemons}
             for _ in range(args.rounds):
-                for name, tree in trees:
-                    rows[name].append(measure(tree, mode, args.turns, args.tool_calls))
+                for name, tree, ablate in daemons:
+                    rows[name].append(measure(tree, mode, args.turns, args.tool_calls, ablate))
             print(f"\n  {label} (ms per call; median of {args.rounds} rounds)")
             print(f"    {'':<12}{'user+sys':>9}{'loop':>8}{'switches':>10}{'/ floor':>9}")
-            for name, _ in trees:
+            for name, _, _ in daemons:
                 total = statistics.median(r["user"] + r["sys"] for r in rows[name])
                 loop = statistics.median(r["loop"] for r in rows[name])
                 switches = statistics.median(r["switches"] for r in rows[name])
                 print(
                     f"    {name:<12}{total * 1000:9.2f}{loop * 1000:8.2f}{switches:10.1f}{total / floor:8.1f}x"
                 )
-            if against:
-                # The kernel counts a process's CPU in clock ticks (10 ms): a round of a few calls may count
-                # none, and has no ratio.
-                ratios = [
-                    (a["user"] + a["sys"]) / (b["user"] + b["sys"])
-                    for a, b in zip(rows["this tree"], rows["against"], strict=True)
-                    if b["user"] + b["sys"] > 0
-                ]
-                shown = ", ".join(f"{r:.2f}" for r in ratios)
-                median = (
-                    f"median {statistics.median(ratios):.2f}" if ratios else "no round counted a clock tick"
-                )
-                print(f"    this tree / against, round by round: {shown}; {median}")
+            if len(daemons) > 1:
+                _pair(rows, daemons[1][0])
     except BenchError as exc:
         print(f"bench_cpu: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _pair(rows: dict[str, list[dict[str, float]]], other: str) -> None:
+    """Print this tree's CPU against the other daemon's, round by round: a ratio for another tree, the
+    share of this tree's CPU the left-out pieces cost for an ablated one."""
+    # The kernel counts a process's CPU in clock ticks (10 ms): a round of a few calls may count none, and
+    # has no ratio.
+    pairs = [
+        (a["user"] + a["sys"], b["user"] + b["sys"])
+        for a, b in zip(rows["this tree"], rows[other], strict=True)
+        if a["user"] + a["sys"] > 0 and b["user"] + b["sys"] > 0
+    ]
+    if other == "ablated":
+        figures, what = [1 - b / a for a, b in pairs], "share of this tree's CPU the ablated pieces cost"
+    else:
+        figures, what = [a / b for a, b in pairs], "this tree / against"
+    shown = ", ".join(f"{f:.2f}" for f in figures)
+    median = f"median {statistics.median(figures):.2f}" if figures else "no round counted a clock tick"
+    print(f"    {what}, round by round: {shown}; {median}")
 
 
 if __name__ == "__main__":
