@@ -5,7 +5,9 @@ starts a daemon of its own (a private home, a scripted model server), runs one t
 ``--turns`` turns of ``--tool-calls`` ``bash true`` calls, as a default prompt runs (undo checkpoint,
 sandbox) and with ``--sandbox off`` and no checkpoint, and prints the daemon's user and system CPU per
 call, its event-loop thread's (``/proc/PID/task/PID/schedstat``, in ns) and that thread's voluntary
-context switches (psutil reads the leader's /proc/PID/status: the other threads' are not counted).
+context switches (psutil reads the leader's /proc/PID/status: the other threads' are not counted). A third
+figure is per prompt: ``--prompts`` prompts the model answers with no tool call, what a prompt costs
+itself (its connection, session, setup, one model step), which a turn's calls share.
 
 ``--against DIR``: a checkout of another revision (``git worktree add /tmp/old REV``). Each round then
 runs that tree's daemon right after this one's, and the figure to read is the ratio of the two within
@@ -37,7 +39,13 @@ import psutil
 from bench_client import MM, Env, bash_turns, run
 from mmd_child import BenchError, start_mmd
 
-MODES = (("default prompt", []), ("--sandbox off, no checkpoint", ["--sandbox", "off"]))
+# What is measured: its label, the prompt's options, and whether a unit is a prompt with no tool call (the
+# cost of a prompt itself: its connection, session, setup and one model step) instead of a tool call.
+MODES = (
+    ("default prompt", [], False),
+    ("--sandbox off, no checkpoint", ["--sandbox", "off"], False),
+    ("a prompt answered with no tool call, --sandbox off", ["--sandbox", "off"], True),
+)
 ABLATE = Path(__file__).resolve().parent / "ablate"  # its sitecustomize.py takes pieces out (--ablate)
 # A daemon to measure: its label, the tree it runs (None: this one), the pieces it leaves out ("": none).
 Daemon = tuple[str, Path | None, str]
@@ -45,10 +53,11 @@ Daemon = tuple[str, Path | None, str]
 
 def measure(tree: Path | None, mode: list[str], turns: int, calls: int, ablate: str = "") -> dict[str, float]:
     """One daemon (this checkout's, or *tree*'s; without the *ablate* pieces), one warm-up turn, then *turns*
-    measured: per call."""
+    measured: per call, or per prompt where *calls* is 0 (each turn a prompt answered with no tool call)."""
     env = Env()
     try:
-        env.start_servers({"chat": [{"text": "hi"}], "s": bash_turns(calls, turns + 1)}, default="chat")
+        script = bash_turns(calls, turns + 1) if calls else [{"text": "done"}] * (turns + 1)
+        env.start_servers({"chat": [{"text": "hi"}], "s": script}, default="chat")
         child_env = dict(os.environ)
         if tree is not None:
             child_env["PYTHONPATH"] = f"{tree}:{tree / 'clients'}"
@@ -65,7 +74,7 @@ def measure(tree: Path | None, mode: list[str], turns: int, calls: int, ablate: 
         for _ in range(turns):
             run(argv, cwd=env.work)
         after = daemon.cpu_times(), _loop_ns(daemon.pid), daemon.num_ctx_switches()
-        n = turns * calls
+        n = turns * calls or turns
         return {
             "user": (after[0].user - before[0].user) / n,
             "sys": (after[0].system - before[0].system) / n,
@@ -99,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--turns", type=int, default=6, help="measured turns per daemon (default 6)")
     parser.add_argument("--tool-calls", type=int, default=40, help="bash calls per turn (default 40)")
+    parser.add_argument(
+        "--prompts", type=int, default=25, help="prompts with no tool call measured (default 25)"
+    )
     args = parser.parse_args(argv)
     against = args.against.resolve() if args.against else None
     if against is not None and not (against / "mmd" / "__init__.py").exists():
@@ -119,12 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     floor = spawn_floor()
     print(f"  floor: `true` by subprocess.run costs this process {floor * 1000:.2f} ms of CPU")
     try:
-        for label, mode in MODES:
+        for label, mode, per_prompt in MODES:
+            turns, calls = (args.prompts, 0) if per_prompt else (args.turns, args.tool_calls)
             rows: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in daemons}
             for _ in range(args.rounds):
                 for name, tree, ablate in daemons:
-                    rows[name].append(measure(tree, mode, args.turns, args.tool_calls, ablate))
-            print(f"\n  {label} (ms per call; median of {args.rounds} rounds)")
+                    rows[name].append(measure(tree, mode, turns, calls, ablate))
+            unit = "prompt" if per_prompt else "call"
+            print(f"\n  {label} (ms per {unit}; median of {args.rounds} rounds)")
             print(f"    {'':<12}{'user+sys':>9}{'loop':>8}{'switches':>10}{'/ floor':>9}")
             for name, _, _ in daemons:
                 total = statistics.median(r["user"] + r["sys"] for r in rows[name])
