@@ -15,9 +15,9 @@ from .. import contract
 from ..models.base import ToolSpec
 from .base import Tool
 
-# Tools' rendered specs, by everything a rendering reads (as JSON): a turn renders its tools again, and every
-# prompt is a turn: ~0.3 ms of the loop's CPU a prompt, most of it copying schemas. The oldest is forgotten
-# past this.
+# Tools' rendered specs, by everything a rendering reads (as msgpack, which keeps a text apart from bytes, a
+# date or a number as key, as JSON would not): a turn renders its tools again, and every prompt is a turn:
+# ~0.3 ms of the loop's CPU a prompt, most of it copying schemas. The oldest is forgotten past this.
 RENDERED = 256
 _rendered: OrderedDict[bytes, ToolSpec] = OrderedDict()
 
@@ -73,8 +73,8 @@ class Registry:
     def _spec(self, tool: Tool) -> ToolSpec:
         try:
             read = (tool.name, tool.description, tool.tier, tool.prerequisite, tool.example, tool.parameters)
-            key = msgspec.json.encode((*read, self.strict, self.placeholders))
-        except (TypeError, msgspec.EncodeError):  # a value JSON has no form for: rendered each time
+            key = msgspec.msgpack.encode((*read, self.strict, self.placeholders))
+        except (TypeError, msgspec.EncodeError):  # a value msgpack has no form for: rendered each time
             return self._render_one(tool)
         spec = _rendered.get(key)
         if spec is None:

@@ -50,7 +50,16 @@ def test_whatever_the_rendering_reads_makes_another_spec() -> None:
     assert list(Registry([other]).specs()[0].parameters["properties"]) == ["words"]
 
 
-def test_a_schema_json_cannot_hold_is_rendered_each_time() -> None:
+def test_values_json_would_write_alike_make_other_specs() -> None:
+    text = Echo({"type": "object", "properties": {"x": {"type": "string", "enum": ["1"]}}}, description="d")
+    number = Echo({"type": "object", "properties": {"x": {"type": "string", "enum": [1]}}}, description="d")
+    keyed = Echo({"type": "object", "properties": {"x": {"type": "string", 1: "a"}}}, description="d")
+    named = Echo({"type": "object", "properties": {"x": {"type": "string", "1": "a"}}}, description="d")
+    assert Registry([text]).specs()[0] is not Registry([number]).specs()[0]
+    assert Registry([keyed]).specs()[0] is not Registry([named]).specs()[0]
+
+
+def test_a_schema_msgpack_cannot_hold_is_rendered_each_time() -> None:
     odd = {"type": "object", "properties": {"x": {"type": "string", "x-origin": object()}}}
     one, two = Registry([Echo(odd)]).specs()[0], Registry([Echo(odd)]).specs()[0]
     assert one is not two and one.description == two.description
