@@ -68,31 +68,34 @@ _SIZED = {
 _CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
 
 
+# Where the walk of a frame stopped for want of bytes, to go on from there when more come: the offset of
+# the next header from the frame's start, the objects still to skip, those left in the innermost open
+# array or map and in each one around it (see _scan).
+_State = tuple[int, int, int, list[int]]
+
+
 class _Incomplete(Exception):
-    def __init__(self, need: int) -> None:
+    def __init__(self, need: int, state: _State) -> None:
         self.need = need
+        self.state = state
 
 
-def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int = DEFAULT_MAX_DEPTH) -> int:
-    """Return the end offset of the object that starts at *start*.
+def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int, state: _State | None = None) -> int:
+    """Return the end offset of the object that starts at *start*, walking on from *state* if given.
 
-    Raises _Incomplete with the least total buffer length worth waiting for, or FrameError.
+    Raises _Incomplete with the least total buffer length worth waiting for and the state to go on from
+    (each header is read once, however many pieces the frame comes in), or FrameError.
     """
-    pos = start
-    pending = 1  # objects still to skip
-    # Objects still to skip in the innermost open array or map (at first: the frame itself),
-    # and in each one around it (len(outer) are open).
-    remaining, outer = 1, []
-    end = len(buf)
-    limit = start + max_frame
+    # pending: objects still to skip; remaining: those of the innermost open array or map (at first:
+    # the frame itself), outer: those of each one around it (len(outer) are open).
+    rel, pending, remaining, outer = state if state is not None else (0, 1, 1, [])
+    pos, end, limit = start + rel, len(buf), start + max_frame
     while pending:
         if pos >= end:
-            raise _Incomplete(pos + pending)
+            raise _Incomplete(pos + pending, (pos - start, pending, remaining, outer))
         while not remaining:
             remaining = outer.pop()
-        remaining -= 1
         b = buf[pos]
-        pending -= 1
         items = -1  # objects inside, when b starts an array or a map
         if b <= 0x7F or b >= 0xE0:  # positive or negative fixint
             pos += 1
@@ -108,18 +111,20 @@ def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int = DEFAULT_M
             pos += _FIXED[b]
         elif b in _SIZED:
             width, extra = _SIZED[b]
-            if pos + 1 + width > end:
-                raise _Incomplete(pos + 1 + width)
+            if pos + 1 + width > end:  # the header again, once its length has come
+                raise _Incomplete(pos + 1 + width, (pos - start, pending, remaining, outer))
             size = int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
             pos += 1 + width + extra + size
         elif b in _CONTAINERS:
             width, per = _CONTAINERS[b]
             if pos + 1 + width > end:
-                raise _Incomplete(pos + 1 + width)
+                raise _Incomplete(pos + 1 + width, (pos - start, pending, remaining, outer))
             items = per * int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
             pos += 1 + width
         else:  # 0xC1 is never used by msgpack
             raise FrameError(f"byte 0x{b:02x} at offset {pos - start} is not msgpack")
+        remaining -= 1
+        pending -= 1
         if items >= 0:  # an array or a map starts, one level deeper than those open
             if len(outer) >= max_depth:
                 raise FrameError(f"frame nested more than {max_depth} levels deep; the limit is {max_depth}")
@@ -129,7 +134,7 @@ def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int = DEFAULT_M
         if pos + pending > limit:  # every pending object needs at least one more byte
             raise FrameError(f"frame larger than the limit of {max_frame} bytes")
     if pos > end:  # the last string or binary runs past what has arrived
-        raise _Incomplete(pos)
+        raise _Incomplete(pos, (pos - start, pending, remaining, outer))
     return pos
 
 
@@ -137,7 +142,10 @@ class Splitter:
     """Accumulates bytes and yields whole msgpack frames.
 
     Feed it whatever the socket returned; it returns the frames completed so
-    far, each as ``bytes`` ready for ``msgspec.msgpack.decode``.
+    far, each as ``bytes`` ready for ``msgspec.msgpack.decode``. A frame that
+    arrives in pieces is walked on from where the last piece left it, never
+    from its start again: the work is linear in the bytes fed, however they
+    are cut.
 
     Errors:
         FrameError: on a byte that cannot start a msgpack object, on a frame
@@ -150,7 +158,8 @@ class Splitter:
         self.max_frame = max_frame
         self.max_depth = max_depth
         self._buf = bytearray()
-        self._need = 0  # skip rescanning until the buffer holds this much
+        self._need = 0  # skip walking on until the buffer holds this much
+        self._state: _State | None = None  # where the walk of the frame at the buffer's start stopped
 
     @property
     def buffered(self) -> int:
@@ -165,10 +174,11 @@ class Splitter:
         start = 0
         while start < len(self._buf):
             try:
-                stop = _scan(self._buf, start, self.max_frame, self.max_depth)
+                stop = _scan(self._buf, start, self.max_frame, self.max_depth, self._state)
             except _Incomplete as inc:
-                self._need = inc.need - start
+                self._need, self._state = inc.need - start, inc.state
                 break
+            self._state = None
             frames.append(bytes(self._buf[start:stop]))
             start = stop
         else:
