@@ -157,10 +157,16 @@ class Client:
                 "mmd closed the connection (it stopped or crashed); its log is in "
                 f"{paths.state_dir() / 'mmd.log'}; run the command again to start a new daemon"
             )
+        error: FrameError | None = None
         try:
             frames = self._splitter.feed(data)
-        except FrameError as exc:
-            raise DaemonError(f"mmd sent bytes that are not msgpack-RPC: {exc}") from None
+        except FrameError as exc:  # the messages whole before the bad bytes are read first
+            frames, error = exc.frames, exc
+        self._take(frames)
+        if error is not None:
+            raise DaemonError(f"mmd sent bytes that are not msgpack-RPC: {error}") from None
+
+    def _take(self, frames: list[bytes]) -> None:
         for frame in frames:
             try:
                 msg = decode_message(frame)

@@ -24,8 +24,13 @@ class FrameError(Exception):
     """The byte stream cannot be split any further: garbage or an oversized frame.
 
     The connection that produced it must be closed; the bytes after the error
-    cannot be trusted to start a message.
+    cannot be trusted to start a message. ``frames`` are the whole frames the
+    same :meth:`Splitter.feed` split before it: answer them first, in order.
     """
+
+    def __init__(self, message: str, frames: list[bytes] | None = None) -> None:
+        super().__init__(message)
+        self.frames = frames if frames is not None else []
 
 
 # Fixed sizes of headers that are followed by nothing variable:
@@ -150,8 +155,9 @@ class Splitter:
     Errors:
         FrameError: on a byte that cannot start a msgpack object, on a frame
         whose headers announce more than ``max_frame`` bytes, or on one that
-        nests arrays and maps more than ``max_depth`` levels deep. The
-        splitter is unusable afterwards.
+        nests arrays and maps more than ``max_depth`` levels deep; its
+        ``frames`` are those completed before the bad byte by the same feed.
+        The splitter is unusable afterwards: every later feed raises it again.
     """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
@@ -160,6 +166,7 @@ class Splitter:
         self._buf = bytearray()
         self._need = 0  # skip walking on until the buffer holds this much
         self._state: _State | None = None  # where the walk of the frame at the buffer's start stopped
+        self._error: FrameError | None = None
 
     @property
     def buffered(self) -> int:
@@ -167,6 +174,8 @@ class Splitter:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self._error is not None:
+            raise FrameError(str(self._error))
         self._buf += data
         if len(self._buf) < self._need:
             return []
@@ -178,6 +187,10 @@ class Splitter:
             except _Incomplete as inc:
                 self._need, self._state = inc.need - start, inc.state
                 break
+            except FrameError as exc:
+                self._error, exc.frames = exc, frames
+                self._buf.clear()
+                raise
             self._state = None
             frames.append(bytes(self._buf[start:stop]))
             start = stop

@@ -111,6 +111,7 @@ class ServerProtocol:
         try:
             self._frames.extend(self._splitter.feed(data))
         except FrameError as exc:
+            self._frames.extend(exc.frames)  # whole before the bad byte: answered first, in order
             self._fatal = _fatal(f"{exc}; closing this connection")
 
     def next_action(self) -> Action | None:

@@ -77,6 +77,17 @@ def test_garbage_after_a_whole_frame_still_yields_the_frame_first():
         splitter.feed(b"\x93\xc1")
 
 
+def test_frames_before_garbage_in_the_same_feed_come_with_the_error_and_the_splitter_stays_broken():
+    splitter = Splitter()
+    good, other = request(1, "handshake", {"protocol": 1}), notification("event", {"a": 1})
+    with pytest.raises(FrameError, match="0xc1") as info:
+        splitter.feed(good + other + b"\x93\xc1")
+    assert info.value.frames == [good, other]
+    with pytest.raises(FrameError, match="0xc1") as again:  # nothing after the bad byte is framed
+        splitter.feed(good)
+    assert again.value.frames == []
+
+
 class CountingBuffer(bytearray):
     """A splitter's buffer that counts the bytes read from it: one an index, a slice its length."""
 

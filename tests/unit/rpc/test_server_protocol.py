@@ -151,6 +151,17 @@ def test_bytes_that_are_not_msgpack_close_the_connection_after_the_frames_before
     assert protocol.next_action() is None
 
 
+def test_a_request_and_a_bad_byte_in_one_read_answer_the_request_then_close() -> None:
+    protocol = ServerProtocol(METHODS)
+    protocol.receive(HELLO + request(2, "daemon.status") + b"\xc1")
+    hello = protocol.next_action()
+    assert isinstance(hello, Call) and hello.msgid == 1
+    protocol.respond(hello, WELCOME)
+    status, fatal = actions(protocol)
+    assert isinstance(status, Call) and status.msgid == 2
+    assert "byte 0xc1 at offset 0 is not msgpack" in fatal_message(fatal) and protocol.closed
+
+
 def test_a_message_without_msgid_closes_the_connection_and_drops_what_follows() -> None:
     protocol = handshaken()
     protocol.receive(msgspec.msgpack.encode({"hello": "world"}) + request(2, "daemon.status"))

@@ -238,6 +238,17 @@ async def test_bytes_that_cannot_be_split_get_an_error_notification_then_the_con
         assert host.detached == [conn] and conn.closed
 
 
+async def test_a_handshake_and_a_bad_byte_in_one_write_get_the_welcome_then_the_error() -> None:
+    async with serving(table()) as (peer, _, _):
+        await peer.send(HELLO, b"\xc1")
+        welcome = await peer.response()
+        assert welcome.msgid == 1 and welcome.error is None
+        note = await peer.receive()
+        assert isinstance(note, Notification) and note.method == "error"
+        assert "0xc1" in decode_notification_arg(note.params)["message"]
+        assert await peer.receive() is None
+
+
 async def test_a_request_received_before_a_hang_up_runs_to_its_end() -> None:
     started, released = trio.Event(), trio.Event()
     finished: list[str] = []
