@@ -101,3 +101,30 @@ def test_whole_events_and_line_by_line_give_what_the_rules_give_however_the_byte
         start, i = start + size, i + 1
     assert events == _reference(stream)
     assert decoder.close() == []
+
+
+@pytest.mark.parametrize(
+    ("start", "piece"),
+    [
+        (b'data: {"choices": [{"delta": {"content": "', b"q" * 256),  # a data line that never ends
+        (b"", b'data: {"choices": [{"delta": {"content": "a"}}]}\r'),  # CR alone ends no line here
+    ],
+)
+def test_a_line_under_way_is_searched_once_not_again_at_every_read(start: bytes, piece: bytes) -> None:
+    # Only the new bytes of a line under way are searched for its end. The whole line used to be searched
+    # again at every read: a server writing one endless line held the event loop for 72 s of CPU before
+    # the answer's 64 MB bound refused it.
+    decoder = SSEDecoder("test")
+    fed = [start, *[piece] * 500]
+    assert [event for chunk in fed for event in decoder.feed(chunk)] == []
+    assert decoder.searched <= 2 * len(b"".join(fed))
+    assert len(decoder.feed(b"\n\n")) == 1  # the line ends at last: one event
+
+
+def test_a_stream_cut_in_small_pieces_is_searched_a_few_times_over_at_most() -> None:
+    stream = b"".join(_BLOCKS) * 50
+    decoder, events = SSEDecoder("test"), []
+    for start in range(0, len(stream), 7):
+        events += decoder.feed(stream[start : start + 7])
+    assert events == _reference(stream)
+    assert decoder.searched <= 3 * len(stream)
