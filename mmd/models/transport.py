@@ -134,6 +134,11 @@ class _Conn(msgspec.Struct):
     # The end of the last answer's chunked body, left to be read when the connection is next taken
     # (LoopbackResponse.end): "chunks" (the size-0 chunk, trailers, the empty line) or "trailers".
     rest: str = ""
+    rest_at: int = 0  # the offset in the buffer up to which the rest was read whole (_rest_ends)
+    # The last search of the buffer that found nothing: what for, from where, and the buffer's length
+    # then. The next search for it from there goes on where that one stopped (_find), so that a line
+    # arriving in many reads is searched once, not again from its start at each.
+    unfound: tuple[bytes, int, int] = (b"", -1, 0)
 
 
 class _Flight(msgspec.Struct):
@@ -159,6 +164,9 @@ class LoopbackResponse:
         # While _chunked waits at a yield with every chunk before it taken whole: what is left of the body
         # then ("chunks", or "trailers" once the size-0 chunk came), else "".
         self._left = ""
+        # The chunk at the buffer's start whose size line was read but not yet all its data: where its
+        # data starts and its size (the size line is not read again at each read of the data).
+        self._next: tuple[int, int] | None = None
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         if self._method == "HEAD" or self.status_code in (204, 304) or 100 <= self.status_code < 200:
@@ -209,9 +217,10 @@ class LoopbackResponse:
                 while await self._client.read_line(self._conn):  # trailers, then the empty line
                     pass
                 return
-            if pending is not None and pending > READ_SIZE:
-                del buffer[: buffer.find(b"\r\n") + 2]  # its size line
-                async for piece in self._sized(pending):
+            if pending is not None and pending[1] > READ_SIZE:
+                _take(self._conn, pending[0])  # its size line
+                self._next = None
+                async for piece in self._sized(pending[1]):
                     yield piece
                 if await self._client.read_line(self._conn):
                     raise TransportError("protocol", "a chunk of the body does not end where its size says")
@@ -237,27 +246,33 @@ class LoopbackResponse:
         self._conn.rest = self._left
         await chunks.aclose()  # aiter_bytes closes _chunked: no read, no wait
 
-    def _whole_chunks(self) -> tuple[bytes, bool, int | None]:
+    def _whole_chunks(self) -> tuple[bytes, bool, tuple[int, int] | None]:
         """The data of every chunk whole at the start of the buffer, taken from it; whether the last chunk
-        (size 0) came, its size line taken; and the size of the next chunk if its size line is whole but
-        not its data (None if not even that)."""
-        buffer = self._conn.buffer
+        (size 0) came, its size line taken; and where the next chunk's data starts and its size if its
+        size line is whole but not its data (None if not even that)."""
+        conn = self._conn
+        buffer = conn.buffer
         parts: list[bytes] = []
         pos, ended, pending = 0, False, None
-        while (end := buffer.find(b"\r\n", pos)) >= 0:
-            size = _chunk_size(bytes(buffer[pos:end]))
-            if size == 0:
+        while True:  # pos: the start of the next chunk's size line
+            if self._next is not None:  # at the buffer's start: its size line was read
+                start, size = self._next
+            elif (end := _find(conn, b"\r\n", pos)) < 0:
+                break
+            elif (size := _chunk_size(bytes(buffer[pos:end]))) == 0:
                 pos, ended = end + 2, True
                 break
-            start, stop = end + 2, end + 2 + size
+            else:
+                start = end + 2
+            stop = start + size
             if len(buffer) < stop + 2:
-                pending = size
+                pending = self._next = (start - pos, size)
                 break
             if buffer[stop : stop + 2] != b"\r\n":
                 raise TransportError("protocol", "a chunk of the body does not end where its size says")
             parts.append(bytes(buffer[start:stop]))
-            pos = stop + 2
-        del buffer[:pos]
+            pos, self._next = stop + 2, None
+        _take(conn, pos)
         return b"".join(parts), ended, pending
 
 
@@ -280,18 +295,38 @@ def _rest_ends(conn: _Conn, open_: bool = True) -> bool | None:
     still come whole (never once the connection is no longer *open_*)."""
     if not open_:
         return False
-    buffer, pos = conn.buffer, 0
+    buffer, pos = conn.buffer, conn.rest_at  # the lines before rest_at were read by an earlier call
     if conn.rest == "chunks":
-        if (end := buffer.find(b"\r\n")) < 0:
+        if (end := _find(conn, b"\r\n")) < 0:
             return None
         if buffer[:end].split(b";", 1)[0].strip() != b"0":  # a chunk of data the reader did not want
             return False
+        conn.rest, pos = "trailers", end + 2
+    while (end := _find(conn, b"\r\n", pos)) > pos:  # trailers
         pos = end + 2
-    while (end := buffer.find(b"\r\n", pos)) > pos:  # trailers
-        pos = end + 2
+    conn.rest_at = pos
     if end < 0:
         return None
     return end + 2 == len(buffer)
+
+
+def _find(conn: _Conn, needle: bytes, start: int = 0) -> int:
+    """``conn.buffer.find(needle, start)``, going on where the last search for *needle* from *start* stopped
+    if it found nothing: the bytes it searched are not searched again."""
+    buffer = conn.buffer
+    what, begun, searched = conn.unfound
+    at = max(start, searched - len(needle) + 1) if what == needle and begun == start else start
+    end = buffer.find(needle, at)
+    conn.unfound = (needle, start, len(buffer)) if end < 0 else (b"", -1, 0)
+    return end
+
+
+def _take(conn: _Conn, n: int) -> None:
+    """Drop the first *n* bytes of the buffer (what _find knows of the others is kept)."""
+    if n:
+        del conn.buffer[:n]
+        what, begun, searched = conn.unfound
+        conn.unfound = (what, begun - n, searched - n) if begun >= n else (b"", -1, 0)
 
 
 def _chunk_size(line: bytes) -> int:
@@ -398,8 +433,8 @@ class LoopbackClient:
                     conn.buffer += more
         if not ended:
             raise _Stale()
-        conn.buffer.clear()
-        conn.rest = ""
+        _take(conn, len(conn.buffer))
+        conn.rest, conn.rest_at = "", 0
 
     async def _connect(self, address: tuple[str, int]) -> _Conn:
         try:
@@ -442,7 +477,7 @@ class LoopbackClient:
         conn.unyielded = 0
 
     async def _read_head(self, conn: _Conn) -> tuple[int, dict[str, str]]:
-        while (end := conn.buffer.find(b"\r\n\r\n")) < 0:
+        while (end := _find(conn, b"\r\n\r\n")) < 0:
             if len(conn.buffer) > MAX_HEAD:
                 raise TransportError("protocol", f"the answer's headers passed {MAX_HEAD:,} bytes")
             chunk = await self._receive(conn)
@@ -454,7 +489,7 @@ class LoopbackClient:
                 raise _Stale()
             conn.buffer += chunk
         head = bytes(conn.buffer[:end]).decode("latin-1")
-        del conn.buffer[: end + 4]
+        _take(conn, end + 4)
         status_line, *lines = head.split("\r\n")
         version, _, rest = status_line.partition(" ")
         code = rest[:3]
@@ -472,12 +507,12 @@ class LoopbackClient:
     async def read(self, conn: _Conn, most: int) -> bytes:
         if conn.buffer:
             chunk = bytes(conn.buffer[:most])
-            del conn.buffer[:most]
+            _take(conn, len(chunk))
             return chunk
         return await self._receive(conn, most)
 
     async def read_line(self, conn: _Conn) -> bytes:
-        while (end := conn.buffer.find(b"\r\n")) < 0:
+        while (end := _find(conn, b"\r\n")) < 0:
             if len(conn.buffer) > MAX_HEAD:
                 raise TransportError("protocol", "a line of the chunked body is too long")
             chunk = await self._receive(conn)
@@ -485,7 +520,7 @@ class LoopbackClient:
                 raise TransportError("protocol", "the server closed the connection in the middle of the body")
             conn.buffer += chunk
         line = bytes(conn.buffer[:end])
-        del conn.buffer[: end + 2]
+        _take(conn, end + 2)
         return line
 
     async def _receive(self, conn: _Conn, most: int = READ_SIZE) -> bytes:

@@ -2,7 +2,9 @@
 
 Each test serves raw bytes from a trio TCP server on 127.0.0.1, so every framing (Content-Length,
 chunks, the end of the connection), every broken answer and every kept-alive connection is the
-real thing; the provider-level behaviour (SSE, retries) is tested through the scripted model.
+real thing; the provider-level behaviour (SSE, retries) is tested through the scripted model. The tests
+of how much of the buffer is searched feed a connection's reads one by one instead, so that the answer
+arrives in exactly the pieces they choose.
 """
 
 from __future__ import annotations
@@ -488,3 +490,75 @@ async def test_a_body_read_without_waiting_still_yields_to_a_cancel(
                 got += chunk
     assert scope.cancelled_caught and len(got) < len(body)
     await client.aclose()
+
+
+# ---------------------------------------------------------------- how much is searched
+
+
+class CountingBuffer(bytearray):
+    """A connection's buffer that counts the bytes its searches look at."""
+
+    searched = 0
+
+    def find(self, sub: Any, start: int = 0, *args: Any) -> int:
+        found = super().find(sub, start, *args)
+        self.searched += (found + len(sub) if found >= 0 else len(self)) - start
+        return found
+
+
+def reads_of(monkeypatch: pytest.MonkeyPatch, data: bytes, size: int) -> transport._Conn:
+    """A connection whose reads return *data* *size* bytes at a time, then the end; its buffer counts."""
+    pieces = [data[i : i + size] for i in range(0, len(data), size)]
+
+    async def receive(self: LoopbackClient, conn: transport._Conn, most: int = transport.READ_SIZE) -> bytes:
+        return pieces.pop(0) if pieces else b""
+
+    monkeypatch.setattr(LoopbackClient, "_receive", receive)
+    return transport._Conn(socket.socket(), buffer=CountingBuffer())
+
+
+@pytest.mark.parametrize("size", [1, 16, 1000])
+async def test_a_head_that_comes_in_many_reads_is_searched_once(
+    monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    # The search for the head's end goes on where the last one stopped; it used to start again at the
+    # buffer's start after every read, up to MAX_HEAD.
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"x-%d: %s\r\n" % (i, b"v" * 40) for i in range(400)) + b"\r\n"
+    conn = reads_of(monkeypatch, head + b"body", size)
+    with conn.sock:
+        status, headers = await LoopbackClient(timeout=5)._read_head(conn)
+    assert status == 200 and len(headers) == 400 and headers["x-399"] == "v" * 40
+    reads = -(-len(head) // size)
+    assert conn.buffer.searched <= len(head) + 4 * reads  # each read's bytes, and the 3 before them
+
+
+@pytest.mark.parametrize("size", [1, 16, 1000])
+async def test_a_chunked_body_that_comes_in_many_reads_is_searched_once(
+    monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    # A long size line, a chunk's data and the trailers, each arriving a few bytes a read: no line is
+    # searched again from its start, and a size line is read once however long its data takes to come.
+    data = b"d" * 4000
+    body = b"%x;%s\r\n%s\r\n0\r\n%s\r\n" % (len(data), b"e" * 20_000, data, b"x-t: 1\r\n" * 300)
+    conn = reads_of(monkeypatch, body, size)
+    client = LoopbackClient(timeout=5)
+    response = transport.LoopbackResponse(client, conn, 200, {"transfer-encoding": "chunked"}, "POST")
+    with conn.sock:
+        assert b"".join([chunk async for chunk in response.aiter_bytes()]) == data
+    assert response.complete and not conn.buffer
+    reads = -(-len(body) // size)
+    assert conn.buffer.searched <= len(body) + 2 * reads  # each read's bytes, and the one before them
+
+
+def test_the_rest_of_a_body_that_comes_in_many_reads_is_searched_once() -> None:
+    # The size-0 chunk and the trailers of an answer the reader ended early, read when the connection is
+    # next taken (_rest_ends, asked after each read): each line is read once.
+    rest = b"0\r\n" + b"x-t: 1\r\n" * 500 + b"\r\n"
+    with socket.socket() as sock:
+        conn = transport._Conn(sock, buffer=CountingBuffer(), rest="chunks")
+        said = []
+        for i in range(0, len(rest), 8):
+            conn.buffer += rest[i : i + 8]
+            said.append(transport._rest_ends(conn))
+    assert said[-1] is True and set(said[:-1]) == {None}
+    assert conn.buffer.searched <= 2 * len(rest)
