@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,29 +112,52 @@ async def _read(proc: Any, read_send: Any, program: str) -> None:
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    buf = bytearray()
+    lines = _Lines()
     try:
         async with read_send:
             while chunk := await proc.stdout.receive_some(READ_SIZE):
-                buf += chunk
-                for line in _complete_lines(buf):
+                for line in lines.feed(chunk):
                     message = _parse(line, mcp_types, SessionMessage)
                     if message is not None:
                         await read_send.send(message)
-                if len(buf) > MAX_LINE:
+                if lines.partial > MAX_LINE:
                     log.warning("%s: dropped a line longer than %d bytes", program, MAX_LINE)
-                    buf.clear()
+                    lines.drop()
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass  # the session is gone, or the pipe: either way the stream is closed
 
 
-def _complete_lines(buf: bytearray) -> Iterator[bytes]:
-    """Each complete, non-blank line of *buf*, taken out of it; a partial last line stays."""
-    while (end := buf.find(b"\n")) >= 0:
-        line = bytes(buf[:end])
-        del buf[: end + 1]
-        if line.strip():
-            yield line
+class _Lines:
+    """The complete, non-blank lines of the bytes fed; a partial last line is kept for the next feed, and
+    only its new bytes are searched for its end (a line of MAX_LINE bytes read whole from its start at
+    every read would cost the event loop a search of gigabytes)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._searched = 0  # the bytes before this offset of the buffer hold no line end
+
+    @property
+    def partial(self) -> int:
+        """Bytes of the line under way."""
+        return len(self._buf)
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += chunk
+        lines, start, at = [], 0, self._searched
+        while (end := buf.find(b"\n", at)) >= 0:
+            line = bytes(buf[start:end])
+            if line.strip():
+                lines.append(line)
+            start = at = end + 1
+        del buf[:start]
+        self._searched = len(buf)
+        return lines
+
+    def drop(self) -> None:
+        """Forget the line under way."""
+        self._buf.clear()
+        self._searched = 0
 
 
 async def _write(proc: Any, write_recv: Any, read_send: Any) -> None:
