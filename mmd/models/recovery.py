@@ -355,26 +355,36 @@ class HeldText:
 
     def __init__(self, emit: Callable[[str], None]) -> None:
         self._emit = emit
-        self._held = ""
+        self._held: list[str] = []
+        # The held text without its leading blanks, while it may still start like a call or not: a few
+        # characters (a call's opener is at most 11), so a held step costs no rebuild of it a delta.
+        self._head = ""
+        self._call = False  # it starts like a call: held to its end
         self._streaming = False
 
     def feed(self, delta: str) -> None:
         if self._streaming:
             self._emit(delta)
             return
-        self._held += delta
-        head = self._held.lstrip()
-        if not head or any(head.startswith(o) or o.startswith(head) for o in _CALL_OPENERS):
-            return  # blank so far, or it starts like a call (or may yet)
+        self._held.append(delta)
+        if self._call:
+            return
+        head = self._head = self._head + delta if self._head else delta.lstrip()
+        if any(head.startswith(o) for o in _CALL_OPENERS):
+            self._call = True
+            return
+        if not head or any(o.startswith(head) for o in _CALL_OPENERS):
+            return  # blank so far, or it may yet start like a call
         self._streaming = True
-        self._emit(self._held)
-        self._held = ""
+        self._emit("".join(self._held))
+        self._held = []
 
     def finish(self, *, was_call: bool) -> None:
         """The step ended: what was held is shown unless a call was read from it."""
-        if self._held and not was_call:
-            self._emit(self._held)
-        self._held = ""
+        text = "".join(self._held)
+        if text and not was_call:
+            self._emit(text)
+        self._held = []
 
 
 def recover_completion(completion: Completion, tool_names: Collection[str]) -> Completion:

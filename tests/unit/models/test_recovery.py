@@ -318,3 +318,31 @@ def test_text_that_only_begins_with_a_call_character_streams(text: str) -> None:
         shown: list[str] = []
         HeldText(shown.append).feed(text)
         assert shown == [text]
+
+
+class Counted(str):
+    """A text delta that counts, in ``built``, the characters of each string made from it by + or lstrip."""
+
+    built = 0
+
+    def __add__(self, other: str) -> Counted:
+        Counted.built += len(self) + len(other)
+        return Counted(str.__add__(self, other))
+
+    def __radd__(self, other: str) -> Counted:
+        Counted.built += len(other) + len(self)
+        return Counted(str.__add__(other, self))
+
+    def lstrip(self, chars: str | None = None) -> Counted:
+        Counted.built += len(self)
+        return Counted(str.lstrip(self, chars))
+
+
+@pytest.mark.parametrize("start", ["{", "\n\n   \n"])
+def test_a_long_held_step_is_not_rebuilt_at_every_delta(monkeypatch: pytest.MonkeyPatch, start: str) -> None:
+    # A step held as a call (or blank so far) keeps its deltas as they came; it used to be joined and
+    # stripped again at each one, on the daemon's event loop: quadratic in a long step's deltas.
+    monkeypatch.setattr(Counted, "built", 0)
+    deltas = [Counted(start), *[Counted('"x": 1, ' if start == "{" else " \n")] * 3000]
+    assert "".join(held(deltas, was_call=False)) == "".join(deltas)
+    assert Counted.built <= 2 * len("".join(deltas))
