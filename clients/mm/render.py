@@ -49,7 +49,10 @@ class View:
         self.spinner = Spinner(self.err, color=self.color)  # while the model works; stopped before output
         self._open_line = False  # the answer text has no final newline yet
         self._echo_open = False  # tool output left without a final newline
-        self.result: dict[str, Any] = {"tool_calls": [], "text": ""}
+        self.result: dict[str, Any] = {"tool_calls": [], "text": ""}  # "text": the answer, once finished
+        # The words streamed since the last step that called tools, as they came: joined when read, not
+        # copied whole at every delta (a long answer in small deltas cost the client minutes of CPU).
+        self._words: list[str] = []
         self._shown = ""  # the last tool result shown, so that a turn ending with it does not repeat it
         self._changed = ""  # the files the running call changed (files_changed), shown after its result
 
@@ -77,6 +80,12 @@ class View:
             self.out.flush()
             self._open_line = False
 
+    def _said(self) -> str:
+        """The words streamed since the last step that called tools."""
+        if len(self._words) > 1:
+            self._words = ["".join(self._words)]
+        return self._words[0] if self._words else ""
+
     # -- events ------------------------------------------------------------------
 
     def failed(self, message: str, session_id: str | None = None) -> None:
@@ -98,7 +107,7 @@ class View:
         self.spinner.after(ev, line_free=not (self._open_line or self._echo_open))
 
     def _on_text(self, data: dict[str, Any]) -> None:
-        self.result["text"] += data["text"]
+        self._words.append(data["text"])
         if self.fmt == "text" and not self.hold:
             self.out.write(data["text"])
             self.out.flush()
@@ -107,9 +116,9 @@ class View:
     def _on_assistant(self, data: dict[str, Any]) -> None:
         # A step that called tools may have said something first; keep only the final answer.
         if data["tool_calls"]:
-            if self.hold and self.result["text"].strip():
-                self._echo(self.result["text"].strip() + "\n")  # narration: for the person, not the pipe
-            self.result["text"] = ""
+            if self.hold and self._said().strip():
+                self._echo(self._said().strip() + "\n")  # narration: for the person, not the pipe
+            self._words = []
 
     def _on_tool_call(self, data: dict[str, Any]) -> None:
         self.result["tool_calls"].append({"name": data["name"], "arguments": data["arguments"]})
@@ -143,9 +152,9 @@ class View:
 
     def _on_unusable_answer(self, data: dict[str, Any]) -> None:
         # The final reply was no answer (empty, braces, a call as text): the turn's answer comes next.
-        if self.hold and self.result["text"].strip():
-            self._echo(self.result["text"].strip() + "\n")  # held: shown as written, to the person
-        self.result["text"] = ""
+        if self.hold and self._said().strip():
+            self._echo(self._said().strip() + "\n")  # held: shown as written, to the person
+        self._words = []
         if self.fmt == "text" and data.get("action") == "ask_again":
             self.note(
                 f"  (the model's reply was not an answer: {data['reason']}; asking it for one in words)"
@@ -210,20 +219,21 @@ class View:
         """The turn's answer: the model's last words, or what mm wrote in their place; None unless ok."""
         if ended["status"] != "ok":
             return None
-        return ended.get("text") or self.result["text"]
+        return ended.get("text") or self._said()
 
     def finish(self, session_id: str, ended: dict[str, Any]) -> int:
         """Print the end of a turn and return the exit code."""
         status = ended["status"]
         answer = self.answer(ended)
-        if self.fmt == "text" and answer and (self.hold or answer.strip() != self.result["text"].strip()):
+        if self.fmt == "text" and answer and (self.hold or answer.strip() != self._said().strip()):
             # Held, or an answer mm wrote or took from a result (not streamed as the model's text).
             self._end_answer_line()
             self.out.write(answer.rstrip("\n") + "\n")
-        elif self.hold and self.result["text"].strip():
+        elif self.hold and self._said().strip():
             # The words of a turn that gave no answer: for the person, not the pipe.
-            self._echo(self.result["text"].strip() + "\n")
+            self._echo(self._said().strip() + "\n")
         self.result["text"] = answer or ""
+        self._words = [answer] if answer else []
         self._end_answer_line()
         if ended.get("error"):
             self.error(ended["error"])

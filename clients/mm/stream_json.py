@@ -83,7 +83,7 @@ class Transcript:
         self.tool_calls: list[dict[str, Any]] = []  # mm's own result field: every call, in order
         self._calls: dict[str, dict[str, Any]] = {}  # tool_use id -> {name, input}
         self._waiting_since: float | None = None  # ts of the last event before the model's step
-        self._pending = ""  # text of a step that had no `assistant` record yet
+        self._pending: list[str] = []  # text of a step that had no `assistant` record yet, as it came
         self._answer = ""  # the last step's words
 
     def _base(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -119,7 +119,7 @@ class Transcript:
         return [init]
 
     def _on_text(self, data: dict[str, Any], ts: float | None) -> list[dict[str, Any]]:
-        self._pending += data["text"]
+        self._pending.append(data["text"])
         return []
 
     def _on_assistant(self, data: dict[str, Any], ts: float | None) -> list[dict[str, Any]]:
@@ -129,7 +129,7 @@ class Transcript:
         self.stop_reason = STOP_REASONS.get(data.get("finish_reason") or "", data.get("finish_reason"))
         usage = self._step_usage(data)
         text = data.get("text") or ""
-        self._pending = ""
+        self._pending = []
         self._answer = "" if data.get("tool_calls") else text
         blocks = [{"type": "text", "text": text}] if text or not data.get("tool_calls") else []
         for call in data.get("tool_calls") or []:
@@ -224,11 +224,12 @@ class Transcript:
         return self._informational(text, "notice")
 
     def _on_turn_ended(self, data: dict[str, Any], ts: float | None) -> list[dict[str, Any]]:
-        if not self._pending:
+        text, self._pending = "".join(self._pending), []
+        if not text:
             return []
         # Words the model wrote with no step record (asked once more for an answer in words).
         self.steps += 1
-        self._answer, text, self._pending = self._pending, self._pending, ""
+        self._answer = text
         return [self._message([{"type": "text", "text": text}])]
 
     def result(self, ended: dict[str, Any], *, duration_ms: int) -> dict[str, Any]:

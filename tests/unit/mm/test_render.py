@@ -1,5 +1,5 @@
 """How `mm` prints the context budget's events and the files a call changed (clients/mm/render.py); the events are
-tests/unit/turn/test_context.py's, `/compact` end to end tests/e2e/test_context.py's."""
+tests/unit/turn/test_context.py's, `/compact` end to end tests/e2e/test_context.py's. And what a long answer costs."""
 
 from __future__ import annotations
 
@@ -53,3 +53,31 @@ def test_the_files_a_call_changed_are_named_under_its_result_with_its_step() -> 
         "  ✓ [exit code 0]",
         "  changed: D a, A 'new\\nline' and 10 more (step 4: mm undo)",
     ]
+
+
+class Counted(str):
+    """A text delta that counts, in ``built``, the characters of each string made from it by +."""
+
+    built = 0
+
+    def __add__(self, other: str) -> Counted:
+        Counted.built += len(self) + len(other)
+        return Counted(str.__add__(self, other))
+
+    def __radd__(self, other: str) -> Counted:
+        Counted.built += len(other) + len(self)
+        return Counted(str.__add__(other, self))
+
+
+def test_a_long_answer_in_small_deltas_is_kept_as_it_came_not_copied_whole_at_each(monkeypatch) -> None:
+    # The client added each delta to the answer so far: a copy of all of it a token, 139 s of CPU for an
+    # answer at the daemon's bound (2 Mi characters) in 4-character deltas.
+    monkeypatch.setattr(Counted, "built", 0)
+    out = io.StringIO()
+    view = View("text", out=out, err=io.StringIO(), hold=True)
+    words = [Counted("word ")] * 5000
+    for word in words:
+        view.event({"kind": "text", "data": {"text": word}})
+    view.finish("s1", {"status": "ok", "text": "", "error": None})
+    assert out.getvalue() == "".join(words) + "\n"
+    assert Counted.built <= 2 * len("".join(words))

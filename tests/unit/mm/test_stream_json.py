@@ -99,3 +99,28 @@ def test_user_messages_of_input_stream_json() -> None:
     ]:
         with pytest.raises(InputError, match=said):
             user_message(bad)
+
+
+class Counted(str):
+    """A text delta that counts, in ``built``, the characters of each string made from it by +."""
+
+    built = 0
+
+    def __add__(self, other: str) -> Counted:
+        Counted.built += len(self) + len(other)
+        return Counted(str.__add__(self, other))
+
+    def __radd__(self, other: str) -> Counted:
+        Counted.built += len(other) + len(self)
+        return Counted(str.__add__(other, self))
+
+
+def test_words_in_many_deltas_are_kept_as_they_came_not_copied_whole_at_each(monkeypatch) -> None:
+    monkeypatch.setattr(Counted, "built", 0)
+    t = Transcript()
+    words = [Counted("word ")] * 5000
+    for word in words:
+        t.feed(ev("text", 1.0, text=word))
+    [message] = t.feed(ev("turn_ended", 2.0, status="ok", text="", error=None))
+    assert message["message"]["content"] == [{"type": "text", "text": "".join(words)}]
+    assert Counted.built <= 2 * len("".join(words))
