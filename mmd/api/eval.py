@@ -12,6 +12,7 @@ from ..config.eval import ConfigError, NoFixture, fixture_file, load_fixture
 from ..rpc import RPCError
 from ..rpc.methods import EvalLoad
 from ..rpc.results import EvalCase, EvalFixture
+from ..turn import plan
 
 if TYPE_CHECKING:
     from ..server.connection import Connection
@@ -23,11 +24,13 @@ def check(path: Path) -> EvalFixture:
 
     Blocking (it parses YAML): the method calls it in a worker thread.
 
-    Errors: RPCError("config_error") naming the file, line and field.
+    Errors: RPCError("config_error") naming the file, line and field; RPCError("bad_path") when *path*
+    cannot be read (too long a name, a loop of links).
     """
     try:
-        file = fixture_file(path)
-        spec = load_fixture(file)
+        with plan.path_errors():
+            file = fixture_file(path)
+            spec = load_fixture(file)
     except (NoFixture, ConfigError) as exc:
         raise RPCError("config_error", str(exc)) from None
     return EvalFixture(

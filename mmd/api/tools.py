@@ -50,7 +50,8 @@ async def skills_list(daemon: Daemon, conn: Connection, p: SkillsList) -> Skills
     agent, _ = await trio.to_thread.run_sync(plan.load_agent, cwd, p.agent)
     # The same build as a turn's, so the list and the turn agree (in a worker thread: it reads files).
     _, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, [])
-    dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
+    with plan.path_errors():
+        dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
     return SkillsListed(
         agent=agent.path, skills=_skill_infos(skills), folders=[str(d.path) for d in dirs], warnings=warnings
     )

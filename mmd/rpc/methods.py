@@ -3,26 +3,56 @@
 Each Struct here is the single map argument of one method; docs/protocol.md
 lists them with their results. Unknown fields are refused so that a typo in a
 client is an error, not a silently ignored option.
+
+What the decoder can check, it does, so a bad value is refused as ``invalid_params`` before a handler
+runs: every integer is bounded (the store's integers are SQLite's, signed 64-bit: a larger one was an
+OverflowError deep in a handler), and every field that names a file or folder holds no NUL byte (which no
+path can hold, and which Python's file functions refuse with a ValueError).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+
+# The largest integer the store can hold or compare: SQLite's INTEGER, msgpack's int64.
+MAX_INT = 2**63 - 1
+# A count, a sequence number, a version: from 0 ("none", "from the start").
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+# A number that counts from 1: a step, a rule's id.
+Number = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
 
 
 class _Params(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pass
 
 
+class _PathParams(_Params):
+    """Params with fields that name a file or folder (``path_fields``), checked as they are decoded."""
+
+    path_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        # Raised here, msgspec answers it as a ValidationError: the request is refused as invalid_params.
+        for name in self.path_fields:
+            value = getattr(self, name)
+            if value is not None and "\x00" in value:
+                raise ValueError(
+                    f"{name} holds a NUL byte (\\x00), which no file or folder name can hold: check how the "
+                    f"path was built - at `$.{name}`"
+                )
+
+
 class Handshake(_Params):
-    protocol: int
+    protocol: Count
     client: str = "unknown"
     version: str = ""
 
 
-class Prompt(_Params):
+class Prompt(_PathParams):
+    path_fields = ("cwd", "agent")
+
     prompt: str
     cwd: str
     session_id: str | None = None  # resume this session
@@ -48,23 +78,25 @@ class Compact(_Params):
 
 class Diff(_Params):
     session_id: str
-    step: int | None = None  # one step; None: the whole session
+    step: Number | None = None  # one step; None: the whole session
 
 
 class Undo(_Params):
     session_id: str
-    to_step: int | None = None  # restore the tree as it was before this step; None: the last step
+    to_step: Number | None = None  # restore the tree as it was before this step; None: the last step
     force: bool = False  # overwrite files something else changed since
 
 
 class Subscribe(_Params):
     session_id: str
-    after_seq: int = 0
+    after_seq: Count = 0
     interactive: bool = False  # this client answers consent asks
 
 
-class ListSessions(_Params):
-    limit: int = 20
+class ListSessions(_PathParams):
+    path_fields = ("cwd",)
+
+    limit: Count = 20
     cwd: str | None = None
 
 
@@ -84,24 +116,30 @@ class ConsentAnswer(_Params):
     scope: Literal["session", "project", "global"] = "project"
 
 
-class ConsentList(_Params):
+class ConsentList(_PathParams):
+    path_fields = ("cwd",)
+
     cwd: str | None = None
 
 
 class ConsentRevoke(_Params):
-    id: int
+    id: Number
 
 
 class Empty(_Params):
     pass
 
 
-class ToolsList(_Params):
+class ToolsList(_PathParams):
+    path_fields = ("cwd", "agent")
+
     cwd: str
     agent: str | None = None  # agent file path, absolute
 
 
-class SkillsList(_Params):
+class SkillsList(_PathParams):
+    path_fields = ("cwd", "agent")
+
     cwd: str
     agent: str | None = None  # agent file path, absolute
 
@@ -110,7 +148,9 @@ class ModelsList(_Params):
     pass
 
 
-class ToolsCheck(_Params):
+class ToolsCheck(_PathParams):
+    path_fields = ("agent",)
+
     agent: str  # agent file path, absolute
 
 
@@ -118,18 +158,24 @@ class Stats(_Params):
     session_id: str | None = None  # None: every session
 
 
-class McpList(_Params):
+class McpList(_PathParams):
+    path_fields = ("cwd", "agent")
+
     cwd: str
     agent: str | None = None
 
 
-class McpTest(_Params):
+class McpTest(_PathParams):
+    path_fields = ("cwd", "agent")
+
     name: str
     cwd: str
     agent: str | None = None
 
 
-class EvalLoad(_Params):
+class EvalLoad(_PathParams):
+    path_fields = ("path",)
+
     path: str  # absolute: a fixture folder holding eval.yaml, or the yaml file itself
 
 

@@ -11,7 +11,10 @@ applies to the next turn without restarting the daemon.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -126,10 +129,12 @@ def build_tools(
     already refused a declared tool that takes a built-in's name. Then the
     MCP tools the daemon's pool fetched (``McpPool.tools``): one whose name is
     taken by a built-in (even off) or a declared tool is skipped with a warning.
+
+    Errors: RPCError bad_path when *cwd* cannot be read (:func:`path_errors`).
     """
-    skills, warnings = load_skills(
-        skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
-    )
+    with path_errors():
+        dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
+        skills, warnings = load_skills(dirs)
     warnings = [*missing_configured(agent.path, agent.skills, agent.skills_lines), *warnings]
     base_dir = agent.base_dir or cwd
     tools = [
@@ -167,13 +172,38 @@ def load_agent(cwd: Path, agent_path: str | None) -> tuple[AgentFile, Path | Non
 
     Blocking (it parses YAML): async callers run it in a worker thread.
 
-    Errors: RPCError("config_error") naming the file, line and field.
+    Errors: RPCError("config_error") naming the file, line and field; RPCError("bad_path") when *cwd* or
+    *agent_path* cannot be read (:func:`path_errors`).
     """
     try:
-        found = find_agent_file(cwd, agent_path)
-        return (load_agent_file(found) if found else AgentFile()), found
+        with path_errors():
+            found = find_agent_file(cwd, agent_path)
+            return (load_agent_file(found) if found else AgentFile()), found
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
+
+
+# What to do about a path that cannot be read, by errno.
+_PATH_HINTS = {
+    errno.ENAMETOOLONG: "a name in a path is at most 255 bytes, and a whole path 4,095: check the path given",
+    errno.ELOOP: "a symbolic link in it leads round in a loop (or through too many links): fix or remove the link",
+    errno.EACCES: "you may not read it: check its permissions",
+    errno.EPERM: "you may not read it: check its permissions",
+}
+
+
+@contextlib.contextmanager
+def path_errors() -> Iterator[None]:
+    """An OSError reading what a request names (its cwd, its agent file, the folders beneath) answered as
+    ``bad_path``, naming the path and the reason: never a daemon error with a traceback. (A file that is
+    not there is no error to the readers: no agent file means the defaults.)"""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else "a path the request named"
+        reason = exc.strerror or type(exc).__name__
+        hint = _PATH_HINTS.get(exc.errno or 0, "check the path given")
+        raise RPCError("bad_path", f"cannot read {where}: {reason} — {hint}") from None
 
 
 def load(cwd: Path, agent_path: str | None, config_path: Path) -> tuple[AgentFile, UserConfig, Path | None]:
@@ -184,7 +214,8 @@ def load(cwd: Path, agent_path: str | None, config_path: Path) -> tuple[AgentFil
         raise RPCError("config_error", str(exc)) from None
     agent, found = load_agent(cwd, agent_path)
     try:  # Claude Code's MCP files (.mcp.json, and mm mcp add's), beside the mcp: of both
-        agent, config = add_mcp_files(agent, config, cwd)
+        with path_errors():
+            agent, config = add_mcp_files(agent, config, cwd)
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
     return agent, config, found
@@ -217,8 +248,9 @@ def resolve(
             "or run `mm local setup` to install a local model, used when none is configured",
         )
     try:
-        chosen = ModelRef.parse(config, ref, found.parent if found else cwd)
-        claude_hooks, hook_warnings = _claude_hooks(cwd, agent_file, config)
+        with path_errors():
+            chosen = ModelRef.parse(config, ref, found.parent if found else cwd)
+            claude_hooks, hook_warnings = _claude_hooks(cwd, agent_file, config)
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
     return Plan(
