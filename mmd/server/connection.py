@@ -6,8 +6,10 @@ socket into it, runs the calls it hands out, and writes what it answers.
 
 Every byte the daemon sends goes through the outbox, drained by one writer
 task, so replies and events never interleave mid-frame and a slow client
-never blocks a turn: when its outbox is full the connection is dropped and
-the client reconnects and replays what it missed from the store (after_seq).
+never blocks a turn: when its outbox is full (OUTBOX_FRAMES frames, or
+OUTBOX_BYTES bytes) the connection is dropped at once, what it still held
+discarded, and the client reconnects and replays what it missed from the
+store (after_seq).
 
 A malformed message that still carries a msgid is answered with an error.
 Anything that cannot be split or decoded closes this connection only, after
@@ -41,6 +43,14 @@ log = logging.getLogger(__name__)
 
 # Frames queued for one client before it counts as stuck and is dropped.
 OUTBOX_FRAMES = 10_000
+# Bytes queued for one client (what the writer still holds included) before it counts as stuck and is dropped.
+# Frames alone did not bound it: a client that pipelined 200 session.show requests for a session with a
+# 2 MB answer and read nothing held 1.5 GiB of the daemon. 64 MiB is four frames at the frame limit (16 MiB):
+# more than any client that reads ever falls behind by (a turn's events come a few KB at a time, and a
+# replay is one answer), and what a client that stopped reading may cost the daemon at most. A frame
+# larger than this goes through when nothing is queued before it: it is built already, and one answer is
+# not a client falling behind.
+OUTBOX_BYTES = 64 * 1024 * 1024
 # Bytes read from the socket at a time.
 READ_SIZE = 65_536
 
@@ -54,9 +64,13 @@ SEND_BATCH = 262_144
 BURST = 0.000_2
 
 
-def _queued(first: bytes | None, outbox: trio.MemoryReceiveChannel[bytes | None]) -> tuple[list[bytes], bool]:
+# A frame, or the part of one the socket did not take (a view of it: the rest of a big answer is not copied).
+Frame = bytes | memoryview
+
+
+def _queued(first: Frame | None, outbox: trio.MemoryReceiveChannel[Frame | None]) -> tuple[list[Frame], bool]:
     """*first* and the frames queued behind it, up to SEND_BATCH bytes; True when the end (None) came."""
-    frames: list[bytes] = []
+    frames: list[Frame] = []
     size = 0
     frame = first
     while frame is not None:
@@ -93,7 +107,9 @@ class Connection:
         self.protocol = ServerProtocol(daemon.methods, max_frame=daemon.max_frame)
         # Sessions this connection gets events for, and whether it answers consent asks there.
         self.subscriptions: dict[str, bool] = {}
-        self._out_send, self._out_recv = trio.open_memory_channel[bytes | None](OUTBOX_FRAMES)
+        self._out_send, self._out_recv = trio.open_memory_channel[Frame | None](OUTBOX_FRAMES)
+        self._queued_bytes = 0  # in the outbox and held by the writer, until written
+        self._writing = trio.CancelScope()  # cancelled to drop a client too slow to read
         self.closed = False
         # The writer holds or awaits frames: a push then queues behind them, never past them.
         self._busy = False
@@ -127,13 +143,24 @@ class Connection:
                 if not (frame := self._write_now(frame)):
                     return
         self._busy = True
+        if self._queued_bytes and self._queued_bytes + len(frame) > OUTBOX_BYTES:
+            self._drop(f"outbox over {OUTBOX_BYTES:,} bytes")
+            return
         try:
             self._out_send.send_nowait(frame)
         except trio.WouldBlock:
-            log.warning("%r: outbox full, dropping the connection", self)
-            self.abort()
+            self._drop(f"outbox full ({OUTBOX_FRAMES:,} frames)")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed = True  # the writer is gone: the peer hung up
+        else:
+            self._queued_bytes += len(frame)
+
+    def _drop(self, why: str) -> None:
+        """Drop a client too slow to read: what is queued for it is discarded and its socket closed now (it
+        reconnects and replays from the store), not held for as long as it stays connected reading nothing."""
+        log.warning("%r: %s, dropping the connection", self, why)
+        self.abort()
+        self._writing.cancel()
 
     def notify(self, method: str, params: Any) -> None:
         self.push(notification(method, params))
@@ -143,8 +170,8 @@ class Connection:
         within BURST would go through the writer task."""
         self.push(b"".join([notification(method, params) for params in each]))
 
-    def _write_now(self, frame: bytes) -> bytes:
-        """What of *frame* the socket did not take at once (b"" when it took it all)."""
+    def _write_now(self, frame: bytes) -> Frame:
+        """What of *frame* the socket did not take at once (empty when it took it all)."""
         assert self._sock is not None
         fd = self._sock.fileno()  # -1 once closed
         if fd < 0:
@@ -155,7 +182,7 @@ class Connection:
             return frame
         except OSError:  # the peer hung up (EPIPE, ECONNRESET): the writer finds it out and ends
             return frame
-        return frame[sent:]
+        return memoryview(frame)[sent:] if sent else frame
 
     def close_after_flush(self) -> None:
         """Send what is queued, then close (used after a fatal protocol error)."""
@@ -181,13 +208,14 @@ class Connection:
                 frames, last = _queued(frame, self._out_recv)
                 if frames:
                     await self._send(frames[0] if len(frames) == 1 else b"".join(frames))
+                    self._queued_bytes -= sum(map(len, frames))
                 if last:
                     break
                 if not self._out_recv.statistics().current_buffer_used:
                     self._busy = False  # all sent: the next push may write itself
         await self.stream.aclose()
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: Frame) -> None:
         # Written to the socket directly: trio's send_all yields to the scheduler after every send, one
         # pass of the event loop more for each batch of a turn's events, although the client's socket
         # buffer nearly always takes them at once. trio waits here only when it is full.
@@ -235,7 +263,7 @@ class Connection:
                 await self.stream.aclose()
 
     async def _writer_task(self, scope: trio.CancelScope) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        with self._writing, contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await self._writer()
         scope.cancel()
 

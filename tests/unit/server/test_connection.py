@@ -451,3 +451,47 @@ async def test_the_events_of_one_commit_go_out_in_one_write_in_order(monkeypatch
         assert await peer.event_seqs(3) == [0, 1, 2]
         [written] = seen
         assert len(written) == 1 and written[0].count(b"seq") == 3
+
+
+async def test_a_client_that_never_reads_is_dropped_once_the_bytes_queued_for_it_pass_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Big answers pipelined by a client that reads nothing (session.show with events): far fewer frames
+    # than OUTBOX_FRAMES, so only the bound on bytes stops the daemon holding every one of them.
+    monkeypatch.setattr(connection, "OUTBOX_BYTES", 4_000_000)
+    pushed: list[int] = []
+
+    async def answers(daemon: Any, conn: Connection, params: Empty) -> Done:
+        for i in range(40):  # 40 MB in all, ten times the bound
+            conn.notify("event", {"seq": i, "pad": "x" * 1_000_000})
+            pushed.append(i)
+            await trio.sleep(0)  # let the writer run between them
+        return Done()
+
+    async with serving(table(**{"daemon.status": Method(Empty, answers)})) as (peer, conn, host):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        await peer.send(request(2, "daemon.status"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(pushed) == 40  # the handler ran to its end while the client read nothing
+        assert conn.closed and host.detached == [conn]  # dropped: not held open with what was queued
+        seqs = await peer.event_seqs()
+        assert seqs == list(range(len(seqs))) and len(seqs) < 40  # what the socket took, in order, then cut
+
+
+async def test_a_frame_over_the_bound_goes_alone_unsent_part_uncopied_and_a_frame_pushed_behind_it_drops_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection, "OUTBOX_BYTES", 1_000_000)
+    client, server = socket_pair()
+    conn = Connection(Host({}), server, peer_pid=4242)
+    big = b"B" * 3_000_000  # one answer larger than the bound: built already, so it is sent
+    conn.push(big)
+    assert not conn.closed
+    rest = conn._out_recv.statistics().current_buffer_used and conn._out_recv.receive_nowait()
+    assert isinstance(rest, memoryview) and rest.obj is big  # what the socket left is a view, not a copy
+    conn._out_send.send_nowait(rest)  # back in the outbox, still counted
+    conn.push(b"s" * 10)  # the client has not read the first: past the bound, it is dropped
+    assert conn.closed
+    await client.aclose()
+    await server.aclose()
