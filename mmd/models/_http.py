@@ -38,6 +38,11 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 # 512k characters. Kept under a quarter of the RPC frame limit (16 MiB), so the events
 # that carry an answer (even in 4-byte UTF-8) always reach the clients.
 MAX_ANSWER_CHARS = 2 * 1024 * 1024
+# The largest token count kept from an answer's usage or timings: no model's window comes near 4 billion
+# tokens (the largest are a few million). A count past it, negative or not a whole number is no count: it is
+# dropped (the step's count stays what the server said before, 0 if nothing), never clamped to an invented
+# number, and never stored (10**40 was an OverflowError where the step's event is encoded).
+MAX_TOKENS = 2**32 - 1
 # Statuses another attempt may fix besides 5xx: request timeout, rate limit.
 RETRY_STATUSES = frozenset({408, 429})
 # What to do about a request the server refused, by status.
@@ -181,6 +186,29 @@ def status_failure(status: int, body: str, headers: Mapping[str, str], label: st
     return ModelError(f"{label}: HTTP {status}: {message}. {HINTS.get(status, DEFAULT_HINT)}", status=status)
 
 
+def token_count(value: Any) -> int | None:
+    """*value* as a token count the provider reported, or None when it is none (see MAX_TOKENS)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
+
+
+def _call_key(key: Any) -> int:
+    # A call's place in the answer, which orders the calls: another type beside an int made sorting them
+    # a TypeError after the answer was read.
+    if not isinstance(key, int) or isinstance(key, bool):
+        raise TypeError("a tool call's index is not an integer")  # reported as an unexpected shape
+    return key
+
+
+def _text_or_none(value: Any, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} is not a string")  # reported as an unexpected shape
+    return value
+
+
 class _PartialCall(msgspec.Struct):
     id: str | None = None
     name: str | None = None
@@ -193,7 +221,11 @@ class Accumulator:
     """Collects one streamed answer: text (handed on event by event) and tool calls.
 
     Subclasses parse their provider's events and call ``add_text``,
-    ``start_call`` and ``add_arguments``.
+    ``start_call``, ``add_arguments``, ``finish`` and ``usage``. These take what the provider sent and
+    check its type: the boundary where an answer becomes typed values. A value of the wrong type where
+    the answer depends on it (text, a call's index, id, name or arguments, the finish reason) is a
+    TypeError, which ``HttpModel`` answers as the provider's answer of an unexpected shape; a token count
+    that is none (only informational) is dropped.
     """
 
     def __init__(self, on_text: OnText | None, label: str) -> None:
@@ -272,6 +304,11 @@ class Accumulator:
                 self._on_text(delta)
 
     def start_call(self, key: int, call_id: str | None, name: str | None, fallback: str = "") -> None:
+        key = _call_key(key)
+        call_id = _text_or_none(call_id, "a tool call's id")
+        name = _text_or_none(name, "a tool call's name")
+        if not isinstance(fallback, str):
+            raise TypeError("a tool call's input is not a string")  # reported as an unexpected shape
         if (call := self._calls.get(key)) is None:
             if fallback:
                 self._count(len(fallback))
@@ -285,10 +322,24 @@ class Accumulator:
     def add_arguments(self, key: int, fragment: str) -> None:
         if not isinstance(fragment, str):
             raise TypeError("an arguments fragment is not a string")  # reported as an unexpected shape
+        key = _call_key(key)
         if (call := self._calls.get(key)) is None:
             call = self._calls[key] = _PartialCall()
         self._count(len(fragment))
         call.parts.append(fragment)
+
+    def finish(self, reason: Any) -> None:
+        """The answer's finish reason, when the provider sent one (None, "" or another empty value: not yet)."""
+        if not reason:
+            return
+        if not isinstance(reason, str):
+            raise TypeError("the finish reason is not a string")  # reported as an unexpected shape
+        self.finish_reason = reason
+
+    def usage(self, input_tokens: Any, output_tokens: Any) -> None:
+        """The token counts the provider reported; one that is no count (MAX_TOKENS), or 0, keeps the last."""
+        self.input_tokens = token_count(input_tokens) or self.input_tokens
+        self.output_tokens = token_count(output_tokens) or self.output_tokens
 
     def _count(self, chars: int) -> None:
         self._chars += chars

@@ -220,14 +220,12 @@ class AnthropicStream(Accumulator):
         elif delta["type"] == "input_json_delta":
             self.add_arguments(index, delta.get("partial_json") or "")
 
-    def _stop(self, reason: str | None) -> None:
-        if reason:
-            self.finish_reason = FINISH_REASONS.get(reason, reason)
+    def _stop(self, reason: Any) -> None:
+        self.finish(FINISH_REASONS.get(reason, reason) if isinstance(reason, str) else reason)
 
     def _usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
-            self.input_tokens = usage.get("input_tokens") or self.input_tokens
-            self.output_tokens = usage.get("output_tokens") or self.output_tokens
+            self.usage(usage.get("input_tokens"), usage.get("output_tokens"))
 
     def _error(self, message: dict[str, Any]) -> None:
         error = message.get("error")

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from mmd.models import grammar
-from mmd.models._http import Accumulator, HttpModel, decode_json, excerpt
+from mmd.models._http import MAX_TOKENS, Accumulator, HttpModel, decode_json, excerpt
 from mmd.models.base import Choice, Completion, Lead, ModelError, OnRetry, OnText, Timings
 
 
@@ -185,34 +185,39 @@ class CompletionStream(Accumulator):
                 return True
         if not obj.get("stop"):
             return False
-        self.input_tokens = _count(obj.get("tokens_evaluated")) or self.input_tokens
-        self.output_tokens = _count(obj.get("tokens_predicted")) or self.output_tokens
+        self.usage(obj.get("tokens_evaluated"), obj.get("tokens_predicted"))
         self.timings = timings(obj.get("timings")) or self.timings
         self.finish_reason = "length" if obj.get("stop_type") == "limit" else "stop"
         return True
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def timings(obj: Any) -> Timings | None:
     """llama-server's ``timings`` object (``cache_n``, ``prompt_n``, ``prompt_ms``, ``predicted_n``,
     ``predicted_ms``) as Timings; None when there is none. A field that is missing or not a
-    non-negative number counts as 0 (``cache_n`` is missing in older builds)."""
+    non-negative number counts as 0 (``cache_n`` is missing in older builds), as does a count past
+    MAX_TOKENS: the report is only informational, and 10**40 could not be stored with the step."""
     if not isinstance(obj, dict):
         return None
 
     def number(key: str) -> float:
         value = obj.get(key)
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        return max(float(value), 0.0) if ok else 0.0
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return 0.0
+        try:
+            value = float(value)
+        except OverflowError:  # an int past any float
+            return 0.0
+        return max(value, 0.0) if math.isfinite(value) else 0.0
 
-    cached = int(number("cache_n"))
+    def tokens(key: str) -> int:
+        value = number(key)
+        return int(value) if value <= MAX_TOKENS else 0
+
+    cached = tokens("cache_n")
     return Timings(
-        prompt_tokens=int(number("prompt_n")) + cached,
+        prompt_tokens=tokens("prompt_n") + cached,
         cached_tokens=cached,
         prompt_ms=number("prompt_ms"),
-        gen_tokens=int(number("predicted_n")),
+        gen_tokens=tokens("predicted_n"),
         gen_ms=number("predicted_ms"),
     )

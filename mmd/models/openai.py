@@ -270,8 +270,7 @@ class OpenAIStream(Accumulator):
             if choice.index == 0:
                 if (delta := choice.delta) is not None:
                     self._typed_delta(delta)
-                if choice.finish_reason:
-                    self.finish_reason = choice.finish_reason
+                self.finish(choice.finish_reason)
         return False
 
     def _typed_delta(self, delta: _Delta) -> None:
@@ -279,7 +278,7 @@ class OpenAIStream(Accumulator):
         if delta.content:
             self.add_text(delta.content)
         for position, call in enumerate(delta.tool_calls or ()):
-            key = position if call.index is msgspec.UNSET else call.index
+            key = position if call.index is msgspec.UNSET or call.index is None else call.index
             function = call.function
             self.start_call(key, call.id, function.name if function is not None else None)
             arguments = function.arguments if function is not None else None
@@ -310,9 +309,10 @@ class OpenAIStream(Accumulator):
     def _choice(self, delta: dict[str, Any], finish_reason: str | None) -> None:
         self.add_text(delta.get("content") or "")
         for position, call in enumerate(delta.get("tool_calls") or []):
-            # Some servers send whole calls without an index: their place
+            # Some servers send whole calls without an index (or a null one): their place
             # in the list is the index then.
-            key = call.get("index", position)
+            key = call.get("index")
+            key = position if key is None else key
             function = call.get("function") or {}
             self.start_call(key, call.get("id"), function.get("name"))
             arguments = function.get("arguments")
@@ -321,13 +321,11 @@ class OpenAIStream(Accumulator):
                 arguments = msgspec.json.encode(arguments).decode()
             if arguments:
                 self.add_arguments(key, arguments)
-        if finish_reason:
-            self.finish_reason = finish_reason
+        self.finish(finish_reason)
 
     def _usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
-            self.input_tokens = usage.get("prompt_tokens") or self.input_tokens
-            self.output_tokens = usage.get("completion_tokens") or self.output_tokens
+            self.usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
 
 
 def _limit(own: int | None, step: int | None) -> int | None:

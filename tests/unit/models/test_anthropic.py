@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 
@@ -268,3 +269,44 @@ async def test_cancellation_closes_the_stream(start: Any) -> None:
         while not server.requests[0]["client_closed"]:
             await trio.sleep(0.01)
     assert server.requests[0]["t_responded"] is None
+
+
+def _tool_use(index: Any, **block: Any) -> dict[str, Any]:
+    use = {"type": "tool_use", "id": "t1", "name": "now", "input": {}, **block}
+    return {"type": "content_block_start", "index": index, "content_block": use}
+
+
+def _events(*middle: dict[str, Any], stop: Any = "tool_use", usage: Any = None) -> dict[str, Any]:
+    events = sse(
+        {"type": "message_start", "message": {"usage": usage or {"input_tokens": 4}}},
+        *middle,
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    )
+    return {"raw": events, "content_type": "text/event-stream"}
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        _events(_tool_use("z"), _tool_use(1, id="t2")),  # block indexes of two types
+        _events(_tool_use(0, name=7)),  # a name that is a number
+        _events(_tool_use(0, id=["t1"])),  # an id that is a list
+        _events(_tool_use(0), stop=5),  # a stop reason that is a number
+        {"raw": json.dumps({"type": "message", "content": [{"type": "tool_use", "id": "t", "name": 7}]})},
+    ],
+    ids=["index str beside int", "name int", "id list", "stop_reason int", "whole body name int"],
+)
+async def test_a_value_of_the_wrong_type_where_the_answer_depends_on_it_is_a_malformed_answer(
+    start: Any, step: dict[str, Any]
+) -> None:
+    _, provider = await start(step)
+    with pytest.raises(ModelError, match="the provider sent an answer of an unexpected shape"):
+        await complete(provider, Recorder())
+
+
+async def test_token_counts_that_are_no_counts_are_dropped_and_the_step_can_be_stored(start: Any) -> None:
+    _, provider = await start(_events(_tool_use(0), usage={"input_tokens": 10**40}))
+    result = await complete(provider, Recorder())
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (0, 3)
+    msgspec.msgpack.encode(result)  # as the step's event is stored: 10**40 was an OverflowError there

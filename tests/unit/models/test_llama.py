@@ -132,3 +132,13 @@ def test_an_answer_that_quotes_a_little_of_the_prompt_is_not_cut(reply: str) -> 
 def test_without_instructions_nothing_is_cut() -> None:
     stream, _, cut = stream_of(PREAMBLE * 2, "")
     assert not cut and stream.finish_reason == "stop"
+
+
+def test_a_stop_event_whose_counts_are_no_counts_drops_them_and_the_step_can_be_stored() -> None:
+    stream = CompletionStream(None, "local")
+    end = {"content": "hi", "stop": True, "tokens_evaluated": 10**40, "tokens_predicted": 7}
+    assert stream.feed("", json.dumps({**end, "timings": {"cache_n": 10**40, "predicted_n": 7}}))
+    done = stream.completion()
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (0, 7)
+    assert done.timings is not None and (done.timings.cached_tokens, done.timings.gen_tokens) == (0, 7)
+    msgspec.msgpack.encode(done)  # as the step's event is stored: 10**40 was an OverflowError there

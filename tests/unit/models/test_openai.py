@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -605,3 +606,61 @@ def test_events_read_into_structs_do_what_they_did_read_as_any_json(events: list
     typed = _fed(OpenAIStream(None, "m"), texts, lambda s, d: s.feed("message", d))
     as_any = _fed(OpenAIStream(None, "m"), texts, lambda s, d: s._feed_any(d))
     assert typed == as_any
+
+
+def _sse(*chunks: Any) -> dict[str, Any]:
+    """A scripted step whose answer is these chunks, streamed as they are."""
+    return {"raw": "".join(f"data: {json.dumps(c)}\n\n" for c in chunks), "content_type": "text/event-stream"}
+
+
+def _calls(*calls: dict[str, Any], finish: Any = "tool_calls") -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"tool_calls": list(calls)}, "finish_reason": finish}]}
+
+
+READ = {"name": "read_file", "arguments": "{}"}
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        _sse(
+            _calls({"index": "z", "function": READ}, {"index": 1, "function": READ})
+        ),  # indexes of two types
+        _sse(_calls({"index": 0, "id": "a", "function": {**READ, "name": 7}})),  # a name that is a number
+        _sse(_calls({"index": 0, "id": 5, "function": READ})),  # an id that is a number
+        _sse({"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": ["x"]}]}),
+        {"raw": json.dumps({"choices": [{"message": {"tool_calls": [{"id": 5, "function": {"name": 7}}]}}]})},
+    ],
+    ids=["index str beside int", "name int", "id int", "finish_reason list", "whole body name int"],
+)
+async def test_a_value_of_the_wrong_type_where_the_answer_depends_on_it_is_a_malformed_answer(
+    start: Any, step: dict[str, Any]
+) -> None:
+    _, provider = await start(step)
+    with pytest.raises(ModelError, match="the provider sent an answer of an unexpected shape"):
+        await complete(provider, Recorder())
+
+
+async def test_a_null_index_beside_a_number_is_the_calls_place_in_the_list(start: Any) -> None:
+    null_first = _calls(
+        {"index": None, "id": "a", "function": READ}, {"index": 1, "id": "b", "function": READ}
+    )
+    _, provider = await start(_sse(null_first))
+    result = await complete(provider, Recorder())
+    assert [(c.id, c.name) for c in result.tool_calls] == [("a", "read_file"), ("b", "read_file")]
+
+
+async def test_token_counts_that_are_no_counts_are_dropped_and_the_step_can_be_stored(start: Any) -> None:
+    # Only informational: dropped, never clamped to an invented number, and never an OverflowError where
+    # the step's event is encoded (msgpack holds 64-bit integers).
+    done = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    huge = {**done, "usage": {"prompt_tokens": 10**40, "completion_tokens": -5}}
+    weird = {**done, "usage": {"prompt_tokens": 3, "completion_tokens": 1e300}}
+    timed = {**done, "timings": {"prompt_n": 10**400, "cache_n": 10**40, "predicted_n": 4, "predicted_ms": 9}}
+    _, provider = await start(_sse(huge), _sse(weird), _sse(timed))
+    first, second, third = [await complete(provider, Recorder()) for _ in range(3)]
+    assert (first.usage.input_tokens, first.usage.output_tokens) == (0, 0)
+    assert (second.usage.input_tokens, second.usage.output_tokens) == (3, 0)
+    assert third.timings == Timings(gen_tokens=4, gen_ms=9.0)
+    for result in (first, second, third):
+        msgspec.msgpack.encode(result)
