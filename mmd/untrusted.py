@@ -59,6 +59,10 @@ MAX_YAML_DEPTH = 64
 # 8,000; PyYAML composes about 15,000 values a second here, so a refusal takes 2 s at most
 # (in a worker thread of the daemon).
 MAX_YAML_VALUES = 20_000
+# The largest integer read from a YAML or JSON file (and the smallest, negated): the store's and msgpack's 64
+# bits. No setting takes more, and past 4,300 digits Python refuses to read one (a bare ValueError, with no
+# line: an agent file's was an internal error).
+MAX_INT = 2**63 - 1
 
 # A JSON string as a decoder reads it: to its first unescaped quote. Possessive, so a
 # text of many quotes and backslashes is still scanned in linear time; an unterminated
@@ -283,9 +287,12 @@ class LimitedLoader(yaml.SafeLoader):
     - more than MAX_YAML_VALUES values built in all, each alias counted for
       every value it repeats (a "billion laughs" file stops at the first
       alias past the cap, after a few kilobytes of work);
-    - an alias to a map or list that contains it (a cycle no value can hold).
+    - an alias to a map or list that contains it (a cycle no value can hold);
+    - a scalar Python cannot build (an integer past MAX_INT, a date that is none: ``2023-02-30``),
+      as a ConstructorError with its line where PyYAML raised a bare ValueError.
 
-    Use it with ``yaml.compose(text, Loader=LimitedLoader)`` or ``yaml.load``.
+    Use it with ``yaml.compose(text, Loader=LimitedLoader)`` or ``yaml.load``; a Loader made with no text
+    (``LimitedLoader("")``) builds values from nodes composed elsewhere with the same checks.
     """
 
     def __init__(self, stream: Any) -> None:
@@ -325,6 +332,23 @@ class LimitedLoader(yaml.SafeLoader):
             self._depth -= 1
             self._open_anchors.discard(event.anchor)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as exc:  # from Python, building one scalar: with no line of its own
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{exc}{_quoted(node)}", node.start_mark
+            ) from None
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            value = super().construct_yaml_int(node)
+        except ValueError:  # Python reads at most 4,300 decimal digits
+            value = None
+        if value is None or not -MAX_INT <= value <= MAX_INT:
+            raise yaml.constructor.ConstructorError(None, None, str(IntTooLarge(node.value)), node.start_mark)
+        return value
+
     def _count(self, values: int, mark: Any, alias: str | None = None) -> None:
         self._values += values
         if self._values > MAX_YAML_VALUES:
@@ -358,6 +382,17 @@ class LimitedLoader(yaml.SafeLoader):
         return self._extents[key]
 
 
+LimitedLoader.add_constructor("tag:yaml.org,2002:int", LimitedLoader.construct_yaml_int)
+
+
+def _quoted(node: yaml.Node) -> str:
+    """` ("2023-02-30")`: a scalar's text for an error, cut short; nothing for a map or list."""
+    if not isinstance(node, yaml.ScalarNode):
+        return ""
+    text = node.value if len(node.value) <= 40 else node.value[:39] + "…"
+    return f" ({text!r})"
+
+
 def safe_load(text: str) -> Any:
     """``yaml.safe_load`` within :class:`LimitedLoader`'s limits.
 
@@ -382,6 +417,32 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKey(key)
         out[key] = value
     return out
+
+
+class IntTooLarge(ValueError):
+    """A JSON file's integer past MAX_INT; ``text`` is how it is written."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(
+            f"an integer of {len(text):,} characters, past 64 bits (the most is {MAX_INT:,}); no setting takes "
+            "one that large: write a smaller number, or quote it if it is text"
+        )
+        self.text = text
+
+
+def bounded_int(text: str) -> int:
+    """``json.loads(parse_int=...)``: the integer *text*, or IntTooLarge past MAX_INT (read before Python's
+    own limit of 4,300 digits refuses it with a bare ValueError)."""
+    value = int(text) if len(text) <= 20 else None  # 2**63 has 19 digits, and a sign
+    if value is None or not -MAX_INT <= value <= MAX_INT:
+        raise IntTooLarge(text)
+    return value
+
+
+def line_of(text: str, found: str) -> int | None:
+    """The line of *text* where *found* first appears (1-based), or None."""
+    at = text.find(found)
+    return text.count("\n", 0, at) + 1 if at >= 0 else None
 
 
 class NotRegularFile(OSError):

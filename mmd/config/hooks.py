@@ -25,7 +25,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json, open_regular
+from ..untrusted import (
+    MAX_DOCUMENT_DEPTH,
+    IntTooLarge,
+    TooDeep,
+    bounded_int,
+    check_json,
+    line_of,
+    open_regular,
+)
 from .loader import MAX_FILE_BYTES, ConfigError, Document, parse
 
 # Seconds an mm-shape hook may run when it names no timeout.
@@ -214,9 +222,11 @@ def _read_json_text(path: Path) -> str:
 def _decode(path: Path, text: str) -> Any:
     try:
         check_json(text, what="the settings are", max_depth=MAX_DOCUMENT_DEPTH)  # before json.loads recurses
-        return json.loads(text)
+        return json.loads(text, parse_int=bounded_int)
     except TooDeep as exc:
         raise ConfigError(file=path, line=None, field="", problem=str(exc)) from None
+    except IntTooLarge as exc:
+        raise ConfigError(file=path, line=line_of(text, exc.text), field="", problem=str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(
             file=path,

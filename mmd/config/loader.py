@@ -341,7 +341,7 @@ class _Builder:
     def __init__(self, file: str) -> None:
         self.file = file
         self.lines: dict[FieldPath, int] = {}
-        self._yaml = yaml.SafeLoader("")  # builds scalars by YAML's own rules
+        self._yaml = LimitedLoader("")  # builds scalars by YAML's rules, within mm's (no 5,000-digit int)
         self._open: set[int] = set()  # nodes being built: an alias back to one is a cycle
 
     def build(self, node: yaml.Node, path: FieldPath) -> Any:

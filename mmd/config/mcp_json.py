@@ -37,7 +37,17 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..untrusted import MAX_DEPTH, DuplicateKey, TooDeep, TooLarge, check_json, no_duplicate_keys
+from ..untrusted import (
+    MAX_DEPTH,
+    DuplicateKey,
+    IntTooLarge,
+    TooDeep,
+    TooLarge,
+    bounded_int,
+    check_json,
+    line_of,
+    no_duplicate_keys,
+)
 from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, parse
 from .mcp import McpServerSpec, Transport, check_servers
 
@@ -143,9 +153,11 @@ def read_document(path: Path) -> Document:
     text = _read(path)  # the loader's: a regular file, at most MAX_FILE_BYTES, UTF-8
     try:
         check_json(text, what="it is", max_depth=MAX_DEPTH, max_bytes=MAX_FILE_BYTES)
-        data = json.loads(text, object_pairs_hook=no_duplicate_keys)
+        data = json.loads(text, object_pairs_hook=no_duplicate_keys, parse_int=bounded_int)
     except (TooDeep, TooLarge) as exc:
         raise ConfigError(file=name, line=None, field="", problem=str(exc)) from None
+    except IntTooLarge as exc:
+        raise ConfigError(file=name, line=line_of(text, exc.text), field="", problem=str(exc)) from None
     except DuplicateKey as exc:
         line = _line_of(text, exc.key)
         raise ConfigError(

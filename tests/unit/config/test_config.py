@@ -19,7 +19,10 @@ from mmd.config import (
     loader,
     resolve_model,
 )
+from mmd.config.hooks import claude_settings_hooks
 from mmd.config.loader import describe, dotted, parse
+from mmd.config.mcp_json import read_servers
+from mmd.tools.skills import load_skills
 
 
 def write(path: Path, text: str) -> Path:
@@ -592,3 +595,57 @@ def test_the_sandbox_of_config_yaml_short_or_whole_with_its_folders_made_absolut
     assert box.writable == [str(tmp_path / "home" / ".cache" / "uv"), str(tmp_path / "c" / "shared")]
     assert (box.mode, box.network) == (None, False)
     assert load_user_config(tmp_path / "none.yaml").sandbox.writable == []
+
+
+# -- values Python cannot build ---------------------------------------------
+
+TOO_LARGE = (
+    "past 64 bits (the most is 9,223,372,036,854,775,807); no setting takes one that large: "
+    "write a smaller number, or quote it if it is text"
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("1" * 5000, f"an integer of 5,000 characters, {TOO_LARGE}"),  # past Python's 4,300 digits
+        ("-" + "9" * 4400, f"an integer of 4,401 characters, {TOO_LARGE}"),
+        ("9223372036854775808", f"an integer of 19 characters, {TOO_LARGE}"),
+        ("0b" + "1" * 20_000, f"an integer of 20,002 characters, {TOO_LARGE}"),  # read, but beyond any use
+        ("1" + ":59" * 40, f"an integer of 121 characters, {TOO_LARGE}"),  # YAML 1.1's base 60
+        ("2023-02-30", "day is out of range for month ('2023-02-30')"),
+    ],
+    ids=["5000 digits", "minus 4400 digits", "2**63", "binary", "base 60", "no such day"],
+)
+def test_a_value_python_cannot_build_is_a_config_error_naming_file_line_and_field(tmp_path, value, problem):
+    err = agent_error(tmp_path, f"model: x\nloop:\n  repeat: {value}\n")
+    assert (err.file, err.line, err.field) == (str(tmp_path / "mm.yaml"), 3, "loop.repeat")
+    assert err.problem == f"invalid value: {problem}"
+    largest = parse(tmp_path / "x.yaml", "a: 9223372036854775807\nb: -9223372036854775807\n")
+    assert largest.data == {"a": 2**63 - 1, "b": -(2**63 - 1)}  # 64 bits still read
+
+
+def test_a_json_file_beside_the_agent_file_with_an_integer_past_64_bits_is_a_config_error(tmp_path):
+    big = "1" * 5000
+    mcp = write(tmp_path / ".mcp.json", f'{{"mcpServers": {{\n"a": {{"command": "x", "timeout": {big}}}}}}}')
+    settings = write(tmp_path / ".claude" / "settings.json", f'{{\n\n"hooks": {big}}}')
+    for path, read, line in (
+        (mcp, lambda p: read_servers(p, run_dir=tmp_path), 2),
+        (settings, claude_settings_hooks, 3),
+    ):
+        with pytest.raises(ConfigError) as info:
+            read(path)
+        assert (info.value.file, info.value.line) == (str(path), line)
+        assert info.value.problem == f"an integer of 5,000 characters, {TOO_LARGE}"
+
+
+def test_a_skill_whose_front_matter_holds_an_integer_past_64_bits_is_skipped_with_its_line(tmp_path):
+    write(
+        tmp_path / "skills" / "big" / "SKILL.md",
+        f"---\nname: big\ndescription: x\nversion: {'1' * 5000}\n---\nbody\n",
+    )
+    skills, warnings = load_skills([tmp_path / "skills"])
+    assert skills.names() == [] and len(warnings) == 1
+    assert (
+        f"bad YAML in the front matter at line 4: an integer of 5,000 characters, {TOO_LARGE}" in warnings[0]
+    )
