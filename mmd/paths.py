@@ -43,3 +43,11 @@ def config_dir() -> Path:
 def data_dir() -> Path:
     """``$XDG_DATA_HOME/mm``: downloaded models and built binaries."""
     return _xdg("XDG_DATA_HOME", ".local/share") / "mm"
+
+
+def project_root(cwd: Path) -> Path:
+    """The nearest folder from *cwd* up holding ``.git`` (a folder, or a worktree's file); else *cwd*."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / ".git").exists():
+            return folder
+    return cwd

@@ -22,18 +22,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..paths import project_root
 from .skills import SkillDir
 
 # The project's skill folders of each folder from the working directory up, in priority order.
 PROJECT_FOLDERS = (".mm/skills", ".claude/skills", ".agents/skills")
-
-
-def project_root(cwd: Path) -> Path:
-    """The nearest folder from *cwd* up holding ``.git`` (a folder, or a worktree's file); else *cwd*."""
-    for folder in (cwd, *cwd.parents):
-        if (folder / ".git").exists():
-            return folder
-    return cwd
 
 
 def skill_dirs(

@@ -649,3 +649,40 @@ def test_a_skill_whose_front_matter_holds_an_integer_past_64_bits_is_skipped_wit
     assert (
         f"bad YAML in the front matter at line 4: an integer of 5,000 characters, {TOO_LARGE}" in warnings[0]
     )
+
+
+# -- agent files reached through symbolic links -----------------------------
+
+
+def test_an_agent_file_linked_out_of_the_project_is_refused_naming_the_link_and_quoting_nothing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    project = tmp_path / "repo"
+    (project / ".git").mkdir(parents=True)
+    (project / "sub").mkdir()
+    secret = write(tmp_path / "home" / "shadow", "root:$6$SECRET-HASH:20228:0:99999:7:::\n")
+    (project / "mm.yaml").symlink_to(secret)
+    (project / ".mm").symlink_to(secret.parent, target_is_directory=True)  # a folder on the way
+    (secret.parent / "agent.yaml").symlink_to(secret)
+    for link in (project / "mm.yaml", project / ".mm" / "agent.yaml"):
+        with pytest.raises(ConfigError) as info:
+            load_agent_file(link)
+        assert (info.value.file, info.value.line) == (str(link), None)
+        assert info.value.problem == (
+            f"a symbolic link to {secret}, outside the project ({project}) and your config folder "
+            f"({tmp_path / 'config' / 'mm'})"
+        )
+        assert "SECRET" not in str(info.value) and "99999" not in str(info.value)
+    # Found in the project or named with --agent, as tools.check and a prompt read it.
+    with pytest.raises(ConfigError, match="a symbolic link to"):
+        load_agent_file(find_agent_file(project, None))
+    with pytest.raises(ConfigError, match="a symbolic link to"):
+        load_agent_file(find_agent_file(project / "sub", "../mm.yaml"))
+    # A link that stays inside the project, or leads to the user's own config folder, is followed.
+    (project / "mm.yaml").unlink()
+    (project / "mm.yaml").symlink_to(write(project / "agents" / "dev.yaml", "model: a/b\n"))
+    assert load_agent_file(project / "mm.yaml").model == "a/b"
+    shared = write(tmp_path / "config" / "mm" / "agents" / "shared.yaml", "model: c/d\n")
+    (project / "shared.yaml").symlink_to(shared)
+    assert load_agent_file(project / "shared.yaml").model == "c/d"
