@@ -15,8 +15,8 @@ reported at once (one round trip instead of one per field); the error's
 
 It also declares what a call ends in: :class:`ToolResult`, or a
 :class:`ToolError` the model reads (mmd.tools.base re-exports both with the
-Tool base class). A leaf: it imports only mmd.untrusted, so the agent-file
-checks (mmd/config) validate examples and defaults with it.
+Tool base class). A leaf: it imports only mmd.untrusted and mmd.patterns, so the
+agent-file checks (mmd/config) validate examples and defaults with it.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import copy
 import json
 import math
 import re
-from functools import lru_cache
 from typing import Any, Literal, Protocol
 
 import msgspec
 
+from mmd import patterns
 from mmd.untrusted import (
     MAX_ARGUMENTS_BYTES,
     MAX_DEPTH,
@@ -290,16 +290,16 @@ def validate(
 
     Errors: :class:`InvalidArguments` listing every problem; codes
     ``unknown_field``, ``missing_required``, ``wrong_type``, ``not_in_enum``,
-    ``pattern_mismatch``, ``out_of_range`` (numbers and lengths), and
+    ``pattern_mismatch``, ``pattern_timeout`` (mmd/patterns.py), ``out_of_range``,
     ``too_deep``/``too_large`` for a string that would unpack past the limits.
-    A schema ``pattern`` that is not a valid regex raises ``re.error``.
+    A ``pattern`` that :func:`schema_pattern` refuses raises ``re.error``.
     *full* (:class:`FullCheck`: an MCP tool's whole schema) runs the patterns, then
     checks the converted arguments; a field already answered is not said again.
     """
     props: dict[str, Any] = schema.get("properties", {})
     open_ended = schema.get("additionalProperties", False) is not False
     problems, out = _unknown_fields(args, props, open_ended)
-    required = set(schema.get("required", ()))
+    required, deadline = set(schema.get("required", ())), patterns.Deadline()  # one deadline for the call
     for name, prop in props.items():
         value = args.get(name)
         if value is None:
@@ -308,7 +308,7 @@ def validate(
             elif "default" in prop:
                 out[name] = copy.deepcopy(prop["default"])
             continue
-        problem, value = _check(name, prop, value, _example_value(example, name), full)
+        problem, value = _check(name, prop, value, _example_value(example, name), full, deadline)
         if problem is None:
             out[name] = value
         else:
@@ -364,7 +364,12 @@ def _missing(name: str, prop: dict[str, Any], example: dict[str, Any] | None) ->
 
 
 def _check(
-    name: str, prop: dict[str, Any], value: Any, sample: str | None, full: FullCheck | None = None
+    name: str,
+    prop: dict[str, Any],
+    value: Any,
+    sample: str | None,
+    full: FullCheck | None,
+    deadline: patterns.Deadline,
 ) -> tuple[Problem | None, Any]:
     """Convert and check one value; return (problem, value)."""
     kind = prop.get("type")
@@ -383,21 +388,30 @@ def _check(
         )
         return Problem("not_in_enum", name, reason, f"Send {name} as one of: {', '.join(allowed)}."), value
     if isinstance(value, str):
-        problem = _check_string(name, prop, value, sample, full)
+        problem = _check_string(name, prop, value, sample, full, deadline)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         problem = _check_range(name, prop, value)
     elif isinstance(value, list) and isinstance(prop.get("items"), dict):
-        problem, value = _check_items(name, prop["items"], value, full)
+        problem, value = _check_items(name, prop["items"], value, full, deadline)
     else:
         problem = None
     return problem, value
 
 
 def _check_string(
-    name: str, prop: dict[str, Any], value: str, sample: str | None, full: FullCheck | None = None
+    name: str,
+    prop: dict[str, Any],
+    value: str,
+    sample: str | None,
+    full: FullCheck | None,
+    deadline: patterns.Deadline,
 ) -> Problem | None:
     pattern = prop.get("pattern")
-    if pattern is not None and _search(pattern, value, full) is False:
+    try:
+        found = None if pattern is None else _search(pattern, value, full, deadline)
+    except patterns.TooSlow as e:
+        return _pattern_timeout(name, pattern, sample, e.seconds)
+    if found is False:
         fix = f"Send {name} like {sample}." if sample else f"Send {name} matching {pattern}."
         return Problem(
             "pattern_mismatch", name, f"{name} {_show(value)} does not match the pattern {pattern}.", fix
@@ -419,20 +433,32 @@ def _check_range(name: str, prop: dict[str, Any], value: float) -> Problem | Non
     return None
 
 
-def _search(pattern: str, value: str, full: FullCheck | None) -> bool | None:
+def _pattern_timeout(name: str, pattern: str, sample: str | None, seconds: float) -> Problem:
+    reason = f"{name} could not be checked against the pattern {pattern} in time: the check was stopped after {seconds:g} s."
+    fix = f"Send {name} like {sample}" if sample else f"Send a shorter {name}"
+    return Problem(
+        "pattern_timeout",
+        name,
+        reason,
+        f"{fix}; if the check times out again, the tool's pattern is at fault: tell the user.",
+    )
+
+
+def _search(pattern: str, value: str, full: FullCheck | None, deadline: patterns.Deadline) -> bool | None:
     """Whether *pattern* is found in *value*: by the tool's own check when it has one (an MCP
-    server's pattern never runs in Python's backtracking ``re``), else by ``re``."""
+    server's pattern never runs in Python's backtracking ``re``), else by mmd.patterns by *deadline*
+    (TooSlow after it)."""
     if full is not None:
         return full.search(pattern, value)
-    return _compile(pattern).search(value) is not None
+    return schema_pattern(pattern).search(value, deadline)
 
 
 def _check_items(
-    name: str, items: dict[str, Any], value: list[Any], full: FullCheck | None = None
+    name: str, items: dict[str, Any], value: list[Any], full: FullCheck | None, deadline: patterns.Deadline
 ) -> tuple[Problem | None, list[Any]]:
     out = []
     for i, item in enumerate(value):
-        problem, item = _check(f"{name}[{i}]", items, item, None, full)
+        problem, item = _check(f"{name}[{i}]", items, item, None, full, deadline)
         if problem is not None:
             return Problem(problem.code, name, problem.reason, problem.fix), value
         out.append(item)
@@ -474,9 +500,13 @@ def _packed_hint(problem: Problem, value: Any, props: dict[str, Any], name: str)
     return Problem(problem.code, problem.field, reason, f"{_CLOSING} {problem.fix}")
 
 
-@lru_cache(maxsize=256)
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile(_dollar_is_end(pattern))
+def schema_pattern(pattern: str) -> patterns.Pattern:
+    """A JSON Schema ``pattern`` as :func:`validate` runs it: ``$`` is the end of the value; compiled
+    within mmd.patterns' limits (cached there).
+
+    Errors: re.error for an invalid pattern; patterns.TooComplex (an re.error) for one too complex.
+    """
+    return patterns.compile(_dollar_is_end(pattern))
 
 
 def _dollar_is_end(pattern: str) -> str:

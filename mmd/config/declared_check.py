@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..contract import ToolError, validate
+from ..contract import InvalidArguments, ToolError, schema_pattern, validate
 from .declared import (
     MAX_TOOLS,
     PLACEHOLDER,
@@ -42,8 +42,9 @@ def check_tools(doc: Document, tools: list[DeclaredToolSpec], reserved: tuple[st
     Errors:
         ConfigError: a placeholder not declared, a parameter never used, a
         placeholder in argv[0], a name taken by a built-in (reserved even when
-        that built-in is off), a duplicate name, an invalid regex, an example
-        or default that does not fit its parameters, an example whose argv
+        that built-in is off), a duplicate name, an invalid regex or one too
+        complex (mmd/patterns.py), an example or default that does not fit its
+        parameters or whose pattern check passed its deadline, an example whose argv
         would be refused, an ``allow_dash`` placeholder that may begin an
         entry another placeholder follows, a verify tool that is not a
         declared read tool.
@@ -144,7 +145,7 @@ def _check_params(doc: Document, at: tuple[Any, ...], tool: DeclaredToolSpec) ->
         where = (*at, "parameters", name)
         if spec.pattern is not None:
             try:
-                re.compile(spec.pattern)
+                schema_pattern(spec.pattern)  # as the contract runs it, within mmd.patterns' limits
             except re.error as exc:
                 raise doc.error((*where, "pattern"), problem=f"invalid regular expression: {exc}") from None
         if spec.type == "array" and spec.enum is not None:
@@ -170,7 +171,12 @@ def _fits(doc: Document, where: tuple[Any, ...], schema: dict[str, Any], value: 
     try:
         validate(schema, value)
     except ToolError as err:
-        raise doc.error(where, problem=f"does not fit the parameters: {err.reason}") from None
+        problems = err.problems if isinstance(err, InvalidArguments) else []
+        slow = any(p.code == "pattern_timeout" for p in problems)  # the pattern backtracks on this value
+        hint = "simplify the pattern: a repeat inside a repeat, such as (a+)+ or (a|a)*, can take forever"
+        raise doc.error(
+            where, problem=f"does not fit the parameters: {err.reason}", hint=hint if slow else None
+        ) from None
 
 
 def _builds(doc: Document, where: tuple[Any, ...], tool: DeclaredToolSpec, args: dict[str, Any]) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmd import contract
+from mmd import contract, patterns
 from mmd.contract import (
     InvalidArguments,
     answer,
@@ -280,6 +281,60 @@ REFUSED = [
 def test_validate_refuses(prop: dict[str, Any], value: Any, code: str, reason: str) -> None:
     err = refusal(one(prop), {"x": value})
     assert (err.code, err.field, err.reason, err.cls) == (code, "x", reason, "fix_and_retry")
+
+
+# A pattern that backtracks: 2**40 ways to fail on HOSTILE. Python's re never finished (the fuzzing
+# report's t4: a declared tool's pattern hung the daemon at the model's call).
+SLOW = r"^(a|a)+$"
+HOSTILE = "a" * 40 + "!"
+
+
+def test_a_pattern_that_cannot_be_checked_in_time_is_answered() -> None:
+    schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": SLOW}}, "required": ["v"]}
+    err = refusal(schema, {"v": HOSTILE})
+    seconds = f"{patterns.SECONDS:g}"
+    assert (err.code, err.field, err.cls) == ("pattern_timeout", "v", "fix_and_retry")
+    assert (
+        err.reason
+        == f"v could not be checked against the pattern {SLOW} in time: the check was stopped after {seconds} s."
+    )
+    assert (
+        err.fix
+        == "Send a shorter v; if the check times out again, the tool's pattern is at fault: tell the user."
+    )
+    text = answer("echo_it", json.dumps({"v": HOSTILE}), err, schema=schema).content
+    assert text.startswith(f"echo_it was not run. v could not be checked against the pattern {SLOW} in time")
+
+
+def test_the_patterns_of_one_call_share_one_deadline() -> None:
+    # A thousand items, each of which would use the whole deadline: the call is still answered at once.
+    schema = {
+        "type": "object",
+        "properties": {
+            "vs": {"type": "array", "items": {"type": "string", "pattern": SLOW}},
+            "w": {"type": "string", "pattern": "^a"},
+        },
+    }
+    with pytest.raises(InvalidArguments) as info:
+        validate(schema, {"vs": [HOSTILE] * 1000, "w": "abc"})
+    assert [(p.code, p.field) for p in info.value.problems] == [
+        ("pattern_timeout", "vs"),
+        ("pattern_timeout", "w"),
+    ]
+    assert info.value.problems[0].reason.startswith(f"vs[0] could not be checked against the pattern {SLOW}")
+
+
+def test_the_nested_repeat_of_the_fuzzing_report_is_a_mismatch() -> None:
+    err = refusal(one({"type": "string", "pattern": "^(a+)+$"}), {"x": "a" * 34 + "!"})
+    assert (err.code, err.reason) == (
+        "pattern_mismatch",
+        f'x "{"a" * 34}!" does not match the pattern ^(a+)+$.',
+    )
+
+
+def test_schema_pattern_refuses_what_would_take_long_to_compile() -> None:
+    with pytest.raises(re.error, match="too complex"):
+        contract.schema_pattern("^(?:a{1000}){1000}$")
 
 
 FIXES = [

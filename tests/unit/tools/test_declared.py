@@ -542,6 +542,56 @@ tools:
         ["does not fit the parameters", "version", "pattern"],
         id="example-does-not-fit",
     ),
+    pytest.param(  # t5 of the fuzzing report: this example hung the daemon when the file was loaded
+        """
+tools:
+  - name: echo_it
+    description: Echo a value.
+    command: ["echo", "{{v}}"]
+    parameters:
+      v: {type: string, required: true, pattern: '^(a|a)+$'}
+    example: {v: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"}  # <-
+    effects: read
+""",
+        "tools[0].example",
+        [
+            "does not fit the parameters: v could not be checked against the pattern ^(a|a)+$ in time",
+            "simplify the pattern: a repeat inside a repeat, such as (a+)+ or (a|a)*, can take forever",
+        ],
+        id="example-whose-pattern-backtracks",
+    ),
+    pytest.param(  # the report's own pattern: regex finds at once that it does not match
+        """
+tools:
+  - name: echo_it
+    description: Echo a value.
+    command: ["echo", "{{v}}"]
+    parameters:
+      v: {type: string, required: true, pattern: '^(a+)+$'}
+    example: {v: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"}  # <-
+    effects: read
+""",
+        "tools[0].example",
+        [
+            'does not fit the parameters: v "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!" does not match the pattern'
+        ],
+        id="example-that-does-not-match-a-nested-repeat",
+    ),
+    pytest.param(  # regex would build a million items compiling it
+        """
+tools:
+  - name: echo_it
+    description: Echo a value.
+    command: ["echo", "{{v}}"]
+    parameters:
+      v:
+        type: string
+        pattern: '^(?:a{1000}){1000}$'  # <-
+""",
+        "tools[0].parameters.v.pattern",
+        ["invalid regular expression: too complex: compiled, it would unroll into more than 10,000 items"],
+        id="regex-too-complex",
+    ),
     pytest.param(
         """
 tools:

@@ -274,6 +274,24 @@ async def test_an_invalid_call_is_answered_with_the_call_quoted_back_and_never_r
     assert turn.ended()["status"] == "ok"
 
 
+async def test_a_pattern_that_backtracks_is_answered_as_an_invalid_call(turn: Turn) -> None:
+    # The fuzzing report's t4: a declared tool's pattern and the model's value hung the daemon for good
+    # in the contract's check, on the event loop. 2**40 ways to fail: it ends at the check's deadline.
+    turn.lookup.parameters = {
+        "type": "object",
+        "properties": {"key": {"type": "string", "pattern": "^(a|a)+$"}},
+        "required": ["key"],
+    }
+    provider = await turn.run(call("lookup", {"key": "a" * 40 + "!"}), answer("cannot."))
+    assert turn.lookup.ran == []
+    answered = provider.requests[1].messages[-1].content
+    assert answered.startswith(
+        "lookup was not run. key could not be checked against the pattern ^(a|a)+$ in time"
+    )
+    assert '"code": "pattern_timeout"' in answered
+    assert turn.ended()["status"] == "ok"
+
+
 async def test_an_unknown_tool_is_answered_with_the_closest_name(turn: Turn) -> None:
     provider = await turn.run(call("lokup", {"key": "a"}), answer("sorry"))
     assert 'Did you mean "lookup"?' in provider.requests[1].messages[-1].content
