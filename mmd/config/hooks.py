@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .. import patterns
 from ..untrusted import (
     MAX_DOCUMENT_DEPTH,
     IntTooLarge,
@@ -122,7 +123,7 @@ def check_hooks(doc: Document, spec: HooksSpec, at: tuple[Any, ...] = ("hooks",)
 
     Errors: ConfigError for an entry with neither or both of ``command`` and
     ``hooks``, a ``timeout`` beside ``hooks`` (it goes on each handler), or a
-    Claude Code matcher that is not a regular expression.
+    Claude Code matcher that is not a regular expression (or one too complex to compile, mmd/patterns.py).
     """
     for key, name in _event_fields():
         for index, entry in enumerate(getattr(spec, name)):
@@ -150,7 +151,7 @@ def _check_regex(doc: Document, here: tuple[Any, ...], matcher: str) -> None:
     if matcher in ("", "*"):
         return
     try:
-        re.compile(matcher)
+        patterns.compile(matcher)  # as the hook's matches() runs it: re's syntax, mmd.patterns' limits
     except re.error as exc:
         raise doc.error(
             here,

@@ -30,7 +30,6 @@ over allow. Contexts add up in order.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import logging
 import os
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from .. import contract
+from .. import contract, patterns
 from ..config.hooks import DEFAULT_TIMEOUT, EVENTS, HookSpec, HooksSpec
 from ..procs.supervisor import spawn_error_message, supervised_process
 from ..sandbox import Sandbox, unavailable_reason
@@ -96,14 +95,38 @@ class Hook(msgspec.Struct, frozen=True):
         """Whether one of *names* (a tool's Claude Code name and mm's, an event's source) matches.
 
         mm's shape: ``|``-separated globs, case-insensitive. Claude Code's shape:
-        a regex that must match the whole name, case-sensitive. ``*`` and "" match all.
+        a regex that must match the whole name, case-sensitive, within mmd.patterns'
+        deadline: a matcher that cannot decide by then does not match (warned once).
+        ``*`` and "" match all.
         """
         if self.matcher.strip() in ("", "*"):
             return True
         if self.claude:
-            return any(re.fullmatch(self.matcher, name) for name in names)
+            return _regex_matches(self.matcher, names)
         globs = [g.strip().lower() or "*" for g in self.matcher.split("|")]
-        return any(fnmatch.fnmatchcase(name.lower(), glob) for name in names for glob in globs)
+        return any(patterns.fnmatch(name.lower(), glob) for name in names for glob in globs)
+
+
+# Claude-shape matchers already warned about as too slow: each is logged once per daemon.
+_SLOW_MATCHERS: set[str] = set()
+
+
+def _regex_matches(matcher: str, names: Sequence[str]) -> bool:
+    """Whether the regex *matcher* matches one of *names* whole; False once its deadline passed."""
+    deadline = patterns.Deadline()
+    try:
+        regex = patterns.compile(matcher)  # checked when the file was loaded: re's syntax, the limits
+        return any(regex.fullmatch(name, deadline) for name in names)
+    except patterns.TooSlow as e:
+        if matcher not in _SLOW_MATCHERS:
+            _SLOW_MATCHERS.add(matcher)
+            log.warning(
+                "hook matcher %r took longer than %g s on %s: taken as no match (warned once)",
+                matcher,
+                e.seconds,
+                " or ".join(names),
+            )
+        return False
 
 
 class Hooks(msgspec.Struct, frozen=True):

@@ -437,6 +437,10 @@ def test_user_hooks_run_before_the_agent_files_each_from_its_own_folder(tmp_path
             "hooks:\n  PreToolUse:\n    - matcher: 'Edit|(Write'\n      hooks: [{type: command, command: x}]\n",
             "3: hooks.PreToolUse[0].matcher: not a regular expression",
         ),
+        (  # regex would build a million items compiling it
+            "hooks:\n  PreToolUse:\n    - matcher: '(?:Bash{1000}){1000}'\n      hooks: [{type: command, command: x}]\n",
+            "3: hooks.PreToolUse[0].matcher: not a regular expression: too complex: compiled, it would unroll",
+        ),
         (
             "hooks:\n  PreToolUse:\n    - {timeout: 3, hooks: [{type: command, command: x}]}\n",
             "3: hooks.PreToolUse[0].timeout: a timeout beside hooks:",

@@ -4,6 +4,7 @@ events other than a tool call. Real hook scripts, run as real processes."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -95,6 +96,28 @@ def test_mcp_tools_take_claude_codes_mcp_names_and_others_keep_theirs():
 def test_matchers_accept_either_name(matcher, claude, names, matches):
     hook = Hook("PreToolUse", matcher, ["true"], "true", 1.0, Path("/"), (), claude)
     assert hook.matches(*names) is matches
+
+
+def test_a_matcher_that_backtracks_does_not_match_and_is_warned_about_once(caplog):
+    # A cloned repository's .claude/settings.json: this matcher tries 2**41 ways on the MCP tool's name
+    # before its "-"; Python's re hung the daemon at each call. It ends at its deadline: no match.
+    slow = r"(\w|\w)+"
+    hook = Hook("PreToolUse", slow, ["true"], "true", 1.0, Path("/"), (), True)
+    name = "mcp__github__list_every_open_issue_of_all-repos"
+    with caplog.at_level(logging.WARNING, logger="mmd.policy.hooks"):
+        assert hook.matches(name, "github_list_every_open_issue_of_all-repos") is False
+        assert hook.matches(name) is False
+    warned = [r.getMessage() for r in caplog.records if "hook matcher" in r.getMessage()]
+    assert warned == [
+        f"hook matcher {slow!r} took longer than 0.2 s on {name} or github_list_every_open_issue_of_all-repos: taken as no match (warned once)"
+    ]
+    assert hook.matches("Bash") is True  # a name it decides at once
+
+
+def test_a_glob_matcher_of_unclosed_brackets_is_read_in_linear_time():
+    # mm's shape: fnmatch scanned to the end of this 400 KB matcher once for each of its 200,000 "[".
+    hook = Hook("PreToolUse", "[a" * 200_000, ["true"], "true", 1.0, Path("/"), (), False)
+    assert hook.matches("Bash", "bash") is False
 
 
 async def test_a_claude_code_update_reaches_the_tool_in_mm_parameters(tmp_path):
