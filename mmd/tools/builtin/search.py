@@ -14,7 +14,6 @@ cancellation is delivered; grep's ``rg`` runs under the supervisor, which stops 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 import re
 import shlex
@@ -26,6 +25,7 @@ from typing import Any
 
 import trio
 
+from mmd import patterns
 from mmd.procs import communicate, supervised_process
 from mmd.sandbox import Sandbox
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
@@ -110,49 +110,150 @@ class ListFiles(Tool):
                 field="path",
                 fix="Use read_file to read it.",
             )
+        try:
+            regex = glob_regex(pattern)
+        except re.error as e:
+            raise ToolError(
+                "invalid_pattern",
+                f"pattern is not a glob mm can run: {e}.",
+                field="pattern",
+                fix="Use a shorter, simpler glob such as **/*.py or src/*.[ch].",
+            ) from None
         with os_errors(shown):
-            found, skipped = await trio.to_thread.run_sync(_walk_glob, root, pattern)
+            found, skipped = await trio.to_thread.run_sync(_walk_glob, root, regex, ctx.limits.timeout)
         return _list_answer(shown, pattern, found, skipped)
 
 
-def _walk_glob(root: Path, pattern: str) -> tuple[list[str], list[str]]:
-    """Relative paths under *root* matching *pattern* (folders end with /), and the folders skipped."""
-    regex = _glob_regex(pattern)
+def _walk_glob(root: Path, regex: patterns.Pattern, timeout: float) -> tuple[list[str], list[str]]:
+    """Relative paths under *root* that *regex* (glob_regex) matches (folders end with /), and the
+    folders skipped. Each path is matched by mmd.patterns' deadline, the whole walk ends within *timeout*.
+
+    Errors: ToolError ``slow_pattern`` or ``timeout``; OSError from the walk."""
+    whole = patterns.Deadline(timeout)
     found, skipped = [], set()
     for top, dirs, files in os.walk(root):
+        if whole.left() <= 0:
+            raise _slow_listing(whole, whole.seconds)
         rel_top = os.path.relpath(top, root)
         rel_top = "" if rel_top == "." else rel_top + "/"
         for d in list(dirs):
             if d in _SKIPPED_DIRS:
                 dirs.remove(d)
                 skipped.add(d + "/")
-        found += [rel_top + d + "/" for d in dirs if regex.match(rel_top + d)]
-        found += [rel_top + f for f in files if regex.match(rel_top + f)]
+        try:
+            each = patterns.SECONDS
+            found += [rel_top + d + "/" for d in dirs if regex.match(rel_top + d, whole, each=each)]
+            found += [rel_top + f for f in files if regex.match(rel_top + f, whole, each=each)]
+        except patterns.TooSlow as e:
+            raise _slow_listing(whole, e.seconds) from None
     return sorted(found), sorted(skipped)
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob as a regex over /-separated paths: ** crosses folders, * and ? do not."""
-    out, i = [], 0
+def _slow_listing(whole: patterns.Deadline, seconds: float) -> ToolError:
+    """The answer to a listing stopped by its deadline: the whole walk's, or one path's."""
+    if whole.left() <= 0:
+        return ToolError(
+            "timeout",
+            f"list_files took longer than {whole.seconds:g} seconds.",
+            fix="List a smaller path, or use a narrower pattern.",
+        )
+    return ToolError(
+        "slow_pattern",
+        f"pattern is too slow to match: one path took longer than {seconds:g} s.",
+        field="pattern",
+        fix="Use a simpler glob, with fewer * and ? in a row, such as **/*.py.",
+    )
+
+
+# A glob's **/ as a regex: no folder, or any folders.
+_ANY_FOLDERS = "(?:.*/)?"
+
+
+def glob_regex(pattern: str) -> patterns.Pattern:
+    """A glob as a regex over /-separated paths: ** crosses folders, * and ? do not.
+
+    Each run of wildcards becomes one regex that matches the same (:func:`_wildcards`), and a **/
+    right after another or after a run that is just ``.*`` is left out (it adds nothing), so no two
+    quantifiers stand side by side over the same characters: a name's cost to match grows with its
+    length, not exponentially; mmd.patterns' deadline bounds what is left.
+
+    Errors: re.error (patterns.TooComplex for a glob too long or complex, mmd/patterns.py).
+    """
+    if len(pattern) > patterns.MAX_PATTERN_CHARS:
+        raise patterns.TooComplex(
+            f"too long: {len(pattern):,} characters; the limit is {patterns.MAX_PATTERN_CHARS:,}"
+        )
+    out: list[str] = []
+    run: list[str] = []  # the wildcards since the last other part: "*", "?", "**"
+    i = 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
+        if pattern.startswith("**", i) and not pattern.startswith("**/", i):
+            run.append("**")
             i += 2
-        elif pattern[i] in "*?":
-            out.append("[^/]*" if pattern[i] == "*" else "[^/]")
+        elif pattern[i] in "*?" and not pattern.startswith("**/", i):
+            run.append(pattern[i])
             i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
-            end = pattern.index("]", i + 2)
-            body = pattern[i + 1 : end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
-            i = end + 1
         else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z", re.DOTALL)
+            _flush(out, run)
+            part, i = _glob_part(pattern, i)
+            if not (part == _ANY_FOLDERS and out[-1:] in ([_ANY_FOLDERS], [".*"])):
+                out.append(part)
+    _flush(out, run)
+    return patterns.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+def _flush(out: list[str], run: list[str]) -> None:
+    """Add the regex of the wildcards in *run* to *out*, and empty *run*."""
+    if not run:
+        return
+    regex = _wildcards(run)
+    if regex.startswith(".*") and out[-1:] == [_ANY_FOLDERS]:
+        out.pop()  # (?:.*/)?.* matches what .* does
+    out.append(regex)
+    run.clear()
+
+
+def _glob_part(pattern: str, i: int) -> tuple[str, int]:
+    """The regex of the glob's part at *i* that is no run of wildcards: **/, a class, one character."""
+    if pattern.startswith("**/", i):
+        return _ANY_FOLDERS, i + 3
+    end = pattern.find("]", i + 2) if pattern[i] == "[" else -1
+    if end != -1:
+        body = pattern[i + 1 : end]
+        return "[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]", end + 1
+    return re.escape(pattern[i]), i + 1
+
+
+def _wildcards(run: list[str]) -> str:
+    """A run of ``*``, ``?`` and ``**`` as one regex that matches what the run matches, with no two
+    quantifiers over the same characters side by side.
+
+    ``k`` question marks and stars between two ``**`` (or an end of the run) are ``k`` characters
+    other than / in a row, or at least ``k`` with a star: ``[^/]{k}``, ``[^/]{k,}``. Next to a ``**``
+    (``.*``) a star adds nothing: ``?*?**`` is ``[^/]{2}.*``.
+    """
+    if "**" not in run:
+        return _count(run.count("?"), "*" in run)
+    pieces: list[list[str]] = [[]]  # the wildcards before the first **, between two, after the last
+    for wildcard in run:
+        if wildcard == "**":
+            pieces.append([])
+        else:
+            pieces[-1].append(wildcard)
+    inner = [_count(piece.count("?"), False) for piece in pieces[1:-1]]
+    return (
+        _count(pieces[0].count("?"), False)
+        + ".*"
+        + "".join(f"{block}.*" for block in inner if block)
+        + _count(pieces[-1].count("?"), False)
+    )
+
+
+def _count(least: int, more: bool) -> str:
+    """*least* characters other than /, or at least *least* when *more*, as short as the regex goes."""
+    if more:
+        return "[^/]" + ("*" if least == 0 else "+" if least == 1 else f"{{{least},}}")
+    return "" if least == 0 else "[^/]" if least == 1 else f"[^/]{{{least}}}"
 
 
 def _list_answer(shown: str, pattern: str, found: list[str], skipped: list[str]) -> ToolResult:
@@ -219,7 +320,7 @@ class Grep(Tool):
         if rg:
             found, note = await _grep_rg(rg, args, ctx)
         else:
-            found, note = await trio.to_thread.run_sync(_grep_python, root, args), ""
+            found, note = await trio.to_thread.run_sync(_grep_python, root, args, ctx.limits.timeout), ""
         limit = args["max_results"]
         lines = found[:limit]
         if not lines:
@@ -232,6 +333,22 @@ class Grep(Tool):
         if note:
             lines.append(note)
         return ToolResult(ok=True, content="\n".join(lines), data={"matches": min(len(found), limit)})
+
+
+def _grep_timeout(seconds: float) -> ToolError:
+    return ToolError(
+        "timeout", f"grep took longer than {seconds:g} seconds.", fix="Search a smaller path, or add a glob."
+    )
+
+
+def _slow_pattern(seconds: float) -> ToolError:
+    return ToolError(
+        "slow_pattern",
+        f"pattern is too slow: searching one line took longer than {seconds:g} s.",
+        field="pattern",
+        fix="Use a simpler regular expression: a repeat inside a repeat, such as (a+)+ or (\\w+\\s?)*, "
+        "can take forever on a line it does not match.",
+    )
 
 
 def _invalid_pattern(detail: str) -> ToolError:
@@ -257,11 +374,7 @@ async def _grep_rg(rg: str, args: dict[str, Any], ctx: ToolContext) -> tuple[lis
         with trio.fail_after(ctx.limits.timeout):
             returncode, stdout, stderr = await _run_rg(cmd, ctx, args["max_results"] + 1)
     except trio.TooSlowError:
-        raise ToolError(
-            "timeout",
-            f"grep took longer than {ctx.limits.timeout:g} seconds.",
-            fix="Search a smaller path, or add a glob.",
-        ) from None
+        raise _grep_timeout(ctx.limits.timeout) from None
     err = stderr.decode(errors="replace").strip()
     if returncode == 2 and "regex" in err:
         raise _invalid_pattern(" ".join(line.strip() for line in err.splitlines() if line.strip()))
@@ -309,20 +422,30 @@ async def _run_rg(cmd: list[str], ctx: ToolContext, wanted: int) -> tuple[int | 
     return code, stdout, stderr
 
 
-def _grep_python(root: Path, args: dict[str, Any]) -> list[str]:
-    """The same search without ripgrep: hidden files skipped, .gitignore not read."""
+def _grep_python(root: Path, args: dict[str, Any], timeout: float) -> list[str]:
+    """The same search without ripgrep: hidden files skipped, .gitignore not read. The model's pattern
+    runs on mmd.patterns: each line is searched by its deadline, and the whole search ends within
+    *timeout*, as rg's run does.
+
+    Errors: ToolError ``invalid_pattern``, ``slow_pattern``, ``timeout``."""
     try:
-        regex = re.compile(args["pattern"], re.IGNORECASE if args["ignore_case"] else 0)
+        regex = patterns.compile(args["pattern"], re.IGNORECASE if args["ignore_case"] else 0)
     except re.error as e:
         raise _invalid_pattern(f"{e}.") from None
+    whole = patterns.Deadline(timeout)
     glob, wanted = args.get("glob"), args["max_results"] + 1  # one more: enough to know there are more
     found: list[str] = []
     for rel, path in _files_under(root):
-        if glob and not fnmatch.fnmatchcase(rel if "/" in glob else path.name, glob):
+        if whole.left() <= 0:
+            raise _grep_timeout(timeout)
+        if glob and not patterns.fnmatch(rel if "/" in glob else path.name, glob):
             continue
         shown = display(args["path"], rel) if rel else args["path"]
-        with contextlib.suppress(OSError):
-            found += _grep_file(path, shown, regex, wanted - len(found))
+        try:
+            with contextlib.suppress(OSError):
+                found += _grep_file(path, shown, regex, wanted - len(found), whole)
+        except patterns.TooSlow as e:
+            raise (_grep_timeout(timeout) if whole.left() <= 0 else _slow_pattern(e.seconds)) from None
         if len(found) >= wanted:
             break
     return found
@@ -345,7 +468,9 @@ def _files_under(root: Path) -> Iterator[tuple[str, Path]]:
                 yield path.relative_to(root).as_posix(), path
 
 
-def _grep_file(path: Path, shown: str, regex: re.Pattern[str], most: int) -> list[str]:
+def _grep_file(
+    path: Path, shown: str, regex: patterns.Pattern, most: int, whole: patterns.Deadline
+) -> list[str]:
     out: list[str] = []
     # A FIFO or a device in the tree is skipped (NotRegularFile is an OSError), never waited on; a line is
     # searched in its first GREP_LINE_BYTES, so one endless line cannot fill the daemon's memory.
@@ -355,7 +480,7 @@ def _grep_file(path: Path, shown: str, regex: re.Pattern[str], most: int) -> lis
         raw.seek(0)
         for n, (data, _) in enumerate(bounded_lines(raw, GREP_LINE_BYTES), 1):
             line = data.decode("utf-8", errors="replace")
-            if regex.search(line):
+            if regex.search(line, whole, each=patterns.SECONDS):
                 cut = line if len(line) <= GREP_COLUMNS else line[:GREP_COLUMNS] + _OMITTED
                 out.append(f"{shown}:{n}:{cut}")
                 if len(out) >= most:

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from mmd import patterns
 from mmd.contract import validate
 from mmd.tools.base import ToolContext, ToolError, ToolResult
 from mmd.tools.builtin import files as file_tools
 from mmd.tools.builtin import make_builtins, search
+
+from ...budget import examples
 
 FILE_TOOLS = {
     t.name: t for t in make_builtins(["read_file", "write_file", "edit_file", "list_files", "grep"])
@@ -465,6 +472,137 @@ async def test_list_files_refuses(ctx: ToolContext, args: dict[str, Any], code: 
     assert (err.code, err.reason) == (code, reason)
 
 
+# Globs and paths: whether the glob matches the whole path, as list_files has always read it.
+GLOB_CASES = [
+    ("*.py", "a.py", True),
+    ("*.py", "src/a.py", False),  # * does not cross folders
+    ("**/*.py", "a.py", True),
+    ("**/*.py", "src/util/a.py", True),
+    ("src/**", "src/a/b", True),
+    ("src/**", "src", False),
+    ("**", "a/b/c", True),
+    ("?.py", "a.py", True),
+    ("?.py", "ab.py", False),
+    ("?", "/", False),  # ? is one character other than /
+    ("*?*?", "ab", True),
+    ("*?*?", "a", False),
+    ("a*?*?b", "a/xb", False),
+    ("***", "a/b", True),  # ** then *
+    ("**?**", "/", False),  # at least one character other than /
+    ("**?**", "a/", True),
+    ("**?*?**", "a/b", False),  # two in a row
+    ("**?*?**", "/ab/", True),
+    ("?**", "a/", True),
+    ("**?", "a/", False),
+    ("**/**/x", "x", True),
+    ("**/**/x", "a/b/x", True),
+    ("x/**/**", "x/a", True),
+    ("[ab]*", "b.txt", True),
+    ("[!ab]*", "b.txt", False),
+    ("[]]", "]", True),
+    ("[", "[", True),  # no closing bracket: a literal
+    ("a.b", "axb", False),  # . is a dot
+    ("[\\]", "\\", True),
+]
+
+
+@pytest.mark.parametrize(("glob", "path", "expected"), GLOB_CASES)
+def test_glob_regex_matches_as_globs_do(glob: str, path: str, expected: bool) -> None:
+    assert search.glob_regex(glob).match(path, patterns.Deadline()) is expected
+
+
+def _glob_as_before(glob: str) -> re.Pattern[str]:
+    """list_files' glob regex as it was: one quantifier per wildcard (it backtracked exponentially)."""
+    out, i = [], 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] in "*?":
+            out.append("[^/]*" if glob[i] == "*" else "[^/]")
+            i += 1
+        elif glob[i] == "[" and "]" in glob[i + 2 :]:
+            end = glob.index("]", i + 2)
+            body = glob[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+@settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    glob=st.lists(
+        st.sampled_from(["*", "?", "**", "**/", "/", "a", "b", ".", "[ab]", "[!a]", "[", "]"]), max_size=7
+    ),
+    paths=st.lists(st.text("ab/.[]", max_size=8), min_size=1, max_size=10),
+)
+def test_glob_regex_matches_what_it_matched_before(glob: list[str], paths: list[str]) -> None:
+    # Small globs and paths, where the old regex ends quickly: the same answer for each.
+    text = "".join(glob)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # re's "possible nested set" for "[[", then as now
+        try:
+            before = _glob_as_before(text)
+        except re.error:
+            with pytest.raises(re.error):
+                search.glob_regex(text)
+            return
+        now = search.glob_regex(text)
+    for path in paths:
+        assert now.match(path, patterns.Deadline()) == (before.match(path) is not None), (text, path)
+
+
+@pytest.mark.parametrize("pattern", ["*?" * 20 + "!", "*a" * 20 + "!", "**/" * 20 + "!", "?**" * 20 + "!"])
+async def test_list_files_answers_a_glob_of_many_wildcards(ctx: ToolContext, pattern: str) -> None:
+    # The fuzzing report's t6: the model alone (a read, no consent asked). In re, the first hung the daemon
+    # on this name ([^/]*[^/] twenty times), the second takes C(40, 20) steps on the folder's name, the
+    # third about as many on the deep path, the last more.
+    deep = "/".join(["d"] * 40) + "/x"
+    files(
+        ctx.cwd,
+        {"a_fairly_ordinary_but_long_file_name.txt": "", "a" * 40 + "/" + "a" * 20 + "/x": "", deep: ""},
+    )
+    result = await call("list_files", ctx, pattern=pattern)
+    assert result.content.startswith(f"No files or folders match {pattern} in .")
+
+
+async def test_list_files_answers_a_pattern_too_slow_to_match(ctx: ToolContext, monkeypatch) -> None:
+    files(ctx.cwd, TREE)
+    monkeypatch.setattr(patterns, "SECONDS", 0)  # every path's deadline has passed before it is matched
+    err = await refused("list_files", ctx, pattern="**/*.py")
+    assert (err.code, err.field, err.reason) == (
+        "slow_pattern",
+        "pattern",
+        "pattern is too slow to match: one path took longer than 0 s.",
+    )
+    assert err.fix == "Use a simpler glob, with fewer * and ? in a row, such as **/*.py."
+
+
+async def test_list_files_stops_at_the_timeout(ctx: ToolContext) -> None:
+    files(ctx.cwd, TREE)
+    ctx.limits.timeout = 0
+    err = await refused("list_files", ctx)
+    assert (err.code, err.reason) == ("timeout", "list_files took longer than 0 seconds.")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("[z-a]*", "pattern is not a glob mm can run: bad character range z-a at position 1."),
+        ("a" * 10_001, "pattern is not a glob mm can run: too long: 10,001 characters; the limit is 10,000."),
+    ],
+)
+async def test_list_files_refuses_a_glob_it_cannot_run(ctx: ToolContext, pattern: str, reason: str) -> None:
+    err = await refused("list_files", ctx, pattern=pattern)
+    assert (err.code, err.field, err.reason) == ("invalid_pattern", "pattern", reason)
+
+
 # --- grep ---------------------------------------------------------------------
 
 GREP_TREE: dict[str, str | bytes] = {
@@ -575,6 +713,45 @@ async def test_grep_invalid_pattern(ctx: ToolContext, grep_impl: str) -> None:
     assert (err.code, err.field, err.cls) == ("invalid_pattern", "pattern", "fix_and_retry")
     assert err.reason.startswith("pattern is not a valid regular expression: ")
     assert "unclosed" in err.reason or "missing )" in err.reason
+
+
+async def test_grep_answers_a_pattern_that_backtracks(ctx: ToolContext, grep_impl: str) -> None:
+    # The model's pattern over a file's lines: 2**40 ways to fail on this line, which Python's re tried
+    # all of, holding the GIL. ripgrep's engine is linear; the fallback stops at the line's deadline.
+    files(ctx.cwd, {"a.txt": "a" * 40 + "!\n"})
+    if grep_impl == "rg":
+        assert (await call("grep", ctx, pattern="^(a|a)+$")).content == "No matches for ^(a|a)+$ in .."
+        return
+    err = await refused("grep", ctx, pattern="^(a|a)+$")
+    assert (err.code, err.field) == ("slow_pattern", "pattern")
+    assert err.reason == "pattern is too slow: searching one line took longer than 0.2 s."
+    assert err.fix.startswith("Use a simpler regular expression: a repeat inside a repeat")
+
+
+async def test_grep_without_rg_refuses_a_pattern_too_complex(ctx: ToolContext, monkeypatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    files(ctx.cwd, GREP_TREE)
+    err = await refused("grep", ctx, pattern="(?:a{1000}){1000}")
+    assert (err.code, err.field) == ("invalid_pattern", "pattern")
+    assert err.reason.startswith("pattern is not a valid regular expression: too complex:")
+
+
+async def test_grep_without_rg_reads_a_glob_of_unclosed_brackets_in_linear_time(
+    ctx: ToolContext, monkeypatch
+) -> None:
+    # fnmatch scanned to the end of this 400 KB glob once for each of its 200,000 "[": hours.
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    files(ctx.cwd, GREP_TREE)
+    result = await call("grep", ctx, pattern="main", glob="[a" * 200_000)
+    assert result.content.startswith("No matches for main in . (files matching [a[a")
+
+
+async def test_grep_without_rg_stops_at_the_timeout(ctx: ToolContext, monkeypatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    files(ctx.cwd, GREP_TREE)
+    ctx.limits.timeout = 0
+    err = await refused("grep", ctx, pattern="main")
+    assert (err.code, err.reason) == ("timeout", "grep took longer than 0 seconds.")
 
 
 async def test_grep_missing_path(ctx: ToolContext, grep_impl: str) -> None:
