@@ -23,7 +23,6 @@ An entry that names no tool of this turn is dropped with a warning, never silent
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Iterable
@@ -32,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from ..patterns import fnmatch
 from .base import Tool
 
 # Claude Code's tool names and the built-ins that do their work.
@@ -164,7 +164,7 @@ def _command_matches(command: str, pattern: str) -> bool:
         prefix = pattern[:-2].strip()
         return command == prefix or command.startswith(prefix + " ")
     if "*" in pattern:
-        return fnmatch.fnmatchcase(command, pattern)
+        return fnmatch(command, pattern)
     return command == pattern
 
 
@@ -174,7 +174,7 @@ def _path_refusal(
     globs = [_absolute(p, cwd) for p in patterns]
     for path in paths:
         real = os.path.realpath(path)
-        if not any(fnmatch.fnmatchcase(real, g) for g in globs):
+        if not any(fnmatch(real, g) for g in globs):
             return f"The skill {skill} allows {name} only on {', '.join(patterns)}; {path} is not among them."
     return None
 

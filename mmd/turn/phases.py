@@ -13,10 +13,10 @@ the first phase.
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any
 
 from ..config.turns import PhaseSpec
+from ..patterns import fnmatch
 from ..tools.base import Tier, Tool, ToolContext, ToolResult
 from ..tools.registry import Registry
 from .calls import Conversation
@@ -27,7 +27,7 @@ PHASE_CHANGED = "phase_changed"
 
 
 def matches(name: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    return any(fnmatch(name, pattern) for pattern in patterns)
 
 
 def stored_phase(session: Conversation) -> str | None:
@@ -80,7 +80,7 @@ class Phases:
             f"phases[{i}] ({spec.name}): {pattern} matches no tool of this agent"
             for i, spec in enumerate(self.specs)
             for pattern in spec.tools
-            if not any(fnmatch.fnmatchcase(n, pattern) for n in names)
+            if not any(fnmatch(n, pattern) for n in names)
         ]
 
     def advance(self, from_index: int) -> ToolResult:

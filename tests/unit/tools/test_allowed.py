@@ -119,6 +119,14 @@ def test_the_refusal_of_a_command_names_the_part_and_the_patterns(tmp_path: Path
     )
 
 
+def test_a_command_pattern_of_unclosed_brackets_is_read_in_linear_time(tmp_path: Path) -> None:
+    # fnmatch scanned to the end of this 400 KB pattern once for each of its 200,000 "[", for hours, at
+    # the model's first bash call. Past 10,000 characters a pattern matches nothing: the command is refused.
+    entries = ["Bash(git " + "[a" * 200_000 + "*)", "Bash(ls *)"]
+    assert refusal(entries, "bash", {"command": "git x"}, tmp_path) is not None
+    assert refusal(entries, "bash", {"command": "ls -la"}, tmp_path) is None
+
+
 def test_path_patterns_of_file_tools(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     entries = ["Read(docs/**)", "Grep"]
