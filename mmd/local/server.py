@@ -129,6 +129,9 @@ class LocalServers:
                 async with cm as proc:
                     await self._wait_healthy(proc, port, logfile, name)
                     log.info("llama-server for %s ready on port %d (pid %d)", name, port, proc.pid)
+                    # Idle from now, not from its start: a load that took longer than the idle timeout (a
+                    # restart on a busy machine took 13 s against the tests' 10) had it stopped as it came up.
+                    run.last_used = time.monotonic()
                     task_status.started(run)
                     crashed = await self._until_exit(proc, run, name)
             except OSError as exc:
