@@ -9,16 +9,7 @@ import pytest
 
 from mmd.mcp import stdio
 
-
-class CountingBuffer(bytearray):
-    """The reader's buffer, counting the bytes its searches for line ends look at."""
-
-    searched = 0
-
-    def find(self, sub: Any, start: int = 0, *args: Any) -> int:
-        found = super().find(sub, start, *args)
-        self.searched += (found + len(sub) if found >= 0 else len(self)) - start
-        return found
+from ...counting import CountingBuffer
 
 
 class Stdout:

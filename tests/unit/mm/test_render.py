@@ -7,6 +7,8 @@ import io
 
 from mm.render import View, compacted
 
+from ...counting import Counted
+
 
 def _view() -> tuple[View, io.StringIO]:
     err = io.StringIO()
@@ -53,20 +55,6 @@ def test_the_files_a_call_changed_are_named_under_its_result_with_its_step() -> 
         "  ✓ [exit code 0]",
         "  changed: D a, A 'new\\nline' and 10 more (step 4: mm undo)",
     ]
-
-
-class Counted(str):
-    """A text delta that counts, in ``built``, the characters of each string made from it by +."""
-
-    built = 0
-
-    def __add__(self, other: str) -> Counted:
-        Counted.built += len(self) + len(other)
-        return Counted(str.__add__(self, other))
-
-    def __radd__(self, other: str) -> Counted:
-        Counted.built += len(other) + len(self)
-        return Counted(str.__add__(other, self))
 
 
 def test_a_long_answer_in_small_deltas_is_kept_as_it_came_not_copied_whole_at_each(monkeypatch) -> None:

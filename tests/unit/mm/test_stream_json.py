@@ -12,6 +12,8 @@ import json
 import pytest
 from mm.stream_json import ClaudeView, InputError, Transcript, tool_input, user_message
 
+from ...counting import Counted
+
 
 def ev(kind: str, ts: float, **data: object) -> dict[str, object]:
     return {"session_id": "s1", "seq": 0, "ts": ts, "kind": kind, "data": data}
@@ -99,20 +101,6 @@ def test_user_messages_of_input_stream_json() -> None:
     ]:
         with pytest.raises(InputError, match=said):
             user_message(bad)
-
-
-class Counted(str):
-    """A text delta that counts, in ``built``, the characters of each string made from it by +."""
-
-    built = 0
-
-    def __add__(self, other: str) -> Counted:
-        Counted.built += len(self) + len(other)
-        return Counted(str.__add__(self, other))
-
-    def __radd__(self, other: str) -> Counted:
-        Counted.built += len(other) + len(self)
-        return Counted(str.__add__(other, self))
 
 
 def test_words_in_many_deltas_are_kept_as_they_came_not_copied_whole_at_each(monkeypatch) -> None:

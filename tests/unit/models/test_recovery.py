@@ -15,6 +15,7 @@ from mmd.models.base import Completion, ToolCall
 from mmd.models.recovery import HeldText, default_enabled, recover, recover_completion
 
 from ... import paths
+from ...counting import Counted
 
 FIXTURES = paths.FIXTURES / "recovery"
 TOOLS = ["bash", "read_file", "write_file", "edit_file", "list_files", "grep"]
@@ -318,24 +319,6 @@ def test_text_that_only_begins_with_a_call_character_streams(text: str) -> None:
         shown: list[str] = []
         HeldText(shown.append).feed(text)
         assert shown == [text]
-
-
-class Counted(str):
-    """A text delta that counts, in ``built``, the characters of each string made from it by + or lstrip."""
-
-    built = 0
-
-    def __add__(self, other: str) -> Counted:
-        Counted.built += len(self) + len(other)
-        return Counted(str.__add__(self, other))
-
-    def __radd__(self, other: str) -> Counted:
-        Counted.built += len(other) + len(self)
-        return Counted(str.__add__(other, self))
-
-    def lstrip(self, chars: str | None = None) -> Counted:
-        Counted.built += len(self)
-        return Counted(str.lstrip(self, chars))
 
 
 @pytest.mark.parametrize("start", ["{", "\n\n   \n"])

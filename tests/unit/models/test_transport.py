@@ -22,6 +22,8 @@ import trio
 from mmd.models import transport
 from mmd.models.transport import LoopbackClient, TransportError
 
+from ...counting import CountingBuffer
+
 Handler = Callable[[trio.SocketStream, bytes], Awaitable[bool]]
 
 
@@ -493,17 +495,6 @@ async def test_a_body_read_without_waiting_still_yields_to_a_cancel(
 
 
 # ---------------------------------------------------------------- how much is searched
-
-
-class CountingBuffer(bytearray):
-    """A connection's buffer that counts the bytes its searches look at."""
-
-    searched = 0
-
-    def find(self, sub: Any, start: int = 0, *args: Any) -> int:
-        found = super().find(sub, start, *args)
-        self.searched += (found + len(sub) if found >= 0 else len(self)) - start
-        return found
 
 
 def reads_of(monkeypatch: pytest.MonkeyPatch, data: bytes, size: int) -> transport._Conn:
