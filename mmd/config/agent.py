@@ -14,8 +14,8 @@ from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
-from .. import paths
 from ..tools.builtin import BUILTIN_TOOLS
+from . import loader
 from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
 from .hooks import HooksSpec, check_hooks
@@ -110,31 +110,13 @@ def find_agent_file(cwd: Path, explicit: str | None) -> Path | None:
 
 
 def check_link(path: Path) -> None:
-    """Refuse an agent file reached through a symbolic link (the file's own, or a folder's on the way) that
-    leads out of its project (the repository holding it: mmd.paths.project_root) and out of the user's config
-    folder, before a byte of it is read.
-
-    A cloned repository's ``mm.yaml`` linked to ``~/.ssh/id_rsa`` or ``/etc/shadow`` was read, and its first
-    line quoted back in the config error, to whatever client asked (a confined command of a turn included).
-    A link inside the project (``mm.yaml`` → ``agents/dev.yaml``) or to the user's own config folder (where
-    shared agent files live) is followed; any other file is named as itself (``--agent``), never through a
-    link the project ships.
+    """Refuse an agent file reached through a symbolic link out of its project and the user's config folder
+    (loader.check_link); any other file is named as itself (``--agent``), never through a link the project
+    ships.
 
     Errors: ConfigError naming the link and where it leads, and quoting nothing of the target.
     """
-    real = Path(os.path.realpath(path))
-    root = paths.project_root(path.parent)
-    config = paths.config_dir()
-    if any(real.is_relative_to(os.path.realpath(folder)) for folder in (root, config)):
-        return
-    raise ConfigError(
-        file=path,
-        line=None,
-        field="",
-        problem=f"a symbolic link to {real}, outside the project ({root}) and your config folder ({config})",
-        hint="mm reads an agent file through a link only when it leads inside them, so that a cloned repository "
-        "cannot make it read another file of yours; name the file itself with --agent, or copy it here",
-    )
+    loader.check_link(path, what="an agent file", hint="name the file itself with --agent, or copy it here")
 
 
 def load_agent_file(path: Path) -> AgentFile:

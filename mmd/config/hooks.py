@@ -35,7 +35,7 @@ from ..untrusted import (
     line_of,
     open_regular,
 )
-from .loader import MAX_FILE_BYTES, ConfigError, Document, parse
+from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse
 
 # Seconds an mm-shape hook may run when it names no timeout.
 DEFAULT_TIMEOUT = 60.0
@@ -177,8 +177,12 @@ def claude_settings_files(project: Path, home: Path | None = None) -> list[Path]
     return [user, *(project / p for p in CLAUDE_PROJECT_SETTINGS)]
 
 
-def claude_settings_hooks(path: Path) -> tuple[HooksSpec | None, list[str]]:
+def claude_settings_hooks(
+    path: Path, *, project: Path | None = None, home: Path | None = None
+) -> tuple[HooksSpec | None, list[str]]:
     """The hooks of the Claude Code settings file *path* (None when it does not exist), and warnings.
+    With *project*, the file is that project's (.claude/settings.json): not read through a link that leads
+    out of it, the user's config folder and ``~/.claude`` (loader.check_link).
 
     Only the ``hooks`` key is read. Events and handler types mm does not run
     (``PreCompact``, ``type: prompt``…) are skipped with a warning each, so a
@@ -189,6 +193,14 @@ def claude_settings_hooks(path: Path) -> tuple[HooksSpec | None, list[str]]:
     """
     if not path.is_file():
         return None, []
+    if project is not None:
+        claude = (home or Path.home()) / ".claude"
+        check_link(
+            path.absolute(),
+            what="a project's Claude Code settings",
+            hint="copy the file here instead of linking it",
+            also=(claude,),
+        )
     text = _read_json_text(path)
     data = _decode(path, text)
     if not isinstance(data, dict):

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import msgspec
 import yaml
 
+from .. import paths
 from ..untrusted import LimitedLoader, NotRegularFile, YamlLimitError, open_regular
 
 T = TypeVar("T")
@@ -269,6 +270,36 @@ def _compose(text: str) -> yaml.Node | None:
 
 
 # -- reading ----------------------------------------------------------------
+
+
+def check_link(path: Path, *, what: str, hint: str, also: tuple[Path, ...] = ()) -> None:
+    """Refuse a file of a project (*what*: "an agent file", ...) reached through a symbolic link (the file's
+    own, or a folder's on the way) that leads out of its project (the repository holding it:
+    mmd.paths.project_root), out of the user's config folder and out of *also*, before a byte of it is read.
+
+    A cloned repository ships its links: its ``mm.yaml``, ``.mcp.json`` or ``.claude/settings.json`` linked
+    to ``~/.ssh/id_rsa`` or ``/etc/shadow`` was read by any prompt or ``mm tools list`` there, and a line of
+    it quoted back in the config error. A link that stays inside the project, or leads to the user's own
+    folders, is followed.
+
+    Errors: ConfigError naming the link and where it leads (*hint*: what to do), quoting nothing of the
+    target.
+    """
+    real = Path(os.path.realpath(path))
+    root = paths.project_root(path.parent)
+    config = paths.config_dir()
+    if any(real.is_relative_to(os.path.realpath(folder)) for folder in (root, config, *also)):
+        return
+    others = "".join(f", {folder}" for folder in also)
+    raise ConfigError(
+        file=path,
+        line=None,
+        field="",
+        problem=f"a symbolic link to {real}, outside the project ({root}) and your config folder ({config}"
+        f"{others})",
+        hint=f"mm reads {what} through a link only when it leads inside them, so that a cloned repository "
+        f"cannot make it read another file of yours; {hint}",
+    )
 
 
 def _read(path: Path) -> str:

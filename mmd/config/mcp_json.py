@@ -48,7 +48,7 @@ from ..untrusted import (
     line_of,
     no_duplicate_keys,
 )
-from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, parse
+from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, check_link, parse
 from .mcp import McpServerSpec, Transport, check_servers
 
 # The project's file, in the folder a prompt runs in.
@@ -97,7 +97,7 @@ def add_mcp_files(agent: Any, config: Any, cwd: Path) -> tuple[Any, Any]:
     """
     folder = Path(config.path).parent if config.path else cwd
     user = read_servers(folder / USER_FILE, run_dir=Path.home())  # as config.yaml's servers
-    project = read_servers(cwd / PROJECT_FILE, run_dir=cwd)
+    project = read_servers(cwd / PROJECT_FILE, run_dir=cwd, shipped=True)
     local = read_servers(folder / LOCAL_FILE, run_dir=cwd, project=cwd)
     if user:
         config = msgspec.structs.replace(config, mcp={**user, **config.mcp})
@@ -107,17 +107,22 @@ def add_mcp_files(agent: Any, config: Any, cwd: Path) -> tuple[Any, Any]:
 
 
 def read_servers(
-    path: Path, *, run_dir: Path | None, project: Path | None = None
+    path: Path, *, run_dir: Path | None, project: Path | None = None, shipped: bool = False
 ) -> dict[str, McpServerSpec]:
     """The servers of one JSON file (of *project*'s section, for the local file); none if it is absent.
+    *shipped*: the file comes with the project (``.mcp.json``), and is not read through a link out of it.
 
     Errors: ConfigError for a file that is not a regular UTF-8 file within the
     size limit, not JSON, nested too deep, of the wrong shape, or whose servers
     fail mm's checks (check_servers: names, transports, references, literal
-    credentials).
+    credentials); for a *shipped* file linked out of its project (loader.check_link).
     """
     if not os.path.lexists(path):  # a folder, a FIFO or a dangling link there is an error, not "none"
         return {}
+    if shipped:
+        check_link(
+            path.absolute(), what="a project's .mcp.json", hint="copy the file here instead of linking it"
+        )
     doc = read_document(path)
     if project is None:
         at: tuple[Any, ...] = ("mcpServers",)

@@ -277,8 +277,11 @@ def _claude_hooks(
     if "claude" not in (agent.hooks.import_, config.hooks.import_):
         return [], []
     found, warnings = [], []
-    for path in claude_settings_files(cwd):
-        spec, skipped = claude_settings_hooks(path)
+    user, *shipped = claude_settings_files(
+        cwd
+    )  # the user's, then the project's (not read through a link out)
+    for path in (user, *shipped):
+        spec, skipped = claude_settings_hooks(path, project=cwd if path in shipped else None)
         warnings += skipped
         if spec is not None:
             found.append((spec, path.parent.parent))  # the project root, or the home folder

@@ -86,3 +86,87 @@ def test_a_loop_of_links_is_named_with_what_to_do(tmp_path: Path) -> None:
     assert err.code == "bad_path"
     assert err.message.startswith(f"cannot read {loop}: Too many levels of symbolic links — ")
     assert "fix or remove the link" in err.message
+
+
+# -- files a repository ships, reached through symbolic links ------------------------------------------
+
+SECRET = "root:$6$SECRET-HASH:20228:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize(
+    ("shipped", "what"),
+    [
+        (".mcp.json", "a project's .mcp.json"),
+        (".claude/settings.json", "a project's Claude Code settings"),
+        (".claude/settings.local.json", "a project's Claude Code settings"),
+    ],
+)
+def test_a_file_the_project_ships_linked_out_of_it_is_refused_naming_the_link_and_quoting_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: str, what: str
+) -> None:
+    # A cloned repository's .mcp.json or .claude/settings.json linked to a file of yours was read by any
+    # prompt there (or tools.list, mcp.list), and its first line quoted back in the config error.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    config = tmp_path / "config" / "mm" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        "default_model: a/b\nproviders: {a: {kind: openai, base_url: 'http://127.0.0.1:1/v1'}}\n"
+    )
+    cwd = tmp_path / "repo"
+    (cwd / ".git").mkdir(parents=True)
+    (cwd / "mm.yaml").write_text("hooks: {import: claude}\n")
+    secret = tmp_path / "home" / ".ssh" / "id_rsa"
+    secret.parent.mkdir(parents=True)
+    secret.write_text(SECRET)
+    link = cwd / shipped
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(secret)
+
+    def prompt() -> plan.Plan:
+        return plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config)
+
+    err = refusal(prompt)
+    assert err.code == "config_error"
+    assert (
+        f"{link}: a symbolic link to {secret}, outside the project ({cwd}) and your config folder"
+        in err.message
+    )
+    assert f"mm reads {what} through a link only when it leads inside them" in err.message
+    assert "SECRET" not in err.message and "99999" not in err.message
+    if shipped == ".mcp.json":  # mcp.list and tools.list read it too, before any turn
+        assert "a symbolic link to" in refusal(lambda: plan.load(cwd, None, config)).message
+    # A link that stays inside the project is followed; so is a Claude settings file linked into ~/.claude.
+    inside = cwd / "shared" / "file.json"
+    inside.parent.mkdir()
+    inside.write_text('{"mcpServers": {}}' if shipped == ".mcp.json" else '{"hooks": {}}')
+    link.unlink()
+    link.symlink_to(inside)
+    assert prompt().agent_path == str(cwd / "mm.yaml")
+    if shipped != ".mcp.json":
+        claude = tmp_path / "home" / ".claude" / "project-settings.json"
+        claude.parent.mkdir()
+        claude.write_text('{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]}}')
+        link.unlink()
+        link.symlink_to(claude)
+        assert [spec.stop[0].hooks[0].command for spec, _ in prompt().claude_hooks] == ["true"]
+
+
+def test_the_users_own_claude_settings_may_be_a_link_to_anywhere(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    dotfiles = tmp_path / "dotfiles" / "claude.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text('{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "mine"}]}]}}')
+    (tmp_path / "home" / ".claude").mkdir(parents=True)
+    (tmp_path / "home" / ".claude" / "settings.json").symlink_to(dotfiles)
+    config = tmp_path / "config" / "mm" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        "default_model: a/b\nproviders: {a: {kind: openai, base_url: 'http://127.0.0.1:1/v1'}}\n"
+        "hooks: {import: claude}\n"
+    )
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    found = plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config).claude_hooks
+    assert [spec.stop[0].hooks[0].command for spec, _ in found] == ["mine"]
