@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from .. import sandbox
 from ..rpc import RPCError
 from ..rpc.methods import ConsentAnswer, ConsentList, ConsentRevoke
 from ..rpc.results import ConsentRule, ConsentRules, Done, Revoked
@@ -16,7 +17,12 @@ if TYPE_CHECKING:
 
 
 async def answer(daemon: Daemon, conn: Connection, p: ConsentAnswer) -> Done:
-    daemon.session(p.session_id).answer_consent(conn, p)
+    session = daemon.session(p.session_id)
+    # A sandboxed command answers only the asks of a turn it started itself (read-only, no network, as
+    # every turn of such a client is): never one that a person's client started, its own turn's included.
+    if not session.confined_turn and sandbox.no_new_privs(conn.peer_pid):
+        raise RPCError("confined_client", sandbox.CONFINED_CLIENT_ANSWER)
+    session.answer_consent(conn, p)
     return Done()
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .. import sandbox
 from ..config.loader import did_you_mean
 from ..config.mcp import ExpansionError, ServerEntry, resolve, servers_for
 from ..mcp.errors import McpCallError, McpUnavailable
@@ -65,6 +66,8 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> McpTested:
     lists the tools afresh. ``ok`` is false when the server cannot be reached.
     Clashes are checked against this agent's built-in and declared tools.
     """
+    if sandbox.no_new_privs(conn.peer_pid):
+        raise RPCError("confined_client", sandbox.CONFINED_CLIENT_MCP)
     cwd = Path(p.cwd)
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path)
     entries = {e.name: e for e in servers_for(agent, config)}

@@ -45,7 +45,7 @@ async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> Cancelled:
 
 async def compact(daemon: Daemon, conn: Connection, p: Compact) -> Compacted:
     """Summarise the session's conversation into one note with its model (between turns)."""
-    session_id, done = await daemon.compact(p.session_id, p.model)
+    session_id, done = await daemon.compact(conn, p.session_id, p.model)
     return Compacted(session_id=session_id, **{k: done[k] for k in Compacted.__struct_fields__[1:]})
 
 

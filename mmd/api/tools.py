@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import paths
+from .. import paths, sandbox
 from ..models.tokens import estimate
 from ..rpc.methods import SkillsList, Stats, ToolsCheck, ToolsList
 from ..rpc.results import SkillInfo, SkillsListed, ToolInfo, ToolsChecked, ToolsListed, ToolStat, ToolStats
@@ -25,7 +25,8 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     cwd = Path(p.cwd)
     # In a worker thread: parsing a big or hostile agent file must not stall other clients.
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path)
-    mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config)
+    confined = sandbox.no_new_privs(conn.peer_pid)  # starts no MCP server (sandbox.CONFINED_CLIENT_MCP)
+    mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config, confined_client=confined)
     registry, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, mcp_tools)
     warnings = [*mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}

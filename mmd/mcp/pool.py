@@ -41,7 +41,7 @@ import trio
 from .. import __version__
 from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
-from ..sandbox import Sandbox
+from ..sandbox import CONFINED_CLIENT_MCP, Sandbox
 from .errors import McpCallError, McpUnavailable
 from .http import bounded_client
 from .stdio import stdio_transport
@@ -437,8 +437,11 @@ class McpPool:
         conn._running = True
         self._nursery.start_soon(conn.run, name=f"mcp:{conn.server.name}")
 
-    async def tools(self, agent: Any, config: Any) -> tuple[list[McpTool], list[str]]:
-        """The MCP tools of every enabled server of *agent* and *config*, and warnings.
+    async def tools(
+        self, agent: Any, config: Any, *, confined_client: bool = False
+    ) -> tuple[list[McpTool], list[str]]:
+        """The MCP tools of every enabled server of *agent* and *config*, and warnings. None, and a warning
+        why, for a *confined_client* (a process with no_new_privs: sandbox.CONFINED_CLIENT_MCP).
 
         Servers are connected concurrently, each within its ``connect_timeout``.
         A server that cannot be reached, or whose ``${VAR}`` is not set, is a
@@ -448,6 +451,8 @@ class McpPool:
         entries = [e for e in servers_for(agent, config) if e.spec.enabled]
         if not entries:
             return [], []
+        if confined_client:
+            return [], [CONFINED_CLIENT_MCP]
         results: list[tuple[list[McpTool], list[str]]] = [([], [])] * len(entries)
 
         async def one(i: int) -> None:

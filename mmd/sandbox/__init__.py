@@ -169,11 +169,29 @@ CONFINED_CLIENT_WARNING = (
 )
 
 
+# What else such a client is not given: no process the agent file names is started for it unconfined.
+CONFINED_CLIENT_MCP = (
+    "MCP servers are not started for a process that runs with no_new_privs, as every process of a sandboxed "
+    "turn does: a stdio server runs with its own sandbox (off by default), so a sandboxed command that wrote "
+    "one into mm.yaml would start it unconfined. Run mm from your own terminal for the MCP tools"
+)
+
+
+# Why such a client may not answer an ask of a turn another client started.
+CONFINED_CLIENT_ANSWER = (
+    "this answer comes from a process that runs with no_new_privs, as every process of a sandboxed turn "
+    "does, and the ask is of a turn started from elsewhere: a sandboxed command may not allow what its own "
+    "turn, or another, asks of you. Answer it in the client that shows the ask"
+)
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 __all__ = [
+    "CONFINED_CLIENT_ANSWER",
+    "CONFINED_CLIENT_MCP",
     "CONFINED_CLIENT_WARNING",
     "DEFAULT_MODE",
     "MODES",

@@ -325,6 +325,7 @@ class Daemon:
                 f"session {session.id} is running a turn; wait for it or cancel it (Ctrl-C in its client)",
             )
         session.start()  # before the awaits below: a second prompt meanwhile is "busy"
+        session.confined_turn = resolved.confined_client  # whose asks a confined client may answer
         try:
             setup = await self._setup(resolved, session)
         except BaseException:
@@ -335,9 +336,11 @@ class Daemon:
         self._turns.start_soon(self._run_turn, session, p.prompt, setup)
         return session
 
-    async def compact(self, session_id: str, model: str | None) -> tuple[str, dict[str, Any]]:
+    async def compact(
+        self, conn: Connection, session_id: str, model: str | None
+    ) -> tuple[str, dict[str, Any]]:
         """Summarise a session's conversation into one note (``session.compact``); the session id
-        and the ``context_compacted`` event's data.
+        and the ``context_compacted`` event's data. A client with no_new_privs starts no MCP server (_setup).
 
         Errors: RPCError no_session, busy (a turn runs), config_error, no_model, model_error.
         """
@@ -346,6 +349,7 @@ class Daemon:
         resolved = await trio.to_thread.run_sync(
             lambda: plan.resolve(cwd, agent=agent, model=model, yolo=False, config_path=self.config_path)
         )
+        resolved.confined_client = sandbox.no_new_privs(conn.peer_pid)
         session = self.session(session.id)  # the one loaded now
         if session.running:
             raise RPCError("busy", f"session {session.id} is running a turn; compact it once the turn ends")
@@ -371,7 +375,9 @@ class Daemon:
     async def _setup(self, resolved: plan.Plan, session: Session) -> TurnSetup:
         provider = await self.providers.get(resolved.model, session.id)
         budget = await self.providers.budget(resolved.model, session.id)
-        mcp_tools, mcp_warnings = await self.mcp.tools(resolved.agent, resolved.config)
+        mcp_tools, mcp_warnings = await self.mcp.tools(
+            resolved.agent, resolved.config, confined_client=resolved.confined_client
+        )
         # In a worker thread: it reads the project's skills (a cloned repository's 500 SKILL.md files took
         # the loop 115 s before their bounds), the files the system prompt names, and the sandbox's paths.
         setup = await trio.to_thread.run_sync(

@@ -360,3 +360,80 @@ def test_a_prompt_from_a_process_with_no_new_privs_runs_read_only_without_networ
     assert any("runs with no_new_privs" in w and "read-only with no network" in w for w in warnings)
     [answer] = tool_messages(server.requests()[-1])
     assert "sandbox read-only" in answer
+
+
+def sandboxed(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """*argv* run with no_new_privs, as every process of a confined turn runs (the daemon does not)."""
+    return subprocess.run(
+        ["setpriv", "--no-new-privs", *argv], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_process_with_no_new_privs_starts_no_mcp_server_through_the_daemon(home, scripted):
+    # A stdio server runs with its own sandbox (off by default): a confined command that wrote one into the
+    # project's mm.yaml, then asked the daemon for a turn, a tool listing or a server test, had it started
+    # unconfined. Its turn is read-only; no server of the agent file is started for it at all.
+    work = home / "work"
+    started = home / "home" / "server-started"
+    server = {"command": sys.executable, "args": ["-c", f"open({str(started)!r}, 'w')"]}
+    agent(work, mcp={"escape": server})
+    assert run_mm("daemon", "start").returncode == 0
+    scripted([{"text": "ok"}])
+    mm = (sys.executable, "-m", "mm.cli")
+    turn = sandboxed(*mm, "--yolo", "--sandbox", "off", "--output-format", "events", "-p", "go", cwd=work)
+    assert turn.returncode == 0, turn.stderr
+    warnings = [
+        json.loads(line)["data"]["message"] for line in turn.stdout.splitlines() if '"warning"' in line
+    ]
+    assert any(
+        w.startswith("MCP servers are not started for a process that runs with no_new_privs")
+        for w in warnings
+    )
+    listed = sandboxed(*mm, "tools", "list", cwd=work)
+    assert listed.returncode == 0, listed.stderr
+    assert "MCP servers are not started" in listed.stdout + listed.stderr
+    tested = sandboxed(*mm, "mcp", "test", "escape", cwd=work)
+    assert tested.returncode != 0 and "MCP servers are not started" in tested.stdout + tested.stderr
+    assert not started.exists()
+    run_mm("tools", "list", cwd=work)  # from the person's own terminal the server starts, as it should
+    assert started.exists()
+
+
+ANSWER = """
+import sys
+from mm.connection import Client
+from mmd.rpc import RPCError
+client = Client.connect(autostart=False, client="sandboxed")
+try:
+    client.call("consent.answer", {"session_id": sys.argv[1], "request_id": sys.argv[2], "decision": "allow_always"})
+except RPCError as exc:
+    print(exc.code, exc.message)
+else:
+    print("answered")
+"""
+
+
+def test_a_process_with_no_new_privs_cannot_answer_an_ask_of_a_turn_started_from_elsewhere(home, scripted):
+    # A sandboxed command (the model's) that answers the ask its own turn, or another session's, put to
+    # the person would allow itself what the person was asked: refused, and the ask stays for the person.
+    work, outside = home / "work", home / "home"
+    assert run_mm("daemon", "start").returncode == 0
+    scripted([bash(f"echo x > {outside}/allowed.txt"), {"text": "done"}])
+    client = connect()
+    tried: list[str] = []
+
+    def answer(ask: dict[str, Any], session_id: str) -> dict[str, Any]:
+        by_sandboxed = sandboxed(sys.executable, "-c", ANSWER, session_id, ask["request_id"], cwd=work)
+        tried.append(by_sandboxed.stdout.strip() or by_sandboxed.stderr)
+        return {"decision": "deny", "reason": "the person said no"}
+
+    try:
+        events = interactive_turn(client, work, None, answer, yolo=False)
+    finally:
+        client.close()
+    [refusal] = tried
+    assert refusal.startswith("confined_client this answer comes from a process that runs with no_new_privs")
+    [answered] = of(events, "consent_answered")
+    assert answered["decision"] == "deny"
+    assert not (outside / "allowed.txt").exists()
+    assert json.loads(run_mm("consent", "list", "--json", cwd=work).stdout) == []
