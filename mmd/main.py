@@ -152,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as exc:
         print(f"mmd: {exc}", file=sys.stderr)
         return 1
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt | SystemExit):
+            # In the log too: under systemd or started by a client, stderr is seen by no one.
+            logging.getLogger("mmd").critical(
+                "mmd stopped on an error it did not expect (a bug: please report it with this log); "
+                "the next client starts it again",
+                exc_info=True,
+            )
+        raise
     return 0
 
 

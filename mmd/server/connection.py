@@ -51,6 +51,14 @@ OUTBOX_FRAMES = 10_000
 # larger than this goes through when nothing is queued before it: it is built already, and one answer is
 # not a client falling behind.
 OUTBOX_BYTES = 64 * 1024 * 1024
+# Bytes queued for all clients together (Outboxes): a bound per client is no bound on many clients, and a
+# process can open hundreds of connections that read nothing (a command a turn runs among them). Past it,
+# the client with the most queued is dropped.
+TOTAL_OUTBOX_BYTES = 256 * 1024 * 1024
+# Requests of one client running at once. Each is a task, and a client may pipeline a million requests in
+# a few megabytes (tools.list, 20 bytes each): past this many, its socket is not read until one ends, so the
+# client waits (its writes block) and the daemon holds no more.
+MAX_IN_FLIGHT = 64
 # Bytes read from the socket at a time.
 READ_SIZE = 65_536
 
@@ -87,12 +95,41 @@ def _queued(first: Frame | None, outbox: trio.MemoryReceiveChannel[Frame | None]
     return frames, True
 
 
+class Outboxes:
+    """The bytes queued for all of a daemon's clients, bounded together (TOTAL_OUTBOX_BYTES): one that would
+    take them past the bound makes room by dropping the clients with the most queued, itself too maybe."""
+
+    def __init__(self, limit: int = TOTAL_OUTBOX_BYTES) -> None:
+        self.limit = limit
+        self.queued = 0
+        self._holding: set[Connection] = set()  # the connections with bytes queued
+
+    def add(self, conn: Connection, size: int) -> None:
+        conn._queued_bytes += size
+        self.queued += size
+        self._holding.add(conn)
+
+    def remove(self, conn: Connection, size: int) -> None:
+        size = min(size, conn._queued_bytes)  # a dropped connection's were taken off at once
+        conn._queued_bytes -= size
+        self.queued -= size
+        if not conn._queued_bytes:
+            self._holding.discard(conn)
+
+    def make_room(self, size: int) -> None:
+        """Drop the clients with the most queued until *size* bytes more fit (or no client holds any)."""
+        while self.queued + size > self.limit and self._holding:
+            hog = max(self._holding, key=lambda conn: conn._queued_bytes)
+            hog._drop(f"the clients' outboxes over {self.limit:,} bytes together, this one's the largest")
+
+
 class Host(Protocol):
     """What a connection needs of the daemon that accepted it (mmd.server.daemon.Daemon)."""
 
     methods: Mapping[str, Method]  # handlers are called with (the daemon, this connection, params)
     max_frame: int
     log_path: Path
+    outboxes: Outboxes  # the bound on what all its connections queue together
 
     def detach(self, conn: Connection) -> None: ...
 
@@ -108,7 +145,9 @@ class Connection:
         # Sessions this connection gets events for, and whether it answers consent asks there.
         self.subscriptions: dict[str, bool] = {}
         self._out_send, self._out_recv = trio.open_memory_channel[Frame | None](OUTBOX_FRAMES)
-        self._queued_bytes = 0  # in the outbox and held by the writer, until written
+        self._queued_bytes = 0  # in the outbox and held by the writer, until written (Outboxes counts it)
+        self._outboxes = daemon.outboxes
+        self._slots = trio.Semaphore(MAX_IN_FLIGHT)  # requests running at once
         self._writing = trio.CancelScope()  # cancelled to drop a client too slow to read
         self.closed = False
         # The writer holds or awaits frames: a push then queues behind them, never past them.
@@ -146,6 +185,10 @@ class Connection:
         if self._queued_bytes and self._queued_bytes + len(frame) > OUTBOX_BYTES:
             self._drop(f"outbox over {OUTBOX_BYTES:,} bytes")
             return
+        if self._outboxes.queued + len(frame) > self._outboxes.limit:
+            self._outboxes.make_room(len(frame))
+            if self.closed:  # this one was the largest
+                return
         try:
             self._out_send.send_nowait(frame)
         except trio.WouldBlock:
@@ -153,7 +196,7 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed = True  # the writer is gone: the peer hung up
         else:
-            self._queued_bytes += len(frame)
+            self._outboxes.add(self, len(frame))
 
     def _drop(self, why: str) -> None:
         """Drop a client too slow to read: what is queued for it is discarded and its socket closed now (it
@@ -161,6 +204,7 @@ class Connection:
         log.warning("%r: %s, dropping the connection", self, why)
         self.abort()
         self._writing.cancel()
+        self._outboxes.remove(self, self._queued_bytes)  # discarded now, whenever the writer ends
 
     def notify(self, method: str, params: Any) -> None:
         self.push(notification(method, params))
@@ -203,16 +247,19 @@ class Connection:
         # The frames queued by the time the writer runs go out in one send: a tool call's events
         # (its call, its result, the next step's start) are queued together, and one syscall each
         # cost the daemon more than the rest of their way to the client.
-        async with self._out_recv:
-            async for frame in self._out_recv:
-                frames, last = _queued(frame, self._out_recv)
-                if frames:
-                    await self._send(frames[0] if len(frames) == 1 else b"".join(frames))
-                    self._queued_bytes -= sum(map(len, frames))
-                if last:
-                    break
-                if not self._out_recv.statistics().current_buffer_used:
-                    self._busy = False  # all sent: the next push may write itself
+        try:
+            async with self._out_recv:
+                async for frame in self._out_recv:
+                    frames, last = _queued(frame, self._out_recv)
+                    if frames:
+                        await self._send(frames[0] if len(frames) == 1 else b"".join(frames))
+                        self._outboxes.remove(self, sum(map(len, frames)))
+                    if last:
+                        break
+                    if not self._out_recv.statistics().current_buffer_used:
+                        self._busy = False  # all sent: the next push may write itself
+        finally:  # what is still queued is never sent (its channel is closed): no longer held
+            self._outboxes.remove(self, self._queued_bytes)
         await self.stream.aclose()
 
     async def _send(self, data: Frame) -> None:
@@ -288,7 +335,8 @@ class Connection:
                     # handshake find it done.
                     await self._run(action)
                 case Call():
-                    nursery.start_soon(self._run, action)
+                    await self._slots.acquire()  # at MAX_IN_FLIGHT, the socket is not read meanwhile
+                    nursery.start_soon(self._run_in_slot, action)
                 case Refused():
                     self.push(action.data)
                 case Ignored():
@@ -299,6 +347,12 @@ class Connection:
                     self.close_after_flush()
                     return False
         return True
+
+    async def _run_in_slot(self, call: Call) -> None:
+        try:
+            await self._run(call)
+        finally:
+            self._slots.release()
 
     async def _run(self, call: Call) -> None:
         try:

@@ -16,9 +16,11 @@ again from the store on demand.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
+import resource
 import signal
 import socket
 import time
@@ -34,7 +36,7 @@ from ..config.secrets import secret_variables
 from ..local.server import LocalServers
 from ..mcp.pool import McpPool
 from ..procs.environ import withhold
-from ..rpc import DEFAULT_MAX_FRAME, Method, RPCError, trust
+from ..rpc import DEFAULT_MAX_FRAME, Method, RPCError, notification, trust
 from ..rpc.methods import Prompt
 from ..store import Store, StoreError
 from ..turn import context, plan
@@ -42,7 +44,7 @@ from ..turn.plan import TurnSetup
 from ..turn.providers import Providers
 from ..turn.session import Session
 from . import transport
-from .connection import Connection
+from .connection import READ_SIZE, Connection, Outboxes
 
 log = logging.getLogger("mmd")
 
@@ -52,6 +54,11 @@ FLUSH_GRACE = 1.0
 SWEEP_MIN, SWEEP_MAX = 0.1, 10.0
 # Seconds between two reapings of exited orphans while no process tree stops.
 REAP_INTERVAL = 30.0
+# Clients served at once at least, whatever the open-files limit (Daemon.max_connections).
+MIN_CONNECTIONS = 32
+# accept(2) errors that mean "not now" (out of descriptors or memory), and the pause before the next try.
+ACCEPT_LATER = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_RETRY = 0.1
 # The error of a turn the previous daemon never finished.
 INTERRUPTED = (
     "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
@@ -78,6 +85,12 @@ class Daemon:
         self.config_path = config_path or paths.config_dir() / "config.yaml"
         self.max_frame = max_frame
         self.connections: set[Connection] = set()
+        self.outboxes = Outboxes()  # what all connections queue, bounded together
+        # Clients served at once: a quarter of the descriptors this process may open. A process that opened
+        # a thousand connections (a command of a turn may) took every descriptor: accept failed with EMFILE
+        # and ended the daemon, and no call could make a pipe. Past it, a client is told and closed.
+        self.max_connections = max(MIN_CONNECTIONS, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4)
+        self._refusing = False  # clients are refused for max_connections (said once in the log)
         self.sessions: dict[str, Session] = {}
         self.providers: Providers  # model connections, made when serving starts
         self._idle: tuple[float, float] = (-1.0, DaemonConfig().session_idle)  # (config mtime, seconds)
@@ -212,30 +225,74 @@ class Daemon:
                 self.request_stop(signal.Signals(signum).name)
 
     async def _accept(self, listener: trio.SocketListener) -> None:
+        failing = False  # said once in the log, until an accept succeeds again
         async with listener:
             while True:
-                stream = await listener.accept()
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_LATER:
+                        raise
+                    # Out of descriptors or memory (this process's, or the system's): the clients already
+                    # connected go on, and the next accept is tried a little later.
+                    if not failing:
+                        log.warning(
+                            "cannot accept connections now: %s; trying again every %g s",
+                            exc.strerror,
+                            ACCEPT_RETRY,
+                        )
+                    failing = True
+                    await trio.sleep(ACCEPT_RETRY)
+                    continue
+                failing = False
                 self._root.start_soon(self._admit, stream)
 
     async def _admit(self, stream: trio.SocketStream) -> None:
+        # One client's failure ends its connection only: an error that escaped it once ended the daemon.
+        try:
+            await self._serve_client(stream)
+        except Exception:
+            log.exception("a client connection failed; it was closed")
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
         pid, uid, _ = self.peer_credentials(stream.socket)
         if uid != os.getuid():
             log.warning("refused a connection from pid %d of uid %d", pid, uid)
-            conn = Connection(self, stream, pid)
-            conn.notify(
-                "error",
-                {
-                    "code": "peer_refused",
-                    "message": f"this mmd serves uid {os.getuid()} only; start your own daemon",
-                },
+            await self._refuse(
+                stream, "peer_refused", f"this mmd serves uid {os.getuid()} only; start your own daemon"
             )
-            conn.close_after_flush()
-            with trio.move_on_after(1):
-                await conn._writer()
             return
+        if len(self.connections) >= self.max_connections:
+            if not self._refusing:  # said once, until a client is served again
+                log.warning(
+                    "refusing clients: %d are connected, the limit (pid %d first)", len(self.connections), pid
+                )
+            self._refusing = True
+            await self._refuse(
+                stream,
+                "too_many_clients",
+                f"{len(self.connections)} clients are connected to this mmd, its limit; close some (editors, "
+                "mm sessions left open), or restart it with more open files allowed (ulimit -n, or "
+                "LimitNOFILE= in its systemd unit): it serves a quarter of them",
+            )
+            return
+        self._refusing = False
         conn = Connection(self, stream, pid)
         self.connections.add(conn)
         await conn.serve()
+
+    async def _refuse(self, stream: trio.SocketStream, code: str, message: str) -> None:
+        """Tell a client why it is not served (an ``error`` notification), then close its connection: once
+        it hung up, or after a second. Closed with its handshake unread, the connection would be reset, and
+        the client would read that instead of why."""
+        with trio.move_on_after(1), contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(notification("error", {"code": code, "message": message}))
+            await stream.send_eof()
+            while await stream.receive_some(READ_SIZE):
+                pass
+        await stream.aclose()
 
     def detach(self, conn: Connection) -> None:
         self.connections.discard(conn)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,11 +192,12 @@ def daemon_pids(home: Path) -> list[int]:
     return pids
 
 
-def start_mmd(home: Path) -> subprocess.Popen[bytes]:
-    """A real mmd process on the test's private socket, once it answers."""
+def start_mmd(home: Path, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """A real mmd process on the test's private socket, once it answers (*prefix*: a command that execs it,
+    such as ``prlimit --nofile=N``)."""
     sock = socket_of(home)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mmd", "--socket", str(sock)],
+        [*prefix, sys.executable, "-m", "mmd", "--socket", str(sock)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -7,6 +7,7 @@ writing frames into one end of a stream pair and reading the answers from it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,6 +47,7 @@ class Host:
         self.methods = methods
         self.max_frame = DEFAULT_MAX_FRAME
         self.log_path = Path("/var/empty/mmd.log")
+        self.outboxes = connection.Outboxes()
         self.detached: list[Connection] = []
 
     def detach(self, conn: Connection) -> None:
@@ -495,3 +497,69 @@ async def test_a_frame_over_the_bound_goes_alone_unsent_part_uncopied_and_a_fram
     assert conn.closed
     await client.aclose()
     await server.aclose()
+
+
+async def test_a_client_that_pipelines_many_requests_has_at_most_max_in_flight_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each request is a task: a client that wrote 200 (a million, in a few MB) had as many held at once.
+    # Past MAX_IN_FLIGHT its socket is not read until one ends; every request is still answered.
+    monkeypatch.setattr(connection, "MAX_IN_FLIGHT", 5)
+    running, most = 0, 0
+    release = trio.Event()
+
+    async def slow(daemon: Any, conn: Connection, params: Empty) -> Done:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+        return Done()
+
+    async with serving(table(**{"tools.list": Method(Empty, slow)})) as (peer, _, _):
+        await peer.send(HELLO)
+        assert (await peer.response()).msgid == 1
+        await peer.send(*[request(i, "tools.list") for i in range(2, 202)])
+        await trio.testing.wait_all_tasks_blocked()
+        assert (running, most) == (5, 5)
+        release.set()
+        assert sorted(await peer.responses(200)) == list(range(2, 202))
+    assert most == 5
+
+
+async def test_clients_that_never_read_are_bounded_together_the_largest_dropped_first() -> None:
+    # A bound per client is no bound on many: eight clients that read nothing, each under its own bound,
+    # held eight times it. Past Outboxes.limit the client holding the most is dropped; once every
+    # connection ended, nothing is counted as queued.
+    host = Host({})
+    host.outboxes = connection.Outboxes(limit=4_000_000)
+    pairs = [socket_pair() for _ in range(4)]
+    conns = [Connection(host, server, peer_pid=4242) for _, server in pairs]
+
+    async def writer(conn: Connection) -> None:
+        with contextlib.suppress(trio.BrokenResourceError):  # the peer hangs up with bytes unread
+            await conn._writer()
+
+    async with trio.open_nursery() as nursery:
+        for conn in conns:
+            nursery.start_soon(writer, conn)
+        await trio.testing.wait_all_tasks_blocked()
+        for size, conn in zip((300_000, 700_000, 500_000, 200_000), conns, strict=True):
+            for _ in range(2):  # what the socket buffer does not take is queued
+                conn.push(b"x" * size)
+        await trio.testing.wait_all_tasks_blocked()
+        held = {i: conn._queued_bytes for i, conn in enumerate(conns)}
+        assert host.outboxes.queued == sum(held.values()) <= 4_000_000
+        assert not any(conn.closed for conn in conns) and max(held, key=held.__getitem__) == 1
+        conns[3].push(b"y" * (4_000_001 - host.outboxes.queued))  # past the bound together: the largest goes
+
+        await trio.testing.wait_all_tasks_blocked()
+        assert [conn.closed for conn in conns] == [False, True, False, False]
+        assert host.outboxes.queued == sum(conn._queued_bytes for conn in conns) <= 4_000_000
+        for conn in conns:
+            conn.close_after_flush()
+        for client, _ in pairs:
+            await client.aclose()
+    for _, server in pairs:  # serve() closes them: here the writers ran alone
+        await server.aclose()
+    assert host.outboxes.queued == 0

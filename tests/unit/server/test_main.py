@@ -63,3 +63,26 @@ def test_the_daemons_start_imports_neither_argparse_nor_difflib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_error_that_ends_the_daemon_is_in_its_log_not_only_on_stderr(tmp_path: Path) -> None:
+    # Under systemd, or started by a client, stderr is seen by no one: the daemon once ended (EMFILE in its
+    # accept) with a traceback on stderr and nothing in mmd.log after "listening".
+    state = tmp_path / "state"
+    code = (
+        "import sys\n"
+        "from mmd import main\n"
+        "from mmd.server.daemon import Daemon\n"
+        "async def broken(self, **kwargs):\n"
+        "    raise OSError(24, 'Too many open files')\n"
+        "Daemon.serve = broken\n"
+        f"sys.exit(main.main(['--socket', {str(tmp_path / 's.sock')!r}, '--state-dir', {str(state)!r}]))\n"
+    )
+    ended = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert ended.returncode != 0 and "OSError: [Errno 24] Too many open files" in ended.stderr
+    log = (state / "mmd.log").read_text()
+    assert (
+        "CRITICAL mmd: mmd stopped on an error it did not expect (a bug: please report it with this log)"
+        in log
+    )
+    assert "OSError: [Errno 24] Too many open files" in log
