@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .. import sandbox
 from ..rpc import RPCError
 from ..rpc.methods import ConsentAnswer, ConsentList, ConsentRevoke
 from ..rpc.results import ConsentRule, ConsentRules, Done, Revoked
@@ -18,10 +17,8 @@ if TYPE_CHECKING:
 
 async def answer(daemon: Daemon, conn: Connection, p: ConsentAnswer) -> Done:
     session = daemon.session(p.session_id)
-    # A sandboxed command answers only the asks of a turn it started itself (read-only, no network, as
-    # every turn of such a client is): never one that a person's client started, its own turn's included.
-    if not session.confined_turn and sandbox.no_new_privs(conn.peer_pid):
-        raise RPCError("confined_client", sandbox.CONFINED_CLIENT_ANSWER)
+    # Never the ask a person's turn put, the one of the turn that runs the answering command included.
+    daemon.refuse_confined(conn, session.id, "answer an ask of this session")
     session.answer_consent(conn, p)
     return Done()
 

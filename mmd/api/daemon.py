@@ -50,6 +50,7 @@ async def status(daemon: Daemon, conn: Connection, p: Empty) -> DaemonStatus:
 
 
 async def stop(daemon: Daemon, conn: Connection, p: Empty) -> Stopping:
+    daemon.refuse_confined(conn, None, "stop the daemon")
     daemon.request_stop(f"asked by {conn.client} (pid {conn.peer_pid})")
     return Stopping(stopping=True, pid=os.getpid())
 

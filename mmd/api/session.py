@@ -40,6 +40,7 @@ async def prompt(daemon: Daemon, conn: Connection, p: Prompt) -> Prompted:
 
 async def cancel(daemon: Daemon, conn: Connection, p: SessionRef) -> Cancelled:
     session = daemon.session(p.session_id)
+    daemon.refuse_confined(conn, session.id, "cancel this session's turn")
     return Cancelled(cancelled=session.cancel())
 
 
@@ -52,7 +53,10 @@ async def compact(daemon: Daemon, conn: Connection, p: Compact) -> Compacted:
 async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> Subscribed:
     """Attach to a session: the stored events after ``after_seq`` come back, new ones follow as notifications."""
     session = daemon.session(p.session_id)
-    session.subscribe(conn, interactive=p.interactive)
+    # A sandboxed command that attaches to your session is not one that can answer its asks (consent.answer
+    # refuses it): a headless turn's ask then goes to a client that can, or is refused at once.
+    interactive = p.interactive and not daemon.confined_out_of(conn, session.id)
+    session.subscribe(conn, interactive=interactive)
     events = daemon.store.events_after(session.id, p.after_seq)
     pending = [
         e.data for e in events if e.kind == "consent_needed" and e.data["request_id"] in session.asks.pending
@@ -101,6 +105,7 @@ async def diff(daemon: Daemon, conn: Connection, p: Diff) -> SessionDiff:
 async def undo(daemon: Daemon, conn: Connection, p: Undo) -> Undone:
     """Restore the files of the session's steps from ``to_step`` on; no turn may run meanwhile."""
     session = daemon.session(p.session_id)
+    daemon.refuse_confined(conn, session.id, "undo this session's steps")
     if session.running:
         raise RPCError("busy", f"session {session.id} is running a turn; undo once it ends (or cancel it)")
     session.start()

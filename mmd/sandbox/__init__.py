@@ -177,12 +177,14 @@ CONFINED_CLIENT_MCP = (
 )
 
 
-# Why such a client may not answer an ask of a turn another client started.
-CONFINED_CLIENT_ANSWER = (
-    "this answer comes from a process that runs with no_new_privs, as every process of a sandboxed turn "
-    "does, and the ask is of a turn started from elsewhere: a sandboxed command may not allow what its own "
-    "turn, or another, asks of you. Answer it in the client that shows the ask"
-)
+def confined_refusal(doing: str) -> str:
+    """Why a client with no_new_privs may not do *doing* ("answer this ask", "stop the daemon") to a session
+    such a client did not start, or to the daemon (mmd.server.daemon.Daemon.refuse_confined)."""
+    return (
+        f"this client runs with no_new_privs, as every process of a sandboxed turn does, and may not {doing}: "
+        "a sandboxed command acts only on the sessions such a command started, never on yours or the daemon "
+        "(else it could allow what its own turn asks of you). Do it from your own terminal"
+    )
 
 
 def _inside(path: str, root: str) -> bool:
@@ -190,7 +192,6 @@ def _inside(path: str, root: str) -> bool:
 
 
 __all__ = [
-    "CONFINED_CLIENT_ANSWER",
     "CONFINED_CLIENT_MCP",
     "CONFINED_CLIENT_WARNING",
     "DEFAULT_MODE",
@@ -200,6 +201,7 @@ __all__ = [
     "Sandbox",
     "Support",
     "confine_thread",
+    "confined_refusal",
     "no_new_privs",
     "support",
     "unavailable_reason",

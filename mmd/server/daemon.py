@@ -91,6 +91,9 @@ class Daemon:
         # and ended the daemon, and no call could make a pipe. Past it, a client is told and closed.
         self.max_connections = max(MIN_CONNECTIONS, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4)
         self._refusing = False  # clients are refused for max_connections (said once in the log)
+        # The sessions started, while this daemon runs, by a client with no_new_privs (a sandboxed command):
+        # the only ones such a client may act on (refuse_confined).
+        self.confined_sessions: set[str] = set()
         self.sessions: dict[str, Session] = {}
         self.providers: Providers  # model connections, made when serving starts
         self._idle: tuple[float, float] = (-1.0, DaemonConfig().session_idle)  # (config mtime, seconds)
@@ -294,6 +297,19 @@ class Daemon:
                 pass
         await stream.aclose()
 
+    def refuse_confined(self, conn: Connection, session_id: str | None, doing: str) -> None:
+        """Refuse *doing* to a client with no_new_privs (a sandboxed command, most likely) unless it is to a
+        session such a client started (*session_id*; None: the daemon itself, never).
+
+        Errors: RPCError confined_client, saying what it may not do and why.
+        """
+        if self.confined_out_of(conn, session_id):
+            raise RPCError("confined_client", sandbox.confined_refusal(doing))
+
+    def confined_out_of(self, conn: Connection, session_id: str | None) -> bool:
+        """Whether *conn* runs with no_new_privs and *session_id* is no session such a client started."""
+        return session_id not in self.confined_sessions and sandbox.no_new_privs(conn.peer_pid)
+
     def detach(self, conn: Connection) -> None:
         self.connections.discard(conn)
         for session_id in list(conn.subscriptions):
@@ -360,6 +376,8 @@ class Daemon:
             or a turn already running in that session.
         """
         session = self._resumed(p)
+        if session is not None:  # `mm -c` in a sandboxed command found yours
+            self.refuse_confined(conn, session.id, "continue this session")
         cwd = Path(session.row.cwd if session else p.cwd)
         agent = p.agent or (session.row.agent if session else None)
         # In a worker thread: parsing a big or hostile agent file must not stall other clients.
@@ -382,7 +400,8 @@ class Daemon:
                 f"session {session.id} is running a turn; wait for it or cancel it (Ctrl-C in its client)",
             )
         session.start()  # before the awaits below: a second prompt meanwhile is "busy"
-        session.confined_turn = resolved.confined_client  # whose asks a confined client may answer
+        if resolved.confined_client:
+            self.confined_sessions.add(session.id)
         try:
             setup = await self._setup(resolved, session)
         except BaseException:
@@ -402,6 +421,7 @@ class Daemon:
         Errors: RPCError no_session, busy (a turn runs), config_error, no_model, model_error.
         """
         session = self.session(session_id)
+        self.refuse_confined(conn, session.id, "compact this session")
         cwd, agent = Path(session.row.cwd), session.row.agent
         resolved = await trio.to_thread.run_sync(
             lambda: plan.resolve(cwd, agent=agent, model=model, yolo=False, config_path=self.config_path)

@@ -98,9 +98,6 @@ class Session:
         self.subscribers: dict[Subscriber, bool] = {}
         self.messages: list[Message] = self.store.messages(row.id)
         self.running = False
-        # The running (or last) turn was started by a client with no_new_privs: a sandboxed command may
-        # answer its asks, and no other turn's (mmd/api/consent.py).
-        self.confined_turn = False
         self.turn_done = trio.Event()
         self.turn_done.set()
         self._scope: trio.CancelScope | None = None

@@ -399,41 +399,94 @@ def test_a_process_with_no_new_privs_starts_no_mcp_server_through_the_daemon(hom
     assert started.exists()
 
 
-ANSWER = """
-import sys
+# Each argument a JSON [method, params]: each is called by a client with no_new_privs, which prints one line
+# per call: the error code and message, or "ok".
+CALLS = """
+import json, sys
 from mm.connection import Client
 from mmd.rpc import RPCError
 client = Client.connect(autostart=False, client="sandboxed")
-try:
-    client.call("consent.answer", {"session_id": sys.argv[1], "request_id": sys.argv[2], "decision": "allow_always"})
-except RPCError as exc:
-    print(exc.code, exc.message)
-else:
-    print("answered")
+for method, params in map(json.loads, sys.argv[1:]):
+    try:
+        client.call(method, params)
+    except RPCError as exc:
+        print(exc.code, exc.message)
+    else:
+        print("ok")
 """
 
 
-def test_a_process_with_no_new_privs_cannot_answer_an_ask_of_a_turn_started_from_elsewhere(home, scripted):
-    # A sandboxed command (the model's) that answers the ask its own turn, or another session's, put to
-    # the person would allow itself what the person was asked: refused, and the ask stays for the person.
+def calls_sandboxed(work: Path, *calls: tuple[str, dict[str, Any]]) -> list[str]:
+    done = sandboxed(sys.executable, "-c", CALLS, *map(json.dumps, calls), cwd=work)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+REFUSED = "confined_client this client runs with no_new_privs, as every process of a sandboxed turn does, and may not "
+
+
+def test_a_process_with_no_new_privs_acts_on_no_session_it_did_not_start(home, scripted):
+    # A sandboxed command (the model's) that answered the ask of the turn that runs it allowed itself what
+    # the person was asked; one that continued, compacted, undid or cancelled the person's session, or
+    # stopped the daemon, acted on what is the person's. Refused; the ask stays for the person.
     work, outside = home / "work", home / "home"
     assert run_mm("daemon", "start").returncode == 0
-    scripted([bash(f"echo x > {outside}/allowed.txt"), {"text": "done"}])
+    scripted(
+        [
+            bash(f"echo x > {outside}/allowed.txt"),
+            {"text": "done"},
+            {"text": "its own"},
+            {"text": "and again"},
+        ]
+    )
     client = connect()
-    tried: list[str] = []
+    tried: list[list[str]] = []
 
     def answer(ask: dict[str, Any], session_id: str) -> dict[str, Any]:
-        by_sandboxed = sandboxed(sys.executable, "-c", ANSWER, session_id, ask["request_id"], cwd=work)
-        tried.append(by_sandboxed.stdout.strip() or by_sandboxed.stderr)
+        mine = {"session_id": session_id, "request_id": ask["request_id"], "decision": "allow_always"}
+        tried.append(calls_sandboxed(work, ("consent.answer", mine)))
         return {"decision": "deny", "reason": "the person said no"}
 
     try:
         events = interactive_turn(client, work, None, answer, yolo=False)
+        session_id = events[0]["session_id"]
     finally:
         client.close()
-    [refusal] = tried
-    assert refusal.startswith("confined_client this answer comes from a process that runs with no_new_privs")
+    assert tried == [
+        [
+            REFUSED + "answer an ask of this session: a sandboxed command acts only on the sessions "
+            "such a command started, never on yours or the daemon (else it could allow what its own "
+            "turn asks of you). Do it from your own terminal"
+        ]
+    ]
     [answered] = of(events, "consent_answered")
     assert answered["decision"] == "deny"
     assert not (outside / "allowed.txt").exists()
     assert json.loads(run_mm("consent", "list", "--json", cwd=work).stdout) == []
+    theirs = {"session_id": session_id}
+    refusals = calls_sandboxed(
+        work,
+        ("session.prompt", {"prompt": "more", "cwd": str(work), "continue_last": True, "yolo": True}),
+        ("session.prompt", {"prompt": "more", "cwd": str(work), "session_id": session_id}),
+        ("session.compact", theirs),
+        ("session.undo", {**theirs, "to_step": 1}),
+        ("session.cancel", theirs),
+        ("daemon.stop", {}),
+        ("daemon.status", {}),  # what only reads is not refused
+    )
+    doing = [
+        "continue this session",
+        "continue this session",
+        "compact this session",
+        "undo this session's steps",
+        "cancel this session's turn",
+        "stop the daemon",
+    ]
+    assert [line.split(":")[0] for line in refusals] == [REFUSED + d for d in doing] + ["ok"]
+    assert run_mm("daemon", "status").returncode == 0
+    # A session of its own it may start, and go on with (`mm -c`: the newest in the folder is its own now).
+    for argv, said in ((["-p", "first"], "its own"), (["-c", "-p", "again"], "and again")):
+        own = sandboxed(sys.executable, "-m", "mm.cli", *argv, cwd=work)
+        assert own.returncode == 0 and said in own.stdout, own.stderr
+    newest = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)[0]
+    assert newest["id"] != session_id and newest["turns"] == 2
