@@ -278,8 +278,8 @@ def check_link(path: Path, *, what: str, hint: str, also: tuple[Path, ...] = ())
     mmd.paths.project_root), out of the user's config folder and out of *also*, before a byte of it is read.
 
     A cloned repository ships its links: its ``mm.yaml``, ``.mcp.json`` or ``.claude/settings.json`` linked
-    to ``~/.ssh/id_rsa`` or ``/etc/shadow`` was read by any prompt or ``mm tools list`` there, and a line of
-    it quoted back in the config error. A link that stays inside the project, or leads to the user's own
+    to ``~/.ssh/id_rsa`` or ``/etc/shadow`` was read by any prompt or ``mm tools list`` there, and a line,
+    a key or a value of it could be quoted back in the config error. A link that stays inside the project, or leads to the user's own
     folders, is followed.
 
     Errors: ConfigError naming the link and where it leads (*hint*: what to do), quoting nothing of the

@@ -256,7 +256,7 @@ class Daemon:
             await self._serve_client(stream)
         except Exception:
             log.exception("a client connection failed; it was closed")
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await stream.aclose()
 
     async def _serve_client(self, stream: trio.SocketStream) -> None:
