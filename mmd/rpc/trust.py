@@ -18,6 +18,7 @@ import os
 import socket
 import stat
 import struct
+import tempfile
 from pathlib import Path
 
 # struct ucred from <sys/socket.h>: pid_t pid, uid_t uid, gid_t gid (uid_t and gid_t are unsigned).
@@ -137,6 +138,38 @@ def check_peer(sock: socket.socket, path: Path, *, uid: int | None = None) -> No
             f"the process answering on {path} (pid {pid}) runs as uid {peer}, not you ({me}): it is not "
             f"your mmd, so nothing was sent to it; remove {path}, {SOCKET_FIX}"
         )
+    # A sandboxed turn may write the temp dir, and so the socket's folder when it lies there (/tmp/mm-<uid>,
+    # without XDG_RUNTIME_DIR): one of its commands could put a socket of its own in the daemon's place. It
+    # runs as you, but with no_new_privs, as every process of a sandboxed turn does: mmd never does unless
+    # its starter did (then this client does too, and cannot tell).
+    if in_temp_dir(path) and no_new_privs(pid) and not no_new_privs(os.getpid()):
+        raise UnsafePath(
+            f"the process answering on {path} (pid {pid}) runs with no_new_privs, as a command of a "
+            f"sandboxed turn does, and you do not: it is not your mmd, so nothing was sent to it; stop it "
+            f"(kill {pid}) and remove {path}, {SOCKET_FIX}"
+        )
+
+
+def in_temp_dir(path: Path) -> bool:
+    """Whether *path* lies in the system temp dir (``/tmp``, or ``$TMPDIR``), which sandboxed turns may write."""
+    real = os.path.realpath(path)
+    return any(
+        os.path.commonpath([real, folder]) == folder
+        for folder in {os.path.realpath("/tmp"), os.path.realpath(tempfile.gettempdir())}
+    )
+
+
+def no_new_privs(pid: int) -> bool:
+    """Whether process *pid* runs with no_new_privs, as every process of a sandboxed turn does; False for a
+    process that is gone or whose status cannot be read. Errors: none."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            text = status.read()
+    except OSError:
+        return False
+    # One search, not a split of each of the file's ~60 lines: every prompt asks it.
+    at = text.find(b"\nNoNewPrivs:")
+    return at >= 0 and text[at + 12 :].split(None, 1)[:1] == [b"1"]
 
 
 def open_lock(path: Path, *, uid: int | None = None) -> int:

@@ -22,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from mmd import paths
+from mmd.rpc import trust
 
 from . import landlock
 
@@ -151,14 +152,7 @@ def no_new_privs(pid: int) -> bool:
     runs ``mm -p`` must not get a turn with more rights than its own. A process
     that is gone, or whose status cannot be read, counts as not. Errors: none.
     """
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            text = status.read()
-    except OSError:
-        return False
-    # One search, not a split of each of the file's ~60 lines: every prompt asks it.
-    at = text.find(b"\nNoNewPrivs:")
-    return at >= 0 and text[at + 12 :].split(None, 1)[:1] == [b"1"]
+    return trust.no_new_privs(pid)
 
 
 # What a prompt from a client with no_new_privs gets: writes to the temp dir only, no network.

@@ -183,6 +183,63 @@ def test_a_squatted_runtime_folder_receives_nothing(mm_home, daemon, shared, squ
     assert_daemon_serves(mm_home)
 
 
+needs_setpriv = pytest.mark.skipif(
+    shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed"
+)
+
+
+class Impostor(Squatter):
+    """A process of *your* uid, run with no_new_privs as every command of a sandboxed turn is, that put a
+    socket where the client looks for the daemon's: the temp dir, which a sandboxed turn may write, holds the
+    socket's folder when XDG_RUNTIME_DIR is not set."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.socket = folder, folder / "mmd.sock"
+        self.proc = subprocess.Popen(
+            ["setpriv", "--no-new-privs", sys.executable, "-I", "-c", SQUATTER, str(folder), "700"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+
+@needs_setpriv
+def test_a_socket_a_sandboxed_command_put_in_the_daemons_place_receives_nothing(mm_home, daemon):
+    folder = Path(tempfile.mkdtemp(prefix="mm-imp-", dir="/tmp")) / "mm"
+    impostor = Impostor(folder)
+    try:
+        env = {"MM_SOCKET": str(impostor.socket)}
+        result = mm("-p", "the secret plan", env=env, cwd=mm_home / "work")
+        assert result.returncode == 1 and result.stdout == ""
+        pid = impostor.proc.pid
+        assert (
+            f"the process answering on {impostor.socket} (pid {pid}) runs with no_new_privs, as a command of a "
+            f"sandboxed turn does, and you do not: it is not your mmd, so nothing was sent to it; stop it "
+            f"(kill {pid}) and remove {impostor.socket}, or set MM_SOCKET" in result.stderr
+        )
+        for args in (["daemon", "status"], ["daemon", "stop"]):
+            other = mm(*args, env=env, cwd=mm_home / "work")
+            assert other.returncode == 1 and "runs with no_new_privs" in other.stderr, args
+        assert impostor.received() == ["0 b''"] * 3  # each client connected, to learn who answers: no byte sent
+    finally:
+        impostor.stop()
+        shutil.rmtree(folder.parent, ignore_errors=True)
+    assert_daemon_serves(mm_home)
+
+
+def test_only_a_socket_in_the_temp_dir_is_checked_for_no_new_privs(tmp_path, monkeypatch):
+    # Elsewhere (XDG_RUNTIME_DIR, a systemd socket) no sandboxed turn can write the socket's folder, and a
+    # daemon hardened with NoNewPrivileges= is yours.
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "t"))
+    (tmp_path / "t").mkdir()
+    assert trust.in_temp_dir(Path("/tmp/mm-1000/mmd.sock"))
+    assert trust.in_temp_dir(tmp_path / "t" / "mm" / "mmd.sock")
+    assert not trust.in_temp_dir(Path("/run/user/1000/mm/mmd.sock"))
+    assert not trust.in_temp_dir(Path("/tmpfoo/mmd.sock"))
+
+
 @needs_other_uid
 def test_a_world_writable_squatted_folder_is_refused_too(mm_home, daemon, shared, squat):
     squatter = squat(shared / "mm", 0o777)
