@@ -59,6 +59,8 @@ MIN_CONNECTIONS = 32
 # accept(2) errors that mean "not now" (out of descriptors or memory), and the pause before the next try.
 ACCEPT_LATER = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 ACCEPT_RETRY = 0.1
+# Seconds between two looks at the daemon's socket file (Daemon._listen).
+SOCKET_CHECK = 2.0
 # The error of a turn the previous daemon never finished.
 INTERRUPTED = (
     "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
@@ -103,6 +105,8 @@ class Daemon:
         self._stop = trio.Event()
         self.stopped = trio.Event()  # set when serve() has shut everything down
         self.store: Store
+        self._lock_fd: int | None = None  # mmd.sock.lock, held while serving on a socket bound here
+        self._bound: tuple[int, int] | None = None  # (device, inode) of the socket file bound here
         self._root: trio.Nursery
         self._turns: trio.Nursery
         # Replaced in tests to fake another uid's connection.
@@ -128,12 +132,13 @@ class Daemon:
         Cancellation: an outside cancel skips the graceful part but still
         stops every child process group and closes the store.
         """
-        lock_fd = None
+        lock_fd = self._lock_fd = None
         if listen_sock is None:
-            lock_fd = transport.lock_socket(self.socket_path)
+            lock_fd = self._lock_fd = transport.lock_socket(self.socket_path)
         try:
             if listen_sock is None:
                 listen_sock = transport.bind_unix(self.socket_path)
+                self._bound = transport.identity(self.socket_path)
             trust.ensure_private_dir(self.state_dir, fix=trust.STATE_FIX)
             # Spill files of tool calls: private like the store and the log.
             trust.ensure_private_dir(self.state_dir / "sessions", fix=trust.STATE_FIX)
@@ -149,12 +154,11 @@ class Daemon:
                 if lock_fd is not None:
                     transport.remove_socket(self.socket_path)
         finally:
-            if lock_fd is not None:
-                os.close(lock_fd)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
         log.info("mmd stopped (%s)", self.stop_reason or "cancelled")
 
     async def _run(self, listen_sock: socket.socket, handle_signals: bool, task_status: Any) -> None:
-        listener = trio.SocketListener(trio.socket.from_stdlib_socket(listen_sock))
         try:
             async with trio.open_nursery() as root:
                 self._root = root
@@ -165,7 +169,7 @@ class Daemon:
                 await root.start(self.mcp.run)
                 if handle_signals:
                     root.start_soon(self._signals)
-                root.start_soon(self._accept, listener)
+                root.start_soon(self._listen, listen_sock)
                 root.start_soon(self._unload_idle_sessions)
                 root.start_soon(self._reap_orphans)
                 async with trio.open_nursery() as turns:
@@ -226,6 +230,45 @@ class Daemon:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 self.request_stop(signal.Signals(signum).name)
+
+    async def _listen(self, sock: socket.socket) -> None:
+        """Accept clients on *sock*. Where the daemon bound it itself (not systemd), its socket file is looked
+        at every SOCKET_CHECK seconds, and bound again once it was removed (a cleaner of the temp dir) or
+        replaced (a command of a sandboxed turn may write the temp dir, /tmp/mm-<uid>): else no client could
+        reach the daemon again, nor stop it, until it was killed."""
+        while True:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._accept, trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                if self._lock_fd is None:  # systemd's socket (socket activation): its to keep
+                    await trio.sleep_forever()
+                while transport.identity(self.socket_path) == self._bound:
+                    await trio.sleep(SOCKET_CHECK)
+                nursery.cancel_scope.cancel()  # the old listener is closed
+            sock = await self._take_back()
+
+    async def _take_back(self) -> socket.socket:
+        while True:
+            try:
+                if (
+                    not self.socket_path.parent.exists()
+                ):  # the folder went, the lock file with it: take it again
+                    lock_fd = transport.lock_socket(self.socket_path)
+                    os.close(self._lock_fd)  # type: ignore[arg-type]
+                    self._lock_fd = lock_fd
+                sock = transport.take_back(self.socket_path)
+                self._bound = transport.identity(self.socket_path)
+            except transport.AlreadyRunning as exc:  # another daemon took the place meanwhile: it is its
+                log.error("%s: this daemon stops", exc)
+                self.request_stop("another daemon took its socket's place")
+                await trio.sleep_forever()
+            except OSError as exc:
+                log.warning(
+                    "cannot bind %s again: %s; trying again in %g s", self.socket_path, exc, SOCKET_CHECK
+                )
+                await trio.sleep(SOCKET_CHECK)
+                continue
+            log.warning("%s was removed or replaced: bound it again", self.socket_path)
+            return sock
 
     async def _accept(self, listener: trio.SocketListener) -> None:
         failing = False  # said once in the log, until an accept succeeds again

@@ -89,6 +89,32 @@ def bind_unix(path: Path, backlog: int = 64) -> socket.socket:
         if _answers(path):
             raise AlreadyRunning(f"a daemon already answers on {path}")
         path.unlink()
+    return _bind(path, backlog)
+
+
+def take_back(path: Path, backlog: int = 64) -> socket.socket:
+    """Bind *path* again, for the daemon that holds its lock, whatever is there now: its socket file was
+    removed (a cleaner of the temp dir) or replaced (a command of a sandboxed turn may write the temp dir). The
+    folder is the user's alone (made again, private, if it went too): only a process of the user's put it there.
+
+    Errors: OSError (the folder cannot be made, the path cannot be bound); trust.UnsafePath.
+    """
+    ensure_private_dir(path.parent)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return _bind(path, backlog)
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at *path*, not following a link; None when there is none."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _bind(path: Path, backlog: int) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:

@@ -27,7 +27,11 @@ class Raw:
     def __init__(self, home: Path, *, handshake: bool = True) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(READ_TIMEOUT)
-        self.sock.connect(str(socket_of(home)))
+        try:
+            self.sock.connect(str(socket_of(home)))
+        except OSError:  # no daemon there (a case may wait for one): nothing left open
+            self.sock.close()
+            raise
         self.splitter = Splitter()
         self.pending: list[Any] = []
         self.msgid = 0

@@ -13,6 +13,7 @@ import contextlib
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -123,4 +124,47 @@ def test_a_client_that_writes_thousands_of_requests_before_reading_any_is_answer
             assert message.error is None, message.error
             answered.add(message.msgid)
         assert answered == set(range(2, raw.msgid + 1))
+    assert_daemon_serves(mm_home)
+
+
+def daemon_pid(home) -> int | None:
+    """The pid the daemon on the test's socket says it has, or None when none answers there within a second."""
+    try:
+        raw = Raw(home, handshake=False)
+    except OSError:
+        return None
+    with contextlib.closing(raw):
+        raw.sock.settimeout(1.0)
+        try:
+            raw.call("handshake", {"protocol": PROTOCOL_VERSION, "client": "adversarial"})
+            return raw.call("daemon.status")["pid"]
+        except (OSError, AssertionError):
+            return None
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced", "its folder removed"])
+def test_a_socket_file_removed_or_replaced_is_bound_again(mm_home, daemon, how):
+    # A cleaner of the temp dir removes old files there; a command of a sandboxed turn may write the temp dir
+    # (/tmp/mm-<uid> without XDG_RUNTIME_DIR) and put a socket of its own in the daemon's place. The daemon
+    # then had no way in for any client, `mm daemon stop` included, until it was killed.
+    path = socket_of(mm_home)
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if how == "its folder removed":
+            shutil.rmtree(path.parent)
+        else:
+            path.unlink()
+        if how == "replaced":
+            impostor.bind(str(path))
+            impostor.listen(8)
+        assert wait_until(lambda: daemon_pid(mm_home), "the daemon answers on its socket again") == daemon.pid
+    finally:
+        impostor.close()
+    log = (mm_home / "state" / "mm" / "mmd.log").read_text()
+    assert f"{path} was removed or replaced: bound it again" in log
+    if how == "its folder removed":  # and its lock was taken again: a second daemon does not start
+        second = subprocess.run(
+            [sys.executable, "-m", "mmd", "--socket", str(path)], capture_output=True, text=True, timeout=30
+        )
+        assert f"another mmd holds {path}.lock; nothing to do" in second.stderr, second.stderr
     assert_daemon_serves(mm_home)

@@ -222,7 +222,9 @@ def test_a_socket_a_sandboxed_command_put_in_the_daemons_place_receives_nothing(
         for args in (["daemon", "status"], ["daemon", "stop"]):
             other = mm(*args, env=env, cwd=mm_home / "work")
             assert other.returncode == 1 and "runs with no_new_privs" in other.stderr, args
-        assert impostor.received() == ["0 b''"] * 3  # each client connected, to learn who answers: no byte sent
+        assert (
+            impostor.received() == ["0 b''"] * 3
+        )  # each client connected, to learn who answers: no byte sent
     finally:
         impostor.stop()
         shutil.rmtree(folder.parent, ignore_errors=True)
