@@ -50,9 +50,21 @@ async def compact(daemon: Daemon, conn: Connection, p: Compact) -> Compacted:
     return Compacted(session_id=session_id, **{k: done[k] for k in Compacted.__struct_fields__[1:]})
 
 
+# Sessions one client may follow at once: each it follows stays loaded (its messages in memory) until it
+# lets go, so a client that subscribed to every session held the whole store.
+MAX_SUBSCRIPTIONS = 64
+
+
 async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> Subscribed:
     """Attach to a session: the stored events after ``after_seq`` come back, new ones follow as notifications."""
-    session = daemon.session(p.session_id)
+    row, _ = daemon.find_session(p.session_id)
+    if row.id not in conn.subscriptions and len(conn.subscriptions) >= MAX_SUBSCRIPTIONS:
+        raise RPCError(
+            "too_many_subscriptions",
+            f"this client follows {len(conn.subscriptions)} sessions, the most one client may: let go of one "
+            "(session.unsubscribe) first, or open another connection",
+        )
+    session = daemon.session(row.id)
     # A sandboxed command that attaches to your session is not one that can answer its asks (consent.answer
     # refuses it): a headless turn's ask then goes to a client that can, or is refused at once.
     interactive = p.interactive and not daemon.confined_out_of(conn, session.id)
@@ -65,8 +77,9 @@ async def subscribe(daemon: Daemon, conn: Connection, p: Subscribe) -> Subscribe
 
 
 async def unsubscribe(daemon: Daemon, conn: Connection, p: SessionRef) -> Done:
-    session = daemon.session(p.session_id)
-    session.unsubscribe(conn)
+    _, loaded = daemon.find_session(p.session_id)
+    if loaded is not None:  # not loaded: no client follows it
+        loaded.unsubscribe(conn)
     return Done()
 
 
@@ -76,30 +89,29 @@ async def list_(daemon: Daemon, conn: Connection, p: ListSessions) -> SessionLis
 
 
 async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> SessionShow:
-    session = daemon.session(p.session_id)
+    row, loaded = daemon.find_session(p.session_id)  # read from the store: not loaded for this
     turns = [
-        TurnEnding(status=t.get("status"), error=t.get("error"))
-        for t in daemon.store.turn_endings(session.id)
+        TurnEnding(status=t.get("status"), error=t.get("error")) for t in daemon.store.turn_endings(row.id)
     ]
     out = SessionShow(
-        session=_info(session.row, session.running, turns[-1].status if turns else None),
-        messages=msgspec.convert(daemon.store.messages(session.id), list[ChatMessage], from_attributes=True),
+        session=_info(row, loaded is not None and loaded.running, turns[-1].status if turns else None),
+        messages=msgspec.convert(daemon.store.messages(row.id), list[ChatMessage], from_attributes=True),
         turns=turns,
     )
     if p.events:
-        out.events = daemon.store.events_after(session.id, 0)
+        out.events = daemon.store.events_after(row.id, 0)
     return out
 
 
 async def diff(daemon: Daemon, conn: Connection, p: Diff) -> SessionDiff:
     """What the session's steps (or one of them) changed in its working tree."""
-    session = daemon.session(p.session_id)
+    row, _ = daemon.find_session(p.session_id)
     with _answered():
-        done = await checkpoints.diff(daemon.store, daemon.state_dir / "snapshots", session.id, p.step)
+        done = await checkpoints.diff(daemon.store, daemon.state_dir / "snapshots", row.id, p.step)
     steps = [
         Checkpoint(**{k: getattr(s, k) for k in Checkpoint.__struct_fields__}) for s in done.pop("steps")
     ]
-    return SessionDiff(session_id=session.id, steps=steps, **done)
+    return SessionDiff(session_id=row.id, steps=steps, **done)
 
 
 async def undo(daemon: Daemon, conn: Connection, p: Undo) -> Undone:

@@ -79,7 +79,7 @@ async def check(daemon: Daemon, conn: Connection, p: ToolsCheck) -> ToolsChecked
 
 
 async def stats(daemon: Daemon, conn: Connection, p: Stats) -> ToolStats:
-    session_id = daemon.session(p.session_id).id if p.session_id else None
+    session_id = daemon.find_session(p.session_id)[0].id if p.session_id else None
     return ToolStats(tools=[ToolStat(**row) for row in daemon.store.tool_stats(session_id)])
 
 

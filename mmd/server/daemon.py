@@ -38,7 +38,7 @@ from ..mcp.pool import McpPool
 from ..procs.environ import withhold
 from ..rpc import DEFAULT_MAX_FRAME, Method, RPCError, notification, trust
 from ..rpc.methods import Prompt
-from ..store import Store, StoreError
+from ..store import SessionRow, Store, StoreError
 from ..turn import context, plan
 from ..turn.plan import TurnSetup
 from ..turn.providers import Providers
@@ -363,20 +363,31 @@ class Daemon:
     # -- sessions -----------------------------------------------------------
 
     def session(self, session_id: str) -> Session:
-        """The loaded session for an id or unique prefix.
+        """The loaded session for an id or unique prefix (loaded now if it was not: its messages are read).
 
         Errors:
             RPCError("no_session"): no session matches.
         """
-        if session_id in self.sessions:
-            return self.sessions[session_id]
+        row, loaded = self.find_session(session_id)
+        if loaded is None:
+            loaded = self.sessions[row.id] = Session(self, row)
+        return loaded
+
+    def find_session(self, session_id: str) -> tuple[SessionRow, Session | None]:
+        """The row of the session for an id or unique prefix, and the session if it is loaded; nothing is
+        loaded. For what only reads the store (session.show, diff, stats): a client that asked to see every
+        session once loaded them all, each held until it was idle for daemon.session_idle.
+
+        Errors:
+            RPCError("no_session"): no session matches.
+        """
+        if (loaded := self.sessions.get(session_id)) is not None:
+            return loaded.row, loaded
         try:
             row = self.store.resolve_session(session_id)
         except StoreError as exc:
             raise RPCError("no_session", str(exc)) from None
-        if row.id not in self.sessions:
-            self.sessions[row.id] = Session(self, row)
-        return self.sessions[row.id]
+        return row, self.sessions.get(row.id)
 
     def _session_idle(self) -> float:
         """``daemon.session_idle`` of config.yaml, read again when the file changes."""

@@ -1,7 +1,8 @@
 """The daemon drops sessions unused for ``daemon.session_idle`` seconds: in virtual time (``autojump_clock``).
 
 A daemon object in process, with its store in tmp_path and no socket: its sweep runs in the
-test's nursery while the clock jumps over the idle minutes.
+test's nursery while the clock jumps over the idle minutes. And what keeps a session loaded at all: what
+only reads the store (show, diff, stats) loads none, and one client follows at most MAX_SUBSCRIPTIONS.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import pytest
 import trio
 import trio.testing
 
+from mmd.api import session as session_api
+from mmd.api import tools as tools_api
+from mmd.rpc import RPCError
+from mmd.rpc.methods import Diff, SessionRef, ShowSession, Stats, Subscribe
 from mmd.server.daemon import Daemon
 from mmd.store import Store
 
@@ -81,3 +86,42 @@ async def test_a_session_with_a_client_stays_and_its_idle_time_starts_when_the_c
         await trio.sleep(20)
         assert kept not in daemon.sessions
         nursery.cancel_scope.cancel()
+
+
+async def test_show_diff_and_stats_read_the_store_without_loading_the_session(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    # A client that asked to see every session once loaded them all, each held (its messages in memory)
+    # until idle for daemon.session_idle.
+    rows = [
+        daemon.store.create_session(cwd=str(tmp_path), agent=None, model="test/scripted") for _ in range(3)
+    ]
+    for row in rows:
+        shown = await session_api.show(daemon, Client(), ShowSession(session_id=row.id[:8], events=True))
+        assert shown.session.id == row.id and shown.session.running is False
+        with pytest.raises(RPCError, match="has no recorded step"):  # no write ran: nothing to show
+            await session_api.diff(daemon, Client(), Diff(session_id=row.id))
+        await tools_api.stats(daemon, Client(), Stats(session_id=row.id))
+    assert daemon.sessions == {}
+    loaded = daemon.session(rows[0].id)
+    loaded.start()  # a loaded one answers from memory: its turn runs
+    assert (await session_api.show(daemon, Client(), ShowSession(session_id=rows[0].id))).session.running
+
+
+async def test_one_client_follows_at_most_max_subscriptions_sessions(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_api, "MAX_SUBSCRIPTIONS", 3)
+    ids = [daemon.store.create_session(cwd=str(tmp_path), agent=None, model="m").id for _ in range(4)]
+    client = Client()
+    for sid in ids[:3]:
+        await session_api.subscribe(daemon, client, Subscribe(session_id=sid))
+    await session_api.subscribe(daemon, client, Subscribe(session_id=ids[0]))  # again: not one more
+    with pytest.raises(RPCError) as refused:
+        await session_api.subscribe(daemon, client, Subscribe(session_id=ids[3]))
+    assert refused.value.code == "too_many_subscriptions"
+    assert refused.value.message.startswith("this client follows 3 sessions, the most one client may")
+    assert ids[3] not in daemon.sessions  # refused before it was loaded
+    await session_api.unsubscribe(daemon, client, SessionRef(session_id=ids[1]))
+    await session_api.subscribe(daemon, client, Subscribe(session_id=ids[3]))
+    assert sorted(client.subscriptions) == sorted([ids[0], ids[2], ids[3]])
