@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -76,17 +77,39 @@ def _argparse(args: list[str]) -> Any:
     return parser.parse_args(args)
 
 
+# The most the daemon's log takes on disk: this many bytes in mmd.log, as many in mmd.log.1 before it.
+LOG_BYTES = 8 * 1024 * 1024
+
+
+class _Log(logging.FileHandler):
+    """The daemon's log, 0600 like the store (it names sessions, commands and paths; an older mm's 0644 log is
+    tightened too), and bounded: a process that made the daemon warn in a loop (a client dropped, refused,
+    an accept failing) filled the disk, and a daemon that runs for months grew its log without end. Past
+    LOG_BYTES the file becomes mmd.log.1 (the one before goes) and a new one starts. (logging.handlers'
+    RotatingFileHandler does this too, with 2 ms of imports, pickle's among them, at every start.)"""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is not None and self.stream.tell() >= LOG_BYTES:
+            self.stream.close()
+            self.stream = None  # type: ignore[assignment]  # FileHandler.emit opens it again
+            with contextlib.suppress(OSError):  # then it is written on
+                os.replace(self.baseFilename, self.baseFilename + ".1")
+        super().emit(record)
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
 def _logging(state_dir: Path, level: str) -> Path:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = state_dir / "mmd.log"
-    # 0600, like the store: the log names prompts' sessions, commands and paths. An existing
-    # log made by an older mm (0644) is tightened too.
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    handlers: list[logging.Handler] = [logging.FileHandler(log_path)]
+    handlers: list[logging.Handler] = [_Log(log_path, encoding="utf-8")]
     if sys.stderr.isatty() or _stderr_is_journal():
         handlers.append(logging.StreamHandler())
     logging.basicConfig(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,30 @@ def test_an_error_that_ends_the_daemon_is_in_its_log_not_only_on_stderr(tmp_path
         in log
     )
     assert "OSError: [Errno 24] Too many open files" in log
+
+
+def test_the_log_is_private_and_bounded_past_log_bytes_it_starts_again_keeping_one_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process that made the daemon warn in a loop (a client dropped or refused again and again) filled the
+    # disk: the log grew without end. Now mmd.log and mmd.log.1 hold LOG_BYTES each at most, both 0600.
+    monkeypatch.setattr(main, "LOG_BYTES", 10_000)
+    (tmp_path / "mmd.log").write_text("an older mm's log\n")
+    (tmp_path / "mmd.log").chmod(0o644)
+    log_path = main._logging(tmp_path, "INFO")
+    try:
+        assert (log_path.stat().st_mode & 0o777) == 0o600  # tightened at once
+        log = logging.getLogger("mmd")
+        for i in range(2_000):  # ~200 KB of lines
+            log.warning("a client too slow to read, dropped: %d", i)
+    finally:
+        logging.getLogger().handlers[0].close()
+        logging.basicConfig(force=True, handlers=[logging.NullHandler()])
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["mmd.log", "mmd.log.1"]
+    for path in (tmp_path / "mmd.log", tmp_path / "mmd.log.1"):
+        assert path.stat().st_size <= 10_000 + 200 and (path.stat().st_mode & 0o777) == 0o600
+    assert "dropped: 1999" in (tmp_path / "mmd.log").read_text()
+    assert (
+        "an older mm's log" not in (tmp_path / "mmd.log").read_text() + (tmp_path / "mmd.log.1").read_text()
+    )
