@@ -24,6 +24,10 @@ from typing import BinaryIO
 
 import msgspec
 
+# The most of one output kept in its spill file: a command the model ran that printed without end (`yes`
+# until its timeout) wrote tens of gigabytes to the spill folder, filling the disk. The count goes on; the
+# file says where it stopped.
+MAX_SPILL_BYTES = 256 * 1024 * 1024
 # How a NUL byte is shown: a model reads a C escape; a raw NUL confuses tokenizers and terminals.
 NUL_SHOWN = "\\0"
 # UTF-8 decoding of a read: (text, bytes used); with final False, an unfinished last character is left.
@@ -223,6 +227,8 @@ class OutputCapture:
         else:
             self._spill = spill
         self._held: list[bytes] = []
+        self._spilled = 0  # bytes written to the spill file, MAX_SPILL_BYTES at most
+        self.spill_full = False  # the output went on past MAX_SPILL_BYTES: its spill file holds the start
         self._view = HeadTail(max_bytes, max_lines)
         self._on_output = on_output
         # The bytes of each stream's unfinished last character, held for its next read (a stream that
@@ -281,7 +287,8 @@ class OutputCapture:
         if head and not head.endswith("\n"):
             head += "\n"
         tail = printable(cut.tail.decode("utf-8", "replace"))
-        return f"{head}{marker(cut, view.total_bytes, view.total_lines, spill_name)}\n{tail}"
+        kept = self._spilled if self.spill_full else None
+        return f"{head}{marker(cut, view.total_bytes, view.total_lines, spill_name, kept)}\n{tail}"
 
     def _decode(self, stream: str, data: bytes, *, final: bool) -> None:
         # What codecs' incremental UTF-8 decoder does, without its three Python calls a read: the codec
@@ -295,29 +302,54 @@ class OutputCapture:
     def _release(self, stream: str, raw: bytes, text: str) -> None:
         if raw:
             if self._spill is not None:
-                self._spill.write(raw)
+                self._write_spill(raw)
             elif self._open_spill is not None:
                 self._held.append(raw)
             self._view.add(raw)
             if self._held and self._view.truncated:
                 assert self._open_spill is not None
                 self._spill = self._open_spill()
-                self._spill.writelines(self._held)
+                for held in self._held:
+                    self._write_spill(held)
                 self._held = []
         if text and self._on_output is not None:
             self._on_output(stream, printable(text))
 
+    def _write_spill(self, raw: bytes) -> None:
+        assert self._spill is not None
+        if self.spill_full:
+            return
+        room = MAX_SPILL_BYTES - self._spilled
+        if len(raw) <= room:
+            self._spill.write(raw)
+            self._spilled += len(raw)
+            return
+        self._spill.write(raw[:room])
+        self._spilled, self.spill_full = MAX_SPILL_BYTES, True
+        self._spill.write(
+            f"\n[mm: the output went on past {MAX_SPILL_BYTES:,} bytes; the rest was not kept]\n".encode()
+        )
 
-def marker(cut: Cut, total_bytes: int, total_lines: int, spill_name: str | None) -> str:
-    """The line between head and tail: what was cut and where to read it."""
+
+def marker(
+    cut: Cut, total_bytes: int, total_lines: int, spill_name: str | None, kept: int | None = None
+) -> str:
+    """The line between head and tail: what was cut and where to read it (*kept*: the bytes of the spill file,
+    when it holds only the start of the output)."""
     if cut.first_line == cut.last_line:
         lines = f"line {cut.first_line:,}"
     else:
         lines = f"lines {cut.first_line:,}–{cut.last_line:,}"
-    where = (
-        f"the whole output ({total_bytes:,} bytes, {total_lines:,} lines) is in {spill_name}"
-        " — read any range of it with read_file"
-        if spill_name
-        else "the whole output was not kept"
-    )
+    if not spill_name:
+        where = "the whole output was not kept"
+    elif kept is not None:
+        where = (
+            f"the first {kept:,} bytes of the output ({total_bytes:,} bytes, {total_lines:,} lines) are in "
+            f"{spill_name} — read any range of them with read_file"
+        )
+    else:
+        where = (
+            f"the whole output ({total_bytes:,} bytes, {total_lines:,} lines) is in {spill_name}"
+            " — read any range of it with read_file"
+        )
     return f"[... {cut.cut_bytes:,} bytes / {cut.cut_lines:,} lines cut ({lines}); {where} ...]"

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mmd.procs import output
 from mmd.procs.output import HeadTail, OutputCapture, printable
 
 from ...budget import examples
@@ -198,3 +199,28 @@ def test_a_spill_file_given_as_its_opener_is_opened_once_when_the_output_is_firs
     big.finish()
     assert big.truncated and len(opened) == 1
     assert opened[0].getvalue() == data  # the bytes held before the cut, then the rest
+
+
+def test_the_spill_file_keeps_max_spill_bytes_and_says_where_it_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `yes` run until its timeout wrote tens of gigabytes to the spill folder: the file now keeps the start,
+    # the counts go on, and the model is told the file holds the first bytes only.
+    monkeypatch.setattr(output, "MAX_SPILL_BYTES", 10_000)
+    spill = io.BytesIO()
+    cap = OutputCapture(lambda: spill, max_bytes=100, max_lines=10)
+    for _ in range(1_000):
+        cap.feed("stdout", b"y\n" * 50)  # 100,000 bytes in all
+    cap.finish()
+    kept = spill.getvalue()
+    assert kept == b"y\n" * 5_000 + b"\n[mm: the output went on past 10,000 bytes; the rest was not kept]\n"
+    assert cap.spill_full and cap.total_bytes == 100_000 and cap.total_lines == 50_000
+    assert (
+        "the first 10,000 bytes of the output (100,000 bytes, 50,000 lines) are in /s/out.log — read any range "
+        "of them with read_file" in cap.render("/s/out.log")
+    )
+    small = OutputCapture(lambda: io.BytesIO(), max_bytes=100, max_lines=10)
+    small.feed("stdout", b"y\n" * 500)
+    assert not small.spill_full and "the whole output (1,000 bytes, 500 lines) is in /s/o" in small.render(
+        "/s/o"
+    )
