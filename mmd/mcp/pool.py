@@ -56,6 +56,8 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 # Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
 MAX_PAGES = 100
+# The size past which a stdio server's log (its stderr) starts again when the server does (_rotate).
+MCP_LOG_BYTES = 8 * 1024 * 1024
 # Bytes of a stdio server's stderr quoted in an error.
 STDERR_TAIL = 600
 
@@ -328,6 +330,7 @@ class McpConnection:
     async def _stdio(self) -> AsyncIterator[Any]:
         server = self.server
         self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _rotate(self.log_path)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         with os.fdopen(os.open(self.log_path, flags, 0o600), "ab") as stderr:  # private, as every mm log
             stderr.write(f"--- mm: starting {server.target} at {time.ctime()}\n".encode())
@@ -567,6 +570,14 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def _rotate(log: Path) -> None:
+    """Past MCP_LOG_BYTES, a server's log becomes LOG.1 (the one before goes) as the server starts again: each
+    start appended to it for as long as mm was used. (While it runs, the server writes the file itself.)"""
+    with contextlib.suppress(OSError):
+        if log.stat().st_size > MCP_LOG_BYTES:
+            os.replace(log, log.with_name(log.name + ".1"))
 
 
 def server_sandbox(server: ResolvedServer) -> Sandbox | None:

@@ -16,6 +16,7 @@ import pytest
 from mmd import contract
 from mmd.config import ConfigError, UserConfig, load_agent_file, load_user_config
 from mmd.config.mcp import ExpansionError, expand, resolve, servers_for
+from mmd.mcp import pool as mcp_pool
 from mmd.mcp.errors import McpCallError
 from mmd.mcp.tool import (
     McpTool,
@@ -316,3 +317,17 @@ def test_the_client_imports_no_mcp_sdk():
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_servers_log_past_its_bound_starts_again_as_the_server_does(tmp_path, monkeypatch):
+    # Each start of a stdio server appended its stderr to one log, for as long as mm was used.
+    monkeypatch.setattr(mcp_pool, "MCP_LOG_BYTES", 1_000)
+    log = tmp_path / "fs-1234abcd.log"
+    log.write_bytes(b"x" * 900)
+    mcp_pool._rotate(log)
+    assert log.read_bytes() == b"x" * 900  # within the bound: kept
+    log.write_bytes(b"y" * 1_001)
+    (tmp_path / "fs-1234abcd.log.1").write_bytes(b"older")
+    mcp_pool._rotate(log)
+    assert not log.exists() and (tmp_path / "fs-1234abcd.log.1").read_bytes() == b"y" * 1_001
+    mcp_pool._rotate(tmp_path / "absent.log")  # nothing there: nothing to do
