@@ -54,8 +54,9 @@ FLUSH_GRACE = 1.0
 SWEEP_MIN, SWEEP_MAX = 0.1, 10.0
 # Seconds between two reapings of exited orphans while no process tree stops.
 REAP_INTERVAL = 30.0
-# Clients served at once at least, whatever the open-files limit (Daemon.max_connections).
-MIN_CONNECTIONS = 32
+# Clients served at once, at least and at most, whatever the open-files limit (Daemon.max_connections): a
+# container's limit of 1,048,576 made a quarter of it no bound on memory.
+MIN_CONNECTIONS, MAX_CONNECTIONS = 32, 1024
 # accept(2) errors that mean "not now" (out of descriptors or memory), and the pause before the next try.
 ACCEPT_LATER = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 ACCEPT_RETRY = 0.1
@@ -91,7 +92,8 @@ class Daemon:
         # Clients served at once: a quarter of the descriptors this process may open. A process that opened
         # a thousand connections (a command of a turn may) took every descriptor: accept failed with EMFILE
         # and ended the daemon, and no call could make a pipe. Past it, a client is told and closed.
-        self.max_connections = max(MIN_CONNECTIONS, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_connections = min(MAX_CONNECTIONS, max(MIN_CONNECTIONS, soft // 4))
         self._refusing = False  # clients are refused for max_connections (said once in the log)
         # The sessions started, while this daemon runs, by a client with no_new_privs (a sandboxed command):
         # the only ones such a client may act on (refuse_confined).
@@ -248,12 +250,14 @@ class Daemon:
 
     async def _take_back(self) -> socket.socket:
         while True:
+            assert self._lock_fd is not None  # only a socket bound here is taken back
             try:
-                if (
-                    not self.socket_path.parent.exists()
-                ):  # the folder went, the lock file with it: take it again
+                # The lock file went too (its folder, most likely): the lock is taken again on a new one.
+                lock_path = self.socket_path.with_name(self.socket_path.name + ".lock")
+                held = os.fstat(self._lock_fd)
+                if transport.identity(lock_path) != (held.st_dev, held.st_ino):
                     lock_fd = transport.lock_socket(self.socket_path)
-                    os.close(self._lock_fd)  # type: ignore[arg-type]
+                    os.close(self._lock_fd)
                     self._lock_fd = lock_fd
                 sock = transport.take_back(self.socket_path)
                 self._bound = transport.identity(self.socket_path)
