@@ -26,8 +26,8 @@ import msgspec
 
 # The most of one output kept in its spill file: a command the model ran that printed without end (`yes`
 # until its timeout) wrote tens of gigabytes to the spill folder, filling the disk. The count goes on; the
-# file says where it stopped.
-MAX_SPILL_BYTES = 256 * 1024 * 1024
+# file says where it stopped. A gigabyte: room for any build log, and what the tests stream whole.
+MAX_SPILL_BYTES = 1024 * 1024 * 1024
 # How a NUL byte is shown: a model reads a C escape; a raw NUL confuses tokenizers and terminals.
 NUL_SHOWN = "\\0"
 # UTF-8 decoding of a read: (text, bytes used); with final False, an unfinished last character is left.
