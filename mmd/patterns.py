@@ -48,6 +48,8 @@ SECONDS = 0.2
 # Longest pattern compiled: re's parser and regex's compiler take time in proportion to it
 # (a 10,000-character pattern compiles in about 20 ms). Real ones are under a hundred.
 MAX_PATTERN_CHARS = 10_000
+# Runs of a match that regex stopped by the clock before it had the CPU its deadline allows (Pattern._run).
+RETRIES = 4
 # Deepest nesting of groups: both parsers recurse once per level (regex hits Python's recursion
 # limit near 300). Real patterns nest two or three.
 MAX_PATTERN_DEPTH = 32
@@ -79,16 +81,23 @@ class TooSlow(Exception):
 
 
 class Deadline:
-    """When the matches of one check must end: *seconds* (SECONDS) from now."""
+    """When the matches of one check must end: *seconds* (SECONDS) from now.
 
-    __slots__ = ("at", "seconds")
+    The default check's seconds are the calling thread's CPU time, not the clock's: a pattern that backtracks
+    spends them, a loaded machine does not. Counted by the clock, a hook's ``Edit|Write`` missed ``Write``
+    on a busy CI machine (0.2 s passed while the thread waited for a core, or imported ``regex``), and a
+    guard hook was skipped. A deadline given its *seconds* (a listing's, the tool's timeout) is the clock's.
+    """
+
+    __slots__ = ("_now", "at", "seconds")
 
     def __init__(self, seconds: float | None = None) -> None:
+        self._now = time.thread_time if seconds is None else time.monotonic
         self.seconds = SECONDS if seconds is None else seconds
-        self.at = time.monotonic() + self.seconds
+        self.at = self._now() + self.seconds
 
     def left(self) -> float:
-        return self.at - time.monotonic()
+        return self.at - self._now()
 
 
 class Pattern:
@@ -115,16 +124,20 @@ class Pattern:
         return self._run(self._regex.fullmatch, text, deadline, each)
 
     def _run(self, method: Any, text: str, deadline: Deadline, each: float | None) -> bool:
-        left = deadline.left()
-        if left <= 0:  # regex reads a timeout below 0 as none at all
-            raise TooSlow(self.pattern, deadline.seconds)
-        timeout, seconds = (each, each) if each is not None and each < left else (left, deadline.seconds)
-        try:
-            return (
-                method(text, timeout=timeout, concurrent=True) is not None
-            )  # concurrent: the GIL is released
-        except TimeoutError:
-            raise TooSlow(self.pattern, seconds) from None
+        # regex's timeout is the clock's: a match it stopped before this thread spent the CPU the deadline
+        # allows stopped because the machine was busy, and runs again (RETRIES times at most).
+        for _ in range(RETRIES + 1):
+            left = deadline.left()
+            if left <= 0:  # regex reads a timeout below 0 as none at all
+                raise TooSlow(self.pattern, deadline.seconds)
+            timeout, seconds = (each, each) if each is not None and each < left else (left, deadline.seconds)
+            spent = time.thread_time()
+            try:
+                return method(text, timeout=timeout, concurrent=True) is not None  # concurrent: GIL released
+            except TimeoutError:
+                if time.thread_time() - spent >= timeout / 2:  # it had the CPU: the pattern backtracks
+                    raise TooSlow(self.pattern, seconds) from None
+        raise TooSlow(self.pattern, seconds)
 
 
 _cache: OrderedDict[tuple[str, int], Pattern] = OrderedDict()

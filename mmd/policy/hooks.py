@@ -113,9 +113,11 @@ _SLOW_MATCHERS: set[str] = set()
 
 def _regex_matches(matcher: str, names: Sequence[str]) -> bool:
     """Whether the regex *matcher* matches one of *names* whole; False once its deadline passed."""
-    deadline = patterns.Deadline()
     try:
         regex = patterns.compile(matcher)  # checked when the file was loaded: re's syntax, the limits
+        deadline = (
+            patterns.Deadline()
+        )  # after the compile (the first one imports regex): for the matches only
         return any(regex.fullmatch(name, deadline) for name in names)
     except patterns.TooSlow as e:
         if matcher not in _SLOW_MATCHERS:

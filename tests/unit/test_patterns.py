@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import time
 
 import pytest
 
@@ -95,6 +96,34 @@ def test_a_deadline_is_shared_by_the_matches_of_one_check() -> None:
     with pytest.raises(TooSlow) as info:  # one match's own limit, within a longer deadline
         patterns.compile(r"(a|a)+\Z").search("a" * 40 + "!", Deadline(60), each=0.05)
     assert info.value.seconds == 0.05
+
+
+def test_a_busy_machine_is_not_a_slow_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Counted by the clock, a hook's `Edit|Write` missed `Write` on a busy CI machine: 0.2 s passed while
+    # the thread waited for a core (or imported regex), and the guard hook was skipped. The default deadline
+    # counts this thread's CPU; a match regex stopped by the clock before the thread had the CPU runs again.
+    deadline = Deadline()
+    time.sleep(0.3)  # waiting is not matching
+    assert deadline.left() > 0.1
+    clock = Deadline(0.2)  # a deadline given its seconds (a listing's) is the clock's
+    time.sleep(0.25)
+    assert clock.left() < 0
+
+    class Preempted:
+        """A compiled pattern whose first runs are stopped by the clock at once, as on a loaded machine."""
+
+        def __init__(self, stops: int) -> None:
+            self.stops = stops
+
+        def fullmatch(self, text: str, timeout: float, concurrent: bool) -> object | None:
+            if self.stops:
+                self.stops -= 1
+                raise TimeoutError("regex timed out")
+            return object() if text == "Write" else None
+
+    assert patterns.Pattern("Edit|Write", Preempted(2), 1).fullmatch("Write", Deadline())
+    with pytest.raises(TooSlow):  # RETRIES bounds the runs: a machine that never lets it finish is slow
+        patterns.Pattern("Edit|Write", Preempted(patterns.RETRIES + 1), 1).fullmatch("Write", Deadline())
 
 
 def test_the_regex_of_the_fuzzing_report_answers_at_once() -> None:
