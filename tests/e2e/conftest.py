@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+
+from ..paths import ROOT
 
 
 @pytest.fixture
@@ -250,3 +253,48 @@ def wait_for_file(path: Path, timeout: float = 30) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"{path} was not written within {timeout} s")
+
+
+needs_nvim = pytest.mark.skipif(
+    shutil.which("nvim") is None, reason="Neovim is not installed (Debian: neovim)"
+)
+
+
+def nvim_request(env: dict[str, str | None], cwd: Path) -> dict[str, Any]:
+    """One ``daemon.status`` through the Neovim plugin in a real headless Neovim, no daemon started on demand
+    (tests/e2e/nvim/plugin_request.lua): what it answered, or the error. *env* changes the environment (None
+    removes a variable)."""
+    full = dict(os.environ)
+    for key, value in env.items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    out = cwd / "nvim-out.json"
+    out.unlink(missing_ok=True)
+    full.update(HOME=str(cwd), MM_TEST_OUT=str(out))
+    script = ROOT / "tests" / "e2e" / "nvim" / "plugin_request.lua"
+    rtp = ROOT / "clients" / "nvim"
+    subprocess.run(
+        [
+            "nvim",
+            "--headless",
+            "--clean",
+            "-i",
+            "NONE",
+            "-n",
+            "--cmd",
+            f"set rtp^={rtp}",
+            "-c",
+            f"luafile {script}",
+        ],
+        env=full,
+        cwd=cwd,
+        timeout=120,
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert result["ok"] and result["ended"], result
+    return result

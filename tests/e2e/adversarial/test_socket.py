@@ -28,7 +28,7 @@ import pytest
 
 from mmd.rpc import trust
 
-from ..conftest import stop_daemon, wait_for_socket
+from ..conftest import needs_nvim, nvim_request, stop_daemon, wait_for_socket
 from .serves import assert_daemon_serves
 
 # The squatter's identity: nobody.
@@ -451,3 +451,50 @@ def test_faked_owner_lock_is_refused(mm_home, daemon, monkeypatch):
     with pytest.raises(trust.UnsafePath, match="not a regular file"):
         trust.open_lock(fifo)  # and it did not block on the FIFO
     assert_daemon_serves(mm_home)
+
+
+# -- the Neovim plugin makes the same checks ------------------------------------------------------------
+
+
+@needs_nvim
+@needs_other_uid
+def test_neovim_sends_nothing_to_a_squatted_folder_or_another_uids_peer(mm_home, daemon, shared, squat):
+    squatter = squat(shared / "mm")
+    work = mm_home / "work"
+    got = nvim_request({"XDG_RUNTIME_DIR": str(shared), "MM_SOCKET": None}, work)
+    assert not got["answered"]
+    assert f"{shared / 'mm'} belongs to uid {OTHER_UID}, not you ({os.getuid()})" in got["err"]
+    assert "set MM_SOCKET" in got["err"]
+    # Folder and file look right: only the kernel's word on the peer tells.
+    private = mm_home / "private"
+    private.mkdir(mode=0o700)
+    moved = private / "mmd.sock"
+    os.rename(squatter.socket, moved)
+    os.chown(moved, os.getuid(), os.getgid())
+    got = nvim_request({"MM_SOCKET": str(moved)}, work)
+    assert f"runs as uid {OTHER_UID}, not you ({os.getuid()})" in got["err"]
+    assert "nothing was sent" in got["err"]
+    # The first Neovim did not connect; the second connected to learn who answers, and sent no byte.
+    assert squatter.received(reachable_at=moved) == ["0 b''"]
+    assert nvim_request({}, work)["answered"]  # and the user's own daemon is reached as before
+
+
+@needs_nvim
+@needs_setpriv
+def test_neovim_sends_nothing_to_a_socket_a_sandboxed_command_put_in_the_daemons_place(mm_home, daemon):
+    folder = Path(tempfile.mkdtemp(prefix="mm-imp-", dir="/tmp")) / "mm"
+    impostor = Impostor(folder)
+    try:
+        got = nvim_request({"MM_SOCKET": str(impostor.socket)}, mm_home / "work")
+        pid = impostor.proc.pid
+        assert not got["answered"]
+        assert (
+            f"the process answering on {impostor.socket} (pid {pid}) runs with no_new_privs, as a command of a "
+            f"sandboxed turn does, and you do not: it is not your mmd, so nothing was sent to it"
+            in got["err"]
+        )
+        assert impostor.received() == ["0 b''"]
+    finally:
+        impostor.stop()
+        shutil.rmtree(folder.parent, ignore_errors=True)
+    assert nvim_request({}, mm_home / "work")["answered"]

@@ -12,6 +12,7 @@ local M = {}
 M.version = '0.1.0'
 
 local uv = vim.uv or vim.loop
+local trust = require('mm.trust')
 local PROTOCOL = 1 -- the protocol version this plugin speaks (docs/protocol.md)
 
 local defaults = {
@@ -230,6 +231,13 @@ local function with_connection(cb)
   end
 
   local function attach(pipe)
+    -- Before a byte is sent: the process that answers must be the user's own mmd (lua/mm/trust.lua).
+    local untrusted = trust.check_peer(pipe, path)
+    if untrusted then
+      pipe:close()
+      ready(untrusted)
+      return
+    end
     this.pipe = pipe
     pipe:read_start(function(err, data)
       vim.schedule(function()
@@ -248,6 +256,13 @@ local function with_connection(cb)
     end)
   end
 
+  local untrusted = trust.check_dir(path:match('^(.*)/[^/]*$') or '.') or trust.check_socket_file(path)
+  if untrusted then
+    vim.schedule(function()
+      ready(untrusted)
+    end)
+    return
+  end
   open_pipe(path, function(err, pipe)
     if pipe then
       attach(pipe)
