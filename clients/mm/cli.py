@@ -7,8 +7,10 @@ trio, httpx or the daemon's modules, so ``mm`` starts fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -20,7 +22,7 @@ from mmd.rpc import RPCError
 
 from . import style
 from .ask import Answer, answer_consent
-from .connection import Client, DaemonError, Untrusted
+from .connection import Client, DaemonError, Unresponsive, Untrusted
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
 from .options import sandbox_option
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, tool_table
@@ -358,6 +360,9 @@ def daemon_stop() -> None:
     except Untrusted as exc:
         _fail(str(exc))  # not "not running": someone else's socket is in the way
         return
+    except Unresponsive as exc:
+        _stop_unresponsive(exc.pid)
+        return
     except DaemonError:
         click.echo("mmd is not running")
         return
@@ -373,6 +378,62 @@ def daemon_stop() -> None:
     while time.monotonic() < deadline and client.path.exists() and _running(result["pid"]):
         time.sleep(0.02)
     click.echo(f"mmd (pid {result['pid']}) stopped")
+
+
+# Seconds a daemon that does not answer gets to end on SIGTERM (its turns' processes stopped, its last events
+# stored) before SIGKILL; a stuck event loop never runs the handler, and the next daemon reaps what it left.
+STOP_GRACE = 5.0
+
+
+def _stop_unresponsive(pid: int) -> None:
+    """End the daemon *pid* that accepted a connection and did not answer: SIGTERM (and SIGCONT, for a
+    stopped one), then SIGKILL after STOP_GRACE. Only an mmd: under systemd socket activation *pid* is the
+    service manager that bound the socket, and systemd restarts the service."""
+    if not _is_mmd(pid):
+        _fail(
+            f"the daemon does not answer, and the process listening on its socket (pid {pid}, {_comm(pid)}) "
+            "is not mmd: under systemd socket activation it is the service manager, and `systemctl --user "
+            "restart mmd.service` restarts the daemon; otherwise stop that process yourself"
+        )
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    how = "stopped"
+    if not _gone_within(pid, STOP_GRACE):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        how = f"killed (SIGKILL): it did not end within {STOP_GRACE:g} s of SIGTERM"
+        if not _gone_within(pid, STOP_GRACE):
+            _fail(f"mmd (pid {pid}) does not answer and did not end on SIGKILL; see `ps -o stat {pid}`")
+    click.echo(f"mmd (pid {pid}) did not answer; {how}")
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return "gone"
+
+
+def _is_mmd(pid: int) -> bool:
+    """Whether process *pid* runs mmd (`python -m mmd ...` or the `mmd` script)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    named = [os.path.basename(arg) for arg in argv[:2]]  # the `mmd` script, or python running it
+    return b"mmd" in named or any(argv[i : i + 2] == [b"-m", b"mmd"] for i in range(len(argv) - 1))
 
 
 def _running(pid: int) -> bool:

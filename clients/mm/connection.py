@@ -30,12 +30,18 @@ from mmd.rpc import (
     decode_message,
     decode_notification_arg,
     request,
+    trust,
 )
 
 from . import spawn
-from .spawn import DaemonError, Untrusted
+from .spawn import DaemonError, Unresponsive, Untrusted
 
-__all__ = ["Client", "DaemonError", "Untrusted"]
+__all__ = ["Client", "DaemonError", "Unresponsive", "Untrusted"]
+
+# Seconds a client waits for the daemon's answer to its handshake. mmd answers it at once, before any slow
+# work of its start; a process that accepts and stays silent (a daemon stopped or stuck) would otherwise
+# hold every `mm` and editor without a word.
+HANDSHAKE_TIMEOUT = 10.0
 
 
 class Client:
@@ -73,12 +79,24 @@ class Client:
         return conn
 
     def handshake(self, client: str, check_version: bool) -> None:
+        """Errors: Unresponsive when no answer comes within HANDSHAKE_TIMEOUT; DaemonError."""
+        self.sock.settimeout(HANDSHAKE_TIMEOUT)
         try:
             self.daemon = self.call(
                 "handshake", {"protocol": PROTOCOL_VERSION, "client": client, "version": __version__}
             )
         except RPCError as exc:
             raise DaemonError(exc.message) from None
+        except TimeoutError:
+            pid = trust.peer_credentials(self.sock)[0]
+            raise Unresponsive(
+                f"mmd on {self.path} (pid {pid}) accepted the connection but did not answer within "
+                f"{HANDSHAKE_TIMEOUT:g} s: it is stopped or stuck. `mm daemon stop` ends it; then run your "
+                f"command again (its log: {paths.state_dir() / 'mmd.log'})",
+                pid,
+            ) from None
+        finally:
+            self.sock.settimeout(None)
         theirs = self.daemon.get("daemon_version")
         if check_version and theirs != __version__:
             raise DaemonError(

@@ -32,6 +32,16 @@ class Untrusted(DaemonError):
     """The socket, its folder or the process behind it is not the user's own: nothing was sent."""
 
 
+class Unresponsive(DaemonError):
+    """The user's own process accepted the connection and did not answer the handshake: a daemon stopped
+    (SIGSTOP, a debugger) or stuck. ``pid`` is the process that listens on the socket (SO_PEERCRED): mmd,
+    or under systemd socket activation the service manager that bound it."""
+
+    def __init__(self, message: str, pid: int) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
 def try_connect(path: Path) -> socket.socket | None:
     """A connection to the user's own daemon on *path*, or None when nothing answers there.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,16 @@ import psutil
 import pytest
 
 from ..process_trees import gone
-from .conftest import daemon_pids, run_mm, socket_of, spawn_mm, wait_for_file, write_config
+from .conftest import (
+    daemon_pids,
+    needs_nvim,
+    nvim_request,
+    run_mm,
+    socket_of,
+    spawn_mm,
+    wait_for_file,
+    write_config,
+)
 from .test_consent import run_on_pty
 
 
@@ -447,3 +458,80 @@ def test_a_prompt_without_p_on_a_terminal_starts_a_chat_with_it(mm_home, scripte
     assert code == 0, text
     contents = [m["content"] for m in server.requests()[1]["body"]["messages"] if m["role"] != "system"]
     assert contents == ["what is here?", "first answer", "and then?"]  # one session
+
+
+# A process that stands in for a stuck mmd: named mmd (argv[1]), it listens on the socket, accepts, never
+# answers, and ignores SIGTERM, as an event loop stuck in a busy loop would.
+STUCK_MMD = r"""
+import os, signal, socket, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[1])
+srv.listen(16)
+print("ready", flush=True)
+held = []
+while True:
+    held.append(srv.accept()[0])
+"""
+
+
+def test_a_daemon_that_does_not_answer_is_named_and_daemon_stop_ends_it(mm_home, scripted, daemon):
+    scripted([{"text": "a new daemon answers"}])
+    daemon.send_signal(signal.SIGSTOP)  # stopped: it accepts (the kernel does) and says nothing
+    for args in (["daemon", "status"], ["-p", "hello"]):
+        result = run_mm(*args)
+        assert result.returncode == 1, args
+        assert (
+            f"(pid {daemon.pid}) accepted the connection but did not answer within 10 s: it is stopped or "
+            "stuck. `mm daemon stop` ends it" in result.stderr
+        ), args
+    stopped = run_mm("daemon", "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"mmd (pid {daemon.pid}) did not answer; stopped" in stopped.stdout
+    assert daemon.wait(10) == 0  # SIGTERM and SIGCONT: it ended as on any SIGTERM, cleanly
+    answered = run_mm("-p", "hello")
+    assert answered.returncode == 0 and "a new daemon answers" in answered.stdout
+
+
+def test_daemon_stop_kills_a_stuck_daemon_and_leaves_any_other_process_alone(mm_home, tmp_path):
+    sock = socket_of(mm_home)
+    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fake = tmp_path / "mmd"
+    fake.write_text(STUCK_MMD)
+    stuck = subprocess.Popen([sys.executable, str(fake), str(sock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stuck.stdout is not None and stuck.stdout.readline().strip() == "ready"
+        stopped = run_mm("daemon", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"mmd (pid {stuck.pid}) did not answer; killed (SIGKILL)" in stopped.stdout
+        assert stuck.wait(10) == -signal.SIGKILL
+    finally:
+        stuck.kill()
+        stuck.wait()
+        stuck.stdout.close()
+    # Not named mmd (under systemd socket activation: the service manager that bound the socket): untouched.
+    sock.unlink()
+    other = subprocess.Popen([sys.executable, "-c", STUCK_MMD, str(sock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        refused = run_mm("daemon", "stop")
+        assert refused.returncode == 1
+        assert f"(pid {other.pid}" in refused.stderr and "is not mmd" in refused.stderr
+        assert "systemctl --user restart mmd.service" in refused.stderr
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+        other.stdout.close()
+
+
+@needs_nvim
+def test_neovim_says_so_when_the_daemon_does_not_answer(mm_home, daemon):
+    daemon.send_signal(signal.SIGSTOP)
+    try:
+        got = nvim_request({}, mm_home / "work")
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+    assert not got["answered"]
+    assert f"(pid {daemon.pid}) accepted the connection but did not answer within 10 s" in got["err"]
+    assert "`mm daemon stop`" in got["err"]

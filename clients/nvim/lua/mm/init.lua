@@ -14,6 +14,7 @@ M.version = '0.1.0'
 local uv = vim.uv or vim.loop
 local trust = require('mm.trust')
 local PROTOCOL = 1 -- the protocol version this plugin speaks (docs/protocol.md)
+local HANDSHAKE_TIMEOUT_MS = 10000 -- mmd answers the handshake at once (the CLI waits as long)
 
 local defaults = {
   socket = nil, -- nil: $MM_SOCKET, else $XDG_RUNTIME_DIR/mm/mmd.sock, else /tmp/mm-<uid>/mmd.sock
@@ -232,13 +233,25 @@ local function with_connection(cb)
 
   local function attach(pipe)
     -- Before a byte is sent: the process that answers must be the user's own mmd (lua/mm/trust.lua).
-    local untrusted = trust.check_peer(pipe, path)
+    local untrusted, pid = trust.check_peer(pipe, path)
     if untrusted then
       pipe:close()
       ready(untrusted)
       return
     end
     this.pipe = pipe
+    -- A process that accepts and stays silent (a daemon stopped or stuck) must not leave every request
+    -- waiting without a word.
+    local timer = uv.new_timer()
+    timer:start(HANDSHAKE_TIMEOUT_MS, 0, vim.schedule_wrap(function()
+      timer:close()
+      if conn == this and not this.ready then
+        ready(string.format(
+          'mmd on %s%s accepted the connection but did not answer within %d s: it is stopped or stuck; '
+            .. 'run `mm daemon stop` in a terminal to end it, then try again',
+          path, pid and (' (pid ' .. pid .. ')') or '', HANDSHAKE_TIMEOUT_MS / 1000))
+      end
+    end))
     pipe:read_start(function(err, data)
       vim.schedule(function()
         if conn ~= this then
