@@ -169,10 +169,18 @@ class Client:
                 return ev
 
     def _read(self) -> None:
-        data = self.sock.recv(65536)
+        """Errors: DaemonError when the connection ends or breaks; TimeoutError past a timeout set on it."""
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            raise
+        except OSError as exc:  # reset: the daemon died with bytes of ours unread (killed mid-request)
+            data, why = b"", f" ({exc.strerror or exc})"
+        else:
+            why = ""
         if not data:
             raise DaemonError(
-                "mmd closed the connection (it stopped or crashed); its log is in "
+                f"mmd closed the connection{why} (it stopped or crashed); its log is in "
                 f"{paths.state_dir() / 'mmd.log'}; run the command again to start a new daemon"
             )
         error: FrameError | None = None

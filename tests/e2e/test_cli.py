@@ -535,3 +535,34 @@ def test_neovim_says_so_when_the_daemon_does_not_answer(mm_home, daemon):
     assert not got["answered"]
     assert f"(pid {daemon.pid}) accepted the connection but did not answer within 10 s" in got["err"]
     assert "`mm daemon stop`" in got["err"]
+
+
+# Accepts one connection, leaves what the client sent unread and closes it: the client's next read is reset
+# (ECONNRESET), as when a daemon is killed in the middle of a request.
+RESETTING = r"""
+import socket, sys, time
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[1])
+srv.listen(16)
+print("ready", flush=True)
+conn = srv.accept()[0]
+time.sleep(0.5)
+conn.close()
+"""
+
+
+def test_a_connection_reset_by_a_dying_daemon_is_a_message_not_a_traceback(mm_home):
+    sock = socket_of(mm_home)
+    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    dying = subprocess.Popen([sys.executable, "-c", RESETTING, str(sock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert dying.stdout is not None and dying.stdout.readline().strip() == "ready"
+        result = run_mm("daemon", "status")
+        assert dying.wait(10) == 0
+    finally:
+        dying.kill()
+        dying.wait()
+        dying.stdout.close()
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "mm: mmd closed the connection (Connection reset by peer) (it stopped or crashed)" in result.stderr
