@@ -56,7 +56,7 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 # Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
 MAX_PAGES = 100
-# The size past which a stdio server's log (its stderr) starts again when the server does (_rotate).
+# The size past which a stdio server's log (its stderr) becomes LOG.1 and starts again (_ServerLog).
 MCP_LOG_BYTES = 8 * 1024 * 1024
 # Bytes of a stdio server's stderr quoted in an error.
 STDERR_TAIL = 600
@@ -101,6 +101,7 @@ class McpConnection:
         self.connected_at: float | None = None  # wall clock
         self.last_used = trio.current_time()
         self.log_path = pool.log_dir / f"{server.name}-{server.key[:8]}.log"
+        self._log: _ServerLog | None = None  # a stdio server's stderr, while it runs
         self._client: Any = None
         self._changed = trio.Event()
         self._wake = trio.Event()
@@ -330,17 +331,13 @@ class McpConnection:
     async def _stdio(self) -> AsyncIterator[Any]:
         server = self.server
         self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _rotate(self.log_path)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        with os.fdopen(os.open(self.log_path, flags, 0o600), "ab") as stderr:  # private, as every mm log
-            stderr.write(f"--- mm: starting {server.target} at {time.ctime()}\n".encode())
-            stderr.flush()
-            self._stderr_from = stderr.tell()
+        with _ServerLog(self.log_path, f"--- mm: starting {server.target} at {time.ctime()}\n") as stderr:
+            self._log = stderr
             async with stdio_transport(
                 server.argv,
                 cwd=server.cwd or Path.home(),
                 env=server.env,
-                stderr=stderr.fileno(),
+                stderr=stderr.write,
                 grace=self.pool.grace,
                 on_start=self._started,
                 on_exit=self._exited,
@@ -385,9 +382,10 @@ class McpConnection:
     def _stderr_hint(self) -> str:
         if self.server.transport != "stdio":
             return ""
+        started = self._log.started if self._log is not None else 0  # this run's bytes only
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(max(getattr(self, "_stderr_from", 0), os.path.getsize(self.log_path) - STDERR_TAIL))
+                f.seek(max(started, os.path.getsize(self.log_path) - STDERR_TAIL))
                 tail = f.read().decode("utf-8", "replace").strip()
         except OSError:
             return ""
@@ -572,12 +570,59 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _rotate(log: Path) -> None:
-    """Past MCP_LOG_BYTES, a server's log becomes LOG.1 (the one before goes) as the server starts again: each
-    start appended to it for as long as mm was used. (While it runs, the server writes the file itself.)"""
-    with contextlib.suppress(OSError):
-        if log.stat().st_size > MCP_LOG_BYTES:
-            os.replace(log, log.with_name(log.name + ".1"))
+class _ServerLog:
+    """A stdio server's log, written by the daemon from the server's stderr: MCP_LOG_BYTES at most, then it
+    becomes LOG.1 (the one before goes) and a new one starts, at a start as while the server runs. The server
+    was once given the file: one that logged without end filled the disk, from inside its sandbox too. A
+    write that fails (a full disk) drops the chunk and is logged once. ``started``: the offset this run's
+    bytes start at in the current file (0 once it was rotated)."""
+
+    def __init__(self, path: Path, banner: str) -> None:
+        self.path = path
+        self.started = 0
+        self._fd = -1
+        self._size = 0
+        self._failed = False
+        self._open(rotate=_size_of(path) > MCP_LOG_BYTES)
+        self.write(banner.encode())
+        self.started = self._size
+
+    def _open(self, *, rotate: bool) -> None:
+        if rotate:
+            with contextlib.suppress(OSError):
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        self._fd = os.open(self.path, flags, 0o600)  # private, as every mm log
+        self._size = os.fstat(self._fd).st_size
+
+    def write(self, data: bytes) -> None:
+        try:
+            if self._size + len(data) > MCP_LOG_BYTES and self._size:
+                os.close(self._fd)
+                self._fd = -1
+                self._open(rotate=True)
+                self.started = 0
+            os.write(self._fd, data)
+            self._size += len(data)
+        except OSError as exc:
+            if not self._failed:
+                self._failed = True
+                log.warning("cannot write the MCP server log %s (%s): its stderr is dropped", self.path, exc)
+
+    def __enter__(self) -> _ServerLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def server_sandbox(server: ResolvedServer) -> Sandbox | None:

@@ -52,7 +52,7 @@ async def stdio_transport(
     *,
     cwd: Path,
     env: dict[str, str],
-    stderr: Any,
+    stderr: Callable[[bytes], None],
     grace: float,
     on_start: Callable[[int], None],
     on_exit: Callable[[int | None], None],
@@ -61,7 +61,8 @@ async def stdio_transport(
     """Run the server ``argv`` and yield ``(read_stream, write_stream)`` for an MCP ``Client``.
 
     The server's environment is ``env`` alone (see config.INHERITED_ENV);
-    its stderr goes to ``stderr`` (a file descriptor). ``on_start(pid)`` is
+    its stderr is read by the daemon and handed to ``stderr`` chunk by chunk (the pool's bounded log: a server
+    given the file itself could fill the disk, its sandbox notwithstanding). ``on_start(pid)`` is
     called once it runs; ``on_exit(returncode)`` as soon as it exits, whoever
     asked (the server crashed, was killed, or the block ended). A ``sandbox``
     confines the server and all it starts (mmd/procs/supervisor.py).
@@ -81,7 +82,7 @@ async def stdio_transport(
         inherit_env=False,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=stderr,
+        stderr=subprocess.PIPE,
         grace=grace,
         sandbox=sandbox,
     ) as proc:
@@ -94,6 +95,7 @@ async def stdio_transport(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read, proc, read_send, argv[0])
+            nursery.start_soon(_drain_stderr, proc, stderr)
             nursery.start_soon(_write, proc, write_recv, read_send)
             nursery.start_soon(watcher)
             try:
@@ -103,6 +105,14 @@ async def stdio_transport(
                 nursery.cancel_scope.cancel()
                 for stream in (read_send, read_recv, write_send, write_recv):
                     stream.close()
+
+
+async def _drain_stderr(proc: Any, sink: Callable[[bytes], None]) -> None:
+    """The server's stderr, read to its end and handed to *sink*: never left to fill, so a server that logs much
+    is never stopped on a full pipe."""
+    with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+        while chunk := await proc.stderr.receive_some(READ_SIZE):
+            sink(chunk)
 
 
 async def _read(proc: Any, read_send: Any, program: str) -> None:

@@ -286,6 +286,22 @@ def test_an_mcp_stdio_server_with_sandbox_workspace_is_confined(home, scripted):
     assert {t["name"]: t["sandbox"] for t in listed}["write_text"] == "workspace"
 
 
+def test_a_confined_mcp_server_that_logs_without_end_fills_no_disk(home, monkeypatch):
+    # The server was given its log file as its stderr: confined to no writes at all, it could still fill the
+    # disk through it. The daemon now writes the log, 8 MiB a file, the one before kept as .log.1.
+    work = home / "work"
+    entry = {"command": sys.executable, "args": [str(WRITER), "--stderr-mib", "40"], "sandbox": "read-only"}
+    agent(work, mcp={"writer": entry})
+    tested = run_mm("mcp", "test", "writer", cwd=work)
+    assert tested.returncode == 0, tested.stderr
+    assert "write_text" in tested.stdout  # it served, its stderr drained as it wrote
+    logs = sorted((home / "state" / "mm" / "mcp").glob("writer-*.log*"))
+    assert [p.name.split(".", 1)[1] for p in logs] == ["log", "log.1"]
+    sizes = [p.stat().st_size for p in logs]
+    assert all(0 < size <= 8 * 1024 * 1024 for size in sizes), sizes
+    assert logs[0].read_bytes().endswith(b"x" * 1023 + b"\n")  # the newest bytes are the ones kept
+
+
 def test_an_mcp_stdio_server_is_not_confined_by_default(home, scripted):
     work, outside = home / "work", home / "home"
     agent(work, mcp={"writer": {"command": sys.executable, "args": [str(WRITER)]}})

@@ -4,10 +4,13 @@
 system refuses is answered as a tool error with the OS's words (``[Errno 13] Permission
 denied: ...``), so a test sees whether the server ran confined.
 
-Run: ``python write_server.py`` (stdio).
+Run: ``python write_server.py [--stderr-mib N]`` (stdio); ``--stderr-mib N`` first writes N MiB to stderr, a
+server that logs without end.
 """
 
 from __future__ import annotations
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -27,4 +30,9 @@ def write_text(path: str, text: str) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stderr-mib"]:
+        line = b"x" * 1023 + b"\n"
+        for _ in range(int(sys.argv[2]) * 1024):
+            sys.stderr.buffer.write(line)
+        sys.stderr.flush()
     app.run("stdio")
