@@ -1,7 +1,8 @@
 """llama-server as a daemon-owned child: started on first use, restarted when it dies, stopped when idle.
 
 One server per local model, shared by every session. It listens on 127.0.0.1 on a free port, with as many
-threads as the machine has cores; its stderr goes to ``$XDG_STATE_HOME/mm/llama-server-<model>.log``.
+threads as the machine has cores; its output goes to ``$XDG_STATE_HOME/mm/llama-server-<model>.log``, which the
+daemon writes, 8 MiB a file (mmd/procs/logfile.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import msgspec
 import trio
 
 from ..models import transport
+from ..procs.logfile import BoundedLog, Drains
 from ..procs.supervisor import spawn_error_message, supervised_process
 from . import catalog, selftest
 
@@ -31,6 +33,8 @@ IDLE_TIMEOUT = float(os.environ.get("MM_LOCAL_IDLE_TIMEOUT", 600))  # seconds wi
 # A server that dies by itself is started again after RESTART_DELAY, doubled for each death
 # within CRASH_WINDOW; after MAX_RESTARTS such deaths it waits for the next turn instead.
 RESTART_DELAY = 0.5
+# Seconds a server that died gets for its last lines to reach its log before they are quoted.
+DRAIN_WAIT = 2.0
 CRASH_WINDOW = 300.0
 MAX_RESTARTS = 3
 
@@ -112,28 +116,30 @@ class LocalServers:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = self.log_dir / f"llama-server-{name}.log"
         run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
-        # Appended: the lines of a server that died stay readable. Private, as every mm log.
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        with os.fdopen(os.open(logfile, flags, 0o600), "ab") as err:
-            err.write(f"--- mmd starts {shlex.join(argv)}\n".encode())
-            err.flush()
+        # Appended (the lines of a server that died stay readable), by the daemon: the server's lines of every
+        # request once grew the file for as long as mm was used (mmd/procs/logfile.py).
+        with BoundedLog(logfile, f"--- mmd starts {shlex.join(argv)}\n") as err:
             try:
                 cm = supervised_process(
                     argv,
                     cwd=self.log_dir,
                     env={},
                     stdin=subprocess.DEVNULL,
-                    stdout=err.fileno(),
-                    stderr=err.fileno(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
                 )
-                async with cm as proc:
-                    await self._wait_healthy(proc, port, logfile, name)
-                    log.info("llama-server for %s ready on port %d (pid %d)", name, port, proc.pid)
-                    # Idle from now, not from its start: a load that took longer than the idle timeout (a
-                    # restart on a busy machine took 13 s against the tests' 10) had it stopped as it came up.
-                    run.last_used = time.monotonic()
-                    task_status.started(run)
-                    crashed = await self._until_exit(proc, run, name)
+                async with cm as proc, trio.open_nursery() as pumps:
+                    drains = Drains(pumps, err.write, proc.stdout, proc.stderr)
+                    try:
+                        await self._wait_healthy(proc, port, logfile, name, drains)
+                        log.info("llama-server for %s ready on port %d (pid %d)", name, port, proc.pid)
+                        # Idle from now, not from its start: a load that took longer than the idle timeout (a
+                        # restart on a busy machine took 13 s against the tests' 10) had it stopped as it came up.
+                        run.last_used = time.monotonic()
+                        task_status.started(run)
+                        crashed = await self._until_exit(proc, run, name)
+                    finally:
+                        pumps.cancel_scope.cancel()
             except OSError as exc:
                 raise LocalServerError(spawn_error_message(exc, argv, self.log_dir)) from None
             finally:
@@ -192,7 +198,9 @@ class LocalServers:
                 return
             await trio.sleep(left)
 
-    async def _wait_healthy(self, proc: trio.Process, port: int, logfile: Path, name: str) -> None:
+    async def _wait_healthy(
+        self, proc: trio.Process, port: int, logfile: Path, name: str, drains: Drains
+    ) -> None:
         deadline = time.monotonic() + HEALTH_TIMEOUT
         http = transport.LoopbackClient(timeout=5)
         try:
@@ -202,6 +210,7 @@ class LocalServers:
                     detail = (
                         f"llama-server for local/{name} {how} while loading; {selftest.crash_advice(sig)}"
                     )
+                    await drains.wait(DRAIN_WAIT)  # its last lines into the log, to be quoted
                     # What a self-test would have seen: `mm local status` must not say ready.
                     catalog.write_selftest(
                         name,

@@ -41,6 +41,7 @@ import trio
 from .. import __version__
 from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
+from ..procs.logfile import BoundedLog
 from ..sandbox import CONFINED_CLIENT_MCP, Sandbox
 from .errors import McpCallError, McpUnavailable
 from .http import bounded_client
@@ -56,8 +57,6 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 # Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
 MAX_PAGES = 100
-# The size past which a stdio server's log (its stderr) becomes LOG.1 and starts again (_ServerLog).
-MCP_LOG_BYTES = 8 * 1024 * 1024
 # Bytes of a stdio server's stderr quoted in an error.
 STDERR_TAIL = 600
 
@@ -101,7 +100,7 @@ class McpConnection:
         self.connected_at: float | None = None  # wall clock
         self.last_used = trio.current_time()
         self.log_path = pool.log_dir / f"{server.name}-{server.key[:8]}.log"
-        self._log: _ServerLog | None = None  # a stdio server's stderr, while it runs
+        self._log: BoundedLog | None = None  # a stdio server's stderr, while it runs
         self._client: Any = None
         self._changed = trio.Event()
         self._wake = trio.Event()
@@ -331,7 +330,7 @@ class McpConnection:
     async def _stdio(self) -> AsyncIterator[Any]:
         server = self.server
         self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with _ServerLog(self.log_path, f"--- mm: starting {server.target} at {time.ctime()}\n") as stderr:
+        with BoundedLog(self.log_path, f"--- mm: starting {server.target} at {time.ctime()}\n") as stderr:
             self._log = stderr
             async with stdio_transport(
                 server.argv,
@@ -568,61 +567,6 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
-
-
-class _ServerLog:
-    """A stdio server's log, written by the daemon from the server's stderr: MCP_LOG_BYTES at most, then it
-    becomes LOG.1 (the one before goes) and a new one starts, at a start as while the server runs. The server
-    was once given the file: one that logged without end filled the disk, from inside its sandbox too. A
-    write that fails (a full disk) drops the chunk and is logged once. ``started``: the offset this run's
-    bytes start at in the current file (0 once it was rotated)."""
-
-    def __init__(self, path: Path, banner: str) -> None:
-        self.path = path
-        self.started = 0
-        self._fd = -1
-        self._size = 0
-        self._failed = False
-        self._open(rotate=_size_of(path) > MCP_LOG_BYTES)
-        self.write(banner.encode())
-        self.started = self._size
-
-    def _open(self, *, rotate: bool) -> None:
-        if rotate:
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        self._fd = os.open(self.path, flags, 0o600)  # private, as every mm log
-        self._size = os.fstat(self._fd).st_size
-
-    def write(self, data: bytes) -> None:
-        try:
-            if self._size + len(data) > MCP_LOG_BYTES and self._size:
-                os.close(self._fd)
-                self._fd = -1
-                self._open(rotate=True)
-                self.started = 0
-            os.write(self._fd, data)
-            self._size += len(data)
-        except OSError as exc:
-            if not self._failed:
-                self._failed = True
-                log.warning("cannot write the MCP server log %s (%s): its stderr is dropped", self.path, exc)
-
-    def __enter__(self) -> _ServerLog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def _size_of(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def server_sandbox(server: ResolvedServer) -> Sandbox | None:

@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from ..procs import supervised_process
+from ..procs.logfile import drain
 from ..sandbox import Sandbox
 from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json
 
@@ -95,7 +96,7 @@ async def stdio_transport(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read, proc, read_send, argv[0])
-            nursery.start_soon(_drain_stderr, proc, stderr)
+            nursery.start_soon(drain, proc.stderr, stderr)
             nursery.start_soon(_write, proc, write_recv, read_send)
             nursery.start_soon(watcher)
             try:
@@ -105,14 +106,6 @@ async def stdio_transport(
                 nursery.cancel_scope.cancel()
                 for stream in (read_send, read_recv, write_send, write_recv):
                     stream.close()
-
-
-async def _drain_stderr(proc: Any, sink: Callable[[bytes], None]) -> None:
-    """The server's stderr, read to its end and handed to *sink*: never left to fill, so a server that logs much
-    is never stopped on a full pipe."""
-    with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-        while chunk := await proc.stderr.receive_some(READ_SIZE):
-            sink(chunk)
 
 
 async def _read(proc: Any, read_send: Any, program: str) -> None:

@@ -149,6 +149,8 @@ def test_a_crash_seen_by_the_daemon_names_the_signal_and_the_fix(mm_home: Path, 
     assert result.returncode == 1
     assert "crashed with SIGSEGV" in result.stderr
     assert "mm local setup --rebuild --portable" in result.stderr
+    # Its last lines, which the daemon drains from its output into the log before quoting them.
+    assert "load_tensors: loading model" in result.stderr
     test = status()["models"]["tiny"]["selftest"]
     assert test["ok"] is False and test["signal"] == "SIGSEGV" and test["source"] == "mmd"
 

@@ -16,7 +16,6 @@ import pytest
 from mmd import contract
 from mmd.config import ConfigError, UserConfig, load_agent_file, load_user_config
 from mmd.config.mcp import ExpansionError, expand, resolve, servers_for
-from mmd.mcp import pool as mcp_pool
 from mmd.mcp.errors import McpCallError
 from mmd.mcp.tool import (
     McpTool,
@@ -317,30 +316,3 @@ def test_the_client_imports_no_mcp_sdk():
         check=True,
     )
     assert done.stdout.strip() == "[]"
-
-
-def test_a_servers_log_is_bounded_at_start_and_while_it_runs(tmp_path, monkeypatch):
-    # The daemon writes a stdio server's stderr: past MCP_LOG_BYTES the log becomes LOG.1 (the one before
-    # goes) and starts again, as the server starts and while it writes. The server once wrote the file itself.
-    monkeypatch.setattr(mcp_pool, "MCP_LOG_BYTES", 1_000)
-    path = tmp_path / "fs-1234abcd.log"
-    path.write_bytes(b"x" * 900)
-    with mcp_pool._ServerLog(path, "--- start\n") as log:
-        assert path.read_bytes() == b"x" * 900 + b"--- start\n"  # within the bound: appended to
-        assert log.started == 910
-        log.write(b"a" * 60)
-        log.write(b"b" * 60)  # 1,030 bytes: past the bound
-        assert (tmp_path / "fs-1234abcd.log.1").read_bytes() == b"x" * 900 + b"--- start\n" + b"a" * 60
-        assert path.read_bytes() == b"b" * 60 and log.started == 0
-        for _ in range(40):
-            log.write(b"c" * 100)
-    assert path.stat().st_size <= 1_000 and (tmp_path / "fs-1234abcd.log.1").stat().st_size <= 1_000
-    with mcp_pool._ServerLog(path, "--- again\n"):
-        pass
-    assert path.read_bytes().endswith(b"c--- again\n") and path.stat().st_size <= 1_000
-    (tmp_path / "gone").mkdir()
-    link = tmp_path / "gone" / "linked.log"
-    link.symlink_to(tmp_path / "elsewhere.log")
-    with pytest.raises(OSError):  # a link in the log folder is not followed
-        mcp_pool._ServerLog(link, "--- x\n")
-    assert not (tmp_path / "elsewhere.log").exists()
