@@ -13,6 +13,7 @@ from typing import Any
 
 from mmd.rpc import RPCError
 
+from . import terminal
 from .connection import Client
 from .render import View
 
@@ -73,11 +74,12 @@ def describe(ask: dict[str, Any], view: View) -> None:
     if paths:
         view.note(
             f"  {ask['tool']} wants to {ask.get('access', 'read')} outside {ask.get('cwd', 'the project')}: "
-            f"{', '.join(paths)}"
+            f"{', '.join(paths)}",
+            code=True,
         )
     else:
         box = f"  [sandbox: {ask['sandbox']}]" if ask.get("sandbox") else ""
-        view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}{box}")
+        view.note(f"  {ask['tool']} ({ask['tier']}) wants to run: {ask['echo']}{box}", code=True)
 
 
 def decide(ask: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +120,7 @@ def decision(reply: str, *, bash: bool, paths: list[str], dry: bool) -> dict[str
         }
     if reply == "f" and paths:
         parent = os.path.dirname(paths[0])
-        folder = read_reply(f"  folder to allow [{parent}]", parent).strip()
+        folder = read_reply(f"  folder to allow [{terminal.code(parent)}]", parent).strip()
         return {"decision": "allow_always", "rule": folder}
     if reply in ("n", "no"):
         reason = read_reply("  reason for the model (optional)", "")

@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import click
-
 from mmd import __version__
 from mmd.rpc import RPCError, trust
 
-from . import editor, slash, style
+from . import editor, slash, style, terminal
 from .ask import Answer, answer_consent
 from .connection import Client, DaemonError
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
@@ -59,7 +57,7 @@ class Chat:
 
     def say(self, text: str) -> None:
         """A line for the person, on stderr (stdout carries only answers)."""
-        click.echo(text, err=True)
+        terminal.echo(text, err=True)
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
         """One request on a fresh connection. Errors: RPCError, DaemonError."""

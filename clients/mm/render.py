@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from . import style
+from . import style, terminal
 from .spinner import Spinner
 
 # Exit codes of ``mm``; docs/cli.md lists them.
@@ -45,6 +45,9 @@ class View:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.color = style.enabled(self.err)
+        # On a terminal, what the model, a command or a server wrote is shown inert (terminal.py).
+        self._inert_out = terminal.text if terminal.is_terminal(self.out) else None
+        self._inert_err = terminal.is_terminal(self.err)
         self.hold = hold and fmt == "text"
         self.spinner = Spinner(self.err, color=self.color)  # while the model works; stopped before output
         self._open_line = False  # the answer text has no final newline yet
@@ -58,16 +61,19 @@ class View:
 
     # -- helpers ---------------------------------------------------------------
 
-    def _echo(self, text: str, style: str = DIM) -> None:
+    def _echo(self, text: str, style: str = DIM, *, code: bool = False) -> None:
+        """*text* (which mm may not have written) on stderr; *code*: a command or a name to decide on."""
+        if self._inert_err:
+            text = terminal.code(text) if code else terminal.text(text)
         if self.color:
             text = f"{style}{text}{RESET}"
         self.err.write(text)
         self.err.flush()
 
-    def note(self, text: str) -> None:
-        """A line for the person, on stderr."""
+    def note(self, text: str, *, code: bool = False) -> None:
+        """A line for the person, on stderr (*code*: it shows a command or names to decide on)."""
         self._end_answer_line()
-        self._echo(text + "\n")
+        self._echo(text + "\n", code=code)
 
     def error(self, text: str) -> None:
         self._end_answer_line()
@@ -106,10 +112,13 @@ class View:
             handler(ev["data"])
         self.spinner.after(ev, line_free=not (self._open_line or self._echo_open))
 
+    def _write_out(self, text: str) -> None:
+        self.out.write(self._inert_out(text) if self._inert_out else text)
+
     def _on_text(self, data: dict[str, Any]) -> None:
         self._words.append(data["text"])
         if self.fmt == "text" and not self.hold:
-            self.out.write(data["text"])
+            self._write_out(data["text"])
             self.out.flush()
             self._open_line = not data["text"].endswith("\n")
 
@@ -124,7 +133,7 @@ class View:
         self.result["tool_calls"].append({"name": data["name"], "arguments": data["arguments"]})
         if self.fmt == "text":
             self._end_answer_line()
-            self._echo(f"● {data['echo']}\n")
+            self._echo(f"● {data['echo']}\n", code=True)
 
     def _on_tool_output(self, data: dict[str, Any]) -> None:
         if self.fmt == "text":
@@ -228,7 +237,7 @@ class View:
         if self.fmt == "text" and answer and (self.hold or answer.strip() != self._said().strip()):
             # Held, or an answer mm wrote or took from a result (not streamed as the model's text).
             self._end_answer_line()
-            self.out.write(answer.rstrip("\n") + "\n")
+            self._write_out(answer.rstrip("\n") + "\n")
         elif self.hold and self._said().strip():
             # The words of a turn that gave no answer: for the person, not the pipe.
             self._echo(self._said().strip() + "\n")

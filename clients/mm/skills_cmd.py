@@ -15,6 +15,7 @@ import click
 
 from mmd.rpc import RPCError
 
+from . import terminal
 from .connection import Client, DaemonError
 
 # Characters of a description shown in the table; --json has it whole.
@@ -49,17 +50,17 @@ def skills_list(agent: str | None, as_json: bool) -> None:
         client = Client.connect()
         listed = client.call("skills.list", params)
     except (DaemonError, RPCError) as exc:
-        click.echo(f"mm: {getattr(exc, 'message', exc)}", err=True)
+        terminal.echo(f"mm: {getattr(exc, 'message', exc)}", err=True)
         sys.exit(1)
     for warning in listed["warnings"]:
-        click.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(json.dumps(listed["skills"], indent=2))
+        terminal.echo(json.dumps(listed["skills"], indent=2))
         return
     if not listed["skills"]:
-        click.echo("no skills here; mm looks in:")
+        terminal.echo("no skills here; mm looks in:")
         for folder in listed["folders"]:
-            click.echo(f"  {_short(folder)}")
+            terminal.echo(f"  {_short(folder)}")
         return
     _table(listed["skills"])
 
@@ -70,16 +71,16 @@ def _table(rows: list[dict[str, Any]]) -> None:
     name_w = max(4, *(len(r["name"]) for r in rows))
     where_w = max(5, *(len(w) for w in where.values()))
     cost_w = max(6, *(len(c) for c in cost.values()))
-    click.echo(f"{'NAME':<{name_w}}  {'FROM':<{where_w}}  {'TOKENS':>{cost_w}}  DESCRIPTION")
+    terminal.echo(f"{'NAME':<{name_w}}  {'FROM':<{where_w}}  {'TOKENS':>{cost_w}}  DESCRIPTION")
     for r in rows:
         text = r["description"]
         if len(text) > DESCRIPTION_WIDTH:
             text = text[: DESCRIPTION_WIDTH - 1] + "…"
-        click.echo(
+        terminal.echo(
             f"{r['name']:<{name_w}}  {where[r['name']]:<{where_w}}  {cost[r['name']]:>{cost_w}}  {text}"
         )
         if r["allowed_tools"] is not None:
-            click.echo(f"{'':<{name_w}}  allowed-tools: {', '.join(r['allowed_tools']) or '(none)'}")
+            terminal.echo(f"{'':<{name_w}}  allowed-tools: {', '.join(r['allowed_tools']) or '(none)'}")
 
 
 def _short(path: str) -> str:

@@ -16,6 +16,7 @@ import click
 
 from mmd.rpc import RPCError
 
+from . import terminal
 from .connection import Client, DaemonError
 from .render import step_line, undone_text
 
@@ -32,7 +33,7 @@ def _client() -> Client:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"mm: {message}", err=True)
+    terminal.echo(f"mm: {message}", err=True)
     sys.exit(1)
 
 
@@ -73,16 +74,16 @@ def diff(session: str | None, step: int | None, as_json: bool) -> None:
     """
     shown = _call("session.diff", {"step": step} if step else {}, session)
     if as_json:
-        click.echo(json.dumps(shown, indent=2))
+        terminal.echo(json.dumps(shown, indent=2))
         return
     for row in shown["steps"]:
         if step is None or row["step"] == step:
-            click.echo(step_line(row), err=True)
-    for line in shown["diff"].splitlines():
+            terminal.echo(step_line(row), err=True)
+    for line in map(terminal.inert, shown["diff"].splitlines()):
         colour = next((c for prefix, c in DIFF_COLOURS if line.startswith(prefix)), None)
         click.echo(click.style(line, bold=True) if colour == "bold" else click.style(line, fg=colour))
     if shown["truncated"]:
-        click.echo("mm: the diff was cut at 4 MiB; mm diff --step N shows one step", err=True)
+        terminal.echo("mm: the diff was cut at 4 MiB; mm diff --step N shows one step", err=True)
 
 
 @click.command("undo")
@@ -99,4 +100,4 @@ def undo(session: str | None, to_step: int | None, force: bool) -> None:
     something else are not overwritten without --force.
     """
     params: dict[str, Any] = {"force": force, **({"to_step": to_step} if to_step else {})}
-    click.echo(undone_text(_call("session.undo", params, session)))
+    terminal.echo(undone_text(_call("session.undo", params, session)))

