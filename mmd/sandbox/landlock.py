@@ -50,6 +50,11 @@ FS_TRUNCATE = 1 << 14  # ABI 3
 # Network access rights (ABI 4).
 NET_BIND_TCP = 1 << 0
 NET_CONNECT_TCP = 1 << 1
+# Scopes (ABI 6, Linux 6.12): what a confined process may not reach outside its own domain (the processes
+# confined with it: its spawner's children and theirs).
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # connect to an abstract Unix socket made outside (X11's, a bus's)
+SCOPE_SIGNAL = 1 << 1  # signal a process outside: the daemon, your shell and editor, another session's tools
+SCOPES_ABI = 6
 
 # The rights a rule on a regular file (not a folder) may grant.
 FILE_RIGHTS = FS_WRITE_FILE | FS_TRUNCATE
@@ -66,7 +71,13 @@ class _RulesetAttr(ctypes.Structure):
     _fields_ = [
         ("handled_access_fs", ctypes.c_uint64),
         ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),  # ABI 6: the struct is given to an older kernel without it
     ]
+
+
+# The size of the ruleset's attributes an ABI before SCOPES_ABI knows (fs and net: the kernel refuses a
+# larger struct whose extra bytes are not zero, and an older one may refuse any larger struct).
+_ATTR_SIZE_BEFORE_SCOPES = 16
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -127,7 +138,9 @@ def restrict_thread(version: int, folders: Iterable[str], files: Iterable[str], 
 
     Writes are allowed beneath each of *folders* and to each of *files* (device
     files such as /dev/null), nowhere else; a path that does not exist is
-    skipped. ``network=False`` refuses TCP bind and connect (ABI 4). Sets
+    skipped. ``network=False`` refuses TCP bind and connect (ABI 4). From ABI 6 the thread and all it starts
+    may not signal a process outside (the daemon, your shell, another session's tools) nor connect to an
+    abstract Unix socket made outside (an X server's, where keystrokes can be sent to your terminal). Sets
     ``no_new_privs`` first, as Landlock requires of an unprivileged thread: a
     set-user-ID program started from here runs without its privileges.
 
@@ -142,13 +155,15 @@ def restrict_thread(version: int, folders: Iterable[str], files: Iterable[str], 
     if not network and version < 4:
         raise Unavailable(f"network: off needs Landlock ABI 4 (Linux 6.7); this kernel offers ABI {version}")
     handled = write_rights(version)
+    scoped = version >= SCOPES_ABI
     attr = _RulesetAttr(
-        handled_access_fs=handled, handled_access_net=0 if network else NET_BIND_TCP | NET_CONNECT_TCP
+        handled_access_fs=handled,
+        handled_access_net=0 if network else NET_BIND_TCP | NET_CONNECT_TCP,
+        scoped=SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if scoped else 0,
     )
+    size = ctypes.sizeof(attr) if scoped else _ATTR_SIZE_BEFORE_SCOPES
     ruleset = _check(
-        _syscall(
-            SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0)
-        ),
+        _syscall(SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
         "landlock_create_ruleset",
     )
     try:

@@ -506,3 +506,17 @@ def test_a_process_with_no_new_privs_acts_on_no_session_it_did_not_start(home, s
         assert own.returncode == 0 and said in own.stdout, own.stderr
     newest = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)[0]
     assert newest["id"] != session_id and newest["turns"] == 2
+
+
+@pytest.mark.skipif(support().abi < 6, reason="the kernel's Landlock has no scopes (ABI 6, Linux 6.12)")
+def test_a_sandboxed_command_cannot_kill_the_daemon(home, scripted, daemon):
+    # It runs as you: before Landlock's scopes, `kill -9` of the daemon ended every session's turn, and any
+    # process of yours (a shell, an editor with unsaved work) was as reachable.
+    work = home / "work"
+    agent(work, sandbox="workspace")
+    server = scripted([call("bash", {"command": f"kill -9 {daemon.pid}"}), {"text": "tried"}])
+    result = prompt(work)
+    assert result.returncode == 0, result.stderr
+    [refused] = tool_messages(server.requests()[-1])
+    assert "Operation not permitted" in refused
+    assert daemon.poll() is None

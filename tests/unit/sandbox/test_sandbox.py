@@ -107,6 +107,46 @@ def test_network_off_refuses_tcp_to_a_listening_loopback_server(dirs) -> None:
     assert allowed.exit_code == 0
 
 
+needs_scopes = pytest.mark.skipif(
+    support().abi < 6, reason="the kernel's Landlock has no scopes (ABI 6, Linux 6.12)"
+)
+
+
+@needs_scopes
+def test_a_confined_child_signals_only_what_it_started(dirs) -> None:
+    # Before scopes a confined command could kill the daemon, your shell or editor, another session's tools.
+    project, _, temp = dirs
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        command = f"kill -0 {outside.pid} && echo reached; sleep 60 & kill $! && echo own-child-ok"
+        confined = sh(command, project, box_for(project, temp))
+        assert "Operation not permitted" in confined.output and "reached" not in confined.output
+        assert "own-child-ok" in confined.output
+        assert "reached" in sh(command, project, None).output  # unconfined, as before
+        assert outside.poll() is None
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+@needs_scopes
+def test_a_confined_child_reaches_no_abstract_socket_made_outside(dirs) -> None:
+    # An X server listens on an abstract socket too: through it keystrokes can be typed into your terminal.
+    project, _, temp = dirs
+    name = f"mm-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind("\0" + name)
+        listener.listen()
+        connect = (
+            f"{sys.executable} -c 'import socket; s = socket.socket(socket.AF_UNIX); "
+            f's.connect("\\0{name}"); print("connected")\''
+        )
+        refused = sh(connect, project, box_for(project, temp))
+        allowed = sh(connect, project, None)
+    assert "connected" not in refused.output and "Operation not permitted" in refused.output
+    assert "connected" in allowed.output
+
+
 @needs_landlock
 def test_a_hard_link_made_beforehand_refuses_the_spawn(dirs) -> None:
     project, outside, temp = dirs
