@@ -31,5 +31,14 @@ def main() -> int:
 
         spawn.prestart()
     from .cli import main as cli
+    from .spawn import DaemonError
 
-    return cli()
+    try:
+        return cli()
+    except (
+        DaemonError
+    ) as exc:  # the daemon went away or broke a call any command made: a message, not a traceback
+        from . import terminal
+
+        terminal.echo(f"mm: {exc}", err=True)
+        return 1

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 from .. import __version__
@@ -43,6 +44,7 @@ from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
 from ..procs.logfile import BoundedLog
 from ..sandbox import CONFINED_CLIENT_MCP, Sandbox
+from ..untrusted import MAX_DEPTH, value_depth
 from .errors import McpCallError, McpUnavailable
 from .http import bounded_client
 from .stdio import stdio_transport
@@ -57,10 +59,18 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 # Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
 MAX_PAGES = 100
+# Tools kept of one server's listing, and the characters of their descriptions and schemas together: the rest
+# is not read (one warning says so). The largest servers list about a hundred tools in well under 1 MiB; a
+# server that listed 20,000 tools of 20 KB each held 1.4 GB of the daemon, and 100 pages of that would end it.
+MAX_TOOLS = 500
+MAX_LISTING_CHARS = 8 * 1024 * 1024
+# A tool's description longer than this is cut (it goes to the model with every request).
+MAX_DESCRIPTION_CHARS = 4096
 # Bytes of a stdio server's stderr quoted in an error.
 STDERR_TAIL = 600
 
 
+_JSON = msgspec.json.Encoder()
 _sdk_loaded: trio.Event | None = None
 
 
@@ -85,7 +95,8 @@ class McpConnection:
         self.key = server.key
         self.state = "new"  # new | connecting | ready | dropped | failed | idle | closed
         self.error: str | None = None  # why the last attempt failed, or the connection dropped
-        self.tools: list[Any] = []  # the SDK's Tool objects, as the server listed them
+        self.tools: list[Any] = []  # the SDK's Tool objects, as the server listed them (within the bounds)
+        self.listing_cut: str | None = None  # what of the last listing was left unread, and why
         self.capabilities: Any = None
         self.server_info: Any = None
         self.protocol: str | None = None
@@ -185,7 +196,7 @@ class McpConnection:
         """List the tools again (``mm mcp test``), connecting if needed."""
         client = await self.ready(timeout)
         with trio.fail_after(timeout):
-            self.tools = await _list_tools(client)
+            self.tools, self.listing_cut = await _list_tools(client)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -233,7 +244,7 @@ class McpConnection:
         try:
             with trio.CancelScope(deadline=started + timeout) as scope:
                 async with self._client_context() as client:
-                    tools = await _list_tools(client)
+                    tools, self.listing_cut = await _list_tools(client)
                     scope.deadline = math.inf
                     reached = True
                     self._connected(client, tools, started)
@@ -296,7 +307,7 @@ class McpConnection:
             if self._relist:
                 self._relist = False
                 with trio.fail_after(self.server.spec.connect_timeout):
-                    self.tools = await _list_tools(client)
+                    self.tools, self.listing_cut = await _list_tools(client)
                 self._set("ready")
             elif not self._wanted():
                 log.info("MCP server %s closed after %g s unused", self.server.name, IDLE_CLOSE)
@@ -514,16 +525,43 @@ async def _sse_transport(url: str, headers: dict[str, str], connect_timeout: flo
         yield streams
 
 
-async def _list_tools(client: Any) -> list[Any]:
+async def _list_tools(client: Any) -> tuple[list[Any], str | None]:
+    """The server's tools, page after page, within MAX_TOOLS and MAX_LISTING_CHARS (descriptions cut at
+    MAX_DESCRIPTION_CHARS); and what was left unread, or None."""
     tools: list[Any] = []
-    cursor = None
+    cursor, chars, cut = None, 0, None
     for _ in range(MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
-        tools += page.tools
+        for remote in page.tools:
+            chars += _listing_chars(remote)
+            if len(tools) == MAX_TOOLS or chars > MAX_LISTING_CHARS:
+                cut = (
+                    f"it lists more than {MAX_TOOLS} tools, or more than {MAX_LISTING_CHARS:,} characters of "
+                    f"descriptions and schemas: the {len(tools)} tools before are kept, the rest left out "
+                    "(name the ones you want with tools.include)"
+                )
+                return tools, cut
+            if remote.description and len(remote.description) > MAX_DESCRIPTION_CHARS:
+                remote.description = remote.description[:MAX_DESCRIPTION_CHARS] + " [cut]"
+            tools.append(remote)
         cursor = page.next_cursor
         if not cursor:
             break
-    return tools
+    return tools, cut
+
+
+def _listing_chars(remote: Any) -> int:
+    """The characters a listed tool holds: its description and its schema (as compact JSON; a schema nested
+    past MAX_DEPTH counts nothing here: make_tools leaves it out)."""
+    schema = remote.input_schema
+    if value_depth(schema, stop_past=MAX_DEPTH) > MAX_DEPTH:
+        size = 0
+    else:
+        try:
+            size = len(_JSON.encode(schema))
+        except (TypeError, ValueError, OverflowError):
+            size = 0  # not JSON: make_tools says so
+    return len(remote.description or "") + len(remote.name or "") + size
 
 
 def _leaf(exc: BaseException) -> BaseException:

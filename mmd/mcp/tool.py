@@ -49,6 +49,7 @@ class Server(Protocol):
 
     tools: list[Any]  # the SDK's Tool objects, as the server listed them
     capabilities: Any
+    listing_cut: str | None  # what of the listing was left unread (pool.MAX_TOOLS), or None
 
     async def request(
         self, method: str, *args: Any, timeout: float, connect_timeout: float, **kw: Any
@@ -423,6 +424,8 @@ def make_tools(entry: ServerEntry, conn: Server) -> tuple[list[McpTool], list[st
     """
     spec, name = entry.spec, entry.name
     warnings = _unoffered(name, spec, list(dict.fromkeys(t.name for t in conn.tools)))
+    if conn.listing_cut:
+        warnings.insert(0, f"MCP server {name}: {conn.listing_cut}")
     include, exclude = spec.tools.include, set(spec.tools.exclude)
     chosen = [t for t in conn.tools if (include is None or t.name in include) and t.name not in exclude]
     tools = []

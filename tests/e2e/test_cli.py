@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mmd import __version__
+
 from ..process_trees import gone
 from .conftest import (
     daemon_pids,
@@ -566,3 +568,48 @@ def test_a_connection_reset_by_a_dying_daemon_is_a_message_not_a_traceback(mm_ho
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "mm: mmd closed the connection (Connection reset by peer) (it stopped or crashed)" in result.stderr
+
+
+# Answers the handshake as mmd does, then closes the connection at the next request: a daemon that died
+# between two calls of one command.
+DIES_AFTER_HANDSHAKE = r"""
+import os, socket, sys
+from mmd.rpc import Splitter, decode_message, response
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[1])
+srv.listen(16)
+print("ready", flush=True)
+conn = srv.accept()[0]
+splitter = Splitter()
+while True:
+    for frame in splitter.feed(conn.recv(65536)):
+        msg = decode_message(frame)
+        if msg.method != "handshake":
+            conn.close()
+            sys.exit(0)
+        result = {"protocol": 1, "daemon_version": sys.argv[2], "pid": os.getpid(), "capabilities": []}
+        conn.sendall(response(msg.msgid, None, result))
+"""
+
+
+def test_a_daemon_gone_in_the_middle_of_any_command_is_a_message_not_a_traceback(mm_home):
+    sock = socket_of(mm_home)
+    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for args in (["mcp", "list"], ["sessions", "list"], ["tools", "list"]):
+        dying = subprocess.Popen(
+            [sys.executable, "-c", DIES_AFTER_HANDSHAKE, str(sock), __version__],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert dying.stdout is not None and dying.stdout.readline().strip() == "ready"
+            result = run_mm(*args)
+            assert dying.wait(10) == 0
+        finally:
+            dying.kill()
+            dying.wait()
+            dying.stdout.close()
+            sock.unlink(missing_ok=True)
+        assert result.returncode == 1, args
+        assert "Traceback" not in result.stderr, args
+        assert "mm: mmd closed the connection (it stopped or crashed)" in result.stderr, args

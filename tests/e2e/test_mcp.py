@@ -24,11 +24,22 @@ import psutil
 import pytest
 import yaml
 
+from mmd.mcp import pool as mcp_pool
 from mmd.mcp.tool import exposed_name
 from mmd.turn.calls import idempotency_key
 
 from .conftest import run_mm, spawn_mm, write_config
-from .mcp_servers import SEED, HttpServer, calls, handshakes, npm_server, records, starts, wait_for_record
+from .mcp_servers import (
+    BIG,
+    SEED,
+    HttpServer,
+    calls,
+    handshakes,
+    npm_server,
+    records,
+    starts,
+    wait_for_record,
+)
 
 SEED_TOOLS = ["release", "pkgtest", "status"]
 RELEASE = {"version": "1.4.2", "channel": "beta"}
@@ -627,3 +638,25 @@ def test_a_helper_of_a_stdio_server_left_by_a_killed_daemon_is_stopped_by_the_ne
     assert run_mm("daemon", "start").returncode == 0
     _, alive = psutil.wait_procs([helper], timeout=30)
     assert alive == []
+
+
+def test_a_server_that_lists_without_end_is_read_within_the_bounds(mm_home, scripted, mcp_log):
+    # 20,000 tools of 20 KB each held 1.4 GB of the daemon; 100 pages of that would have ended it. The listing
+    # is read up to MAX_TOOLS tools or MAX_LISTING_CHARS characters, each description cut at 4,096 characters,
+    # and no page past that is asked for.
+    work = mm_home / "work"
+    asked = mm_home / "pages.log"
+    entry = {"command": sys.executable, "args": [str(BIG), "300", "10000", "50", str(asked)]}
+    agent_file(work, {"big": entry})
+    tested = run_mm("mcp", "test", "big", "--agent", "agent.yaml", "--json", cwd=work)
+    assert tested.returncode == 0, tested.stderr
+    result = json.loads(tested.stdout)
+    assert 0 < result["offered"] <= mcp_pool.MAX_TOOLS
+    cut = "d" * mcp_pool.MAX_DESCRIPTION_CHARS + " [cut]"
+    assert all(cut in t["description"] and "d" * 4097 not in t["description"] for t in result["tools"])
+    assert any("it lists more than 500 tools" in w for w in result["warnings"])
+    # The 500th tool came in the second page: no third was asked for (at connect, nor at the test's relisting).
+    assert set(asked.read_text().split()) == {"0", "1"}
+    scripted([{"text": "ok"}])
+    answered = prompt(work)
+    assert "it lists more than 500 tools" in answered.stderr

@@ -3,6 +3,7 @@
 env_server.py shows the environment a stdio server was started with (the secrets tests).
 deep_server.py answers every call with one line nested deeper than mm reads (the nesting tests).
 schema_server.py declares raw JSON Schemas (nested, draft-07, hostile), over stdio or SSE (test_mcp_claude.py).
+big_server.py lists more tools, with longer descriptions, than any real server (the listing bound's test).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ...paths import ROOT
 
 HERE = Path(__file__).resolve().parent
 SEED = HERE / "seed_server.py"
+BIG = HERE / "big_server.py"
 # JSON-RPC methods that open a connection: the legacy handshake and the 2026 probe.
 HANDSHAKES = ("initialize", "server/discover")
 # Where .ci/run installs the third-party servers from npm.

@@ -16,6 +16,7 @@ import pytest
 from mmd import contract
 from mmd.config import ConfigError, UserConfig, load_agent_file, load_user_config
 from mmd.config.mcp import ExpansionError, expand, resolve, servers_for
+from mmd.mcp import pool as mcp_pool
 from mmd.mcp.errors import McpCallError
 from mmd.mcp.tool import (
     McpTool,
@@ -316,3 +317,42 @@ def test_the_client_imports_no_mcp_sdk():
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+class _Lister:
+    """A client whose listing is *pages* of (count, description length) tools; it records the cursors asked."""
+
+    def __init__(self, *pages: tuple[int, int]) -> None:
+        self.pages, self.asked = pages, []
+
+    async def list_tools(self, cursor: str | None = None) -> Any:
+        page = int(cursor or 0)
+        self.asked.append(page)
+        count, chars = self.pages[page]
+        tools = [
+            SimpleNamespace(name=f"t{page}_{k}", description="d" * chars, input_schema={"type": "object"})
+            for k in range(count)
+        ]
+        more = str(page + 1) if page + 1 < len(self.pages) else None
+        return SimpleNamespace(tools=tools, next_cursor=more)
+
+
+@pytest.mark.parametrize(
+    ("pages", "kept", "asked"),
+    [
+        (((3, 10), (3, 10)), 6, [0, 1]),  # within the bounds: all of it
+        (((400, 10), (400, 10), (400, 10)), 500, [0, 1]),  # the count: the third page is not asked for
+        (
+            ((100, 60_000), (100, 60_000)),
+            139,
+            [0, 1],
+        ),  # the characters, as listed (before a description's cut)
+    ],
+    ids=["all", "count", "characters"],
+)
+async def test_a_listing_is_read_within_its_bounds(pages, kept, asked):
+    client = _Lister(*pages)
+    tools, cut = await mcp_pool._list_tools(client)
+    assert len(tools) == kept and client.asked == asked
+    assert (cut is None) == (kept == sum(n for n, _ in pages))
+    assert all(len(t.description) <= mcp_pool.MAX_DESCRIPTION_CHARS + len(" [cut]") for t in tools)
