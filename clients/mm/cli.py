@@ -545,7 +545,11 @@ def sessions_show(session_id: str, as_json: bool) -> None:
     """Show the conversation of SESSION_ID (a unique prefix is enough)."""
     client = _connect()
     try:
-        shown = client.call("session.show", {"session_id": session_id, "events": as_json})
+        shown = (
+            client.show_with_events(session_id)
+            if as_json
+            else client.call("session.show", {"session_id": session_id})
+        )
     except RPCError as exc:
         _fail(exc.message)
     if as_json:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,13 @@ class Client:
             raise RPCError.from_wire(resp.error)
         return resp.result
 
+    def show_with_events(self, session_id: str) -> dict[str, Any]:
+        """``session.show`` with every stored event: the pages of them asked for one after the other.
+
+        Errors: RPCError, DaemonError.
+        """
+        return shown_with_events(self.call, session_id)
+
     def next_notification(self, timeout: float | None = None) -> tuple[str, Any]:
         """Block until a notification arrives: (method, its argument).
 
@@ -205,3 +213,15 @@ class Client:
                 if msg.method == "error":
                     raise DaemonError(str(arg.get("message", arg)) if isinstance(arg, dict) else str(arg))
                 self.notifications.append((msg.method, arg))
+
+
+def shown_with_events(call: Callable[[str, dict[str, Any]], Any], session_id: str) -> dict[str, Any]:
+    """``session.show`` of *session_id* with all its events, asked for page by page through *call*
+    (``Client.call``, or one that opens a connection per call). Errors: what *call* raises."""
+    shown: dict[str, Any] = call("session.show", {"session_id": session_id, "events": True})
+    while shown.pop("more", False) and shown["events"]:
+        after = shown["events"][-1]["seq"]
+        page = call("session.show", {"session_id": session_id, "events": True, "after_seq": after})
+        shown["events"] += page["events"]
+        shown["more"] = page.get("more", False)
+    return shown

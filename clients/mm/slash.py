@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from mmd.rpc import RPCError
 
+from .connection import shown_with_events
 from .render import compacted, step_line, tool_table, undone_text
 
 # (name, what it takes, what it does), in the order /help shows them.
@@ -206,7 +207,7 @@ def usage(chat: Host, arg: str) -> None:
     if chat.session_id is None:
         chat.say("no session yet: usage counts start with your first message")
         return
-    events = chat.call("session.show", {"session_id": chat.session_id, "events": True})["events"]
+    events = shown_with_events(chat.call, chat.session_id)["events"]
     chat.say(usage_report(chat.session_id, events))
 
 

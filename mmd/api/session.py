@@ -98,8 +98,8 @@ async def show(daemon: Daemon, conn: Connection, p: ShowSession) -> SessionShow:
         messages=msgspec.convert(daemon.store.messages(row.id), list[ChatMessage], from_attributes=True),
         turns=turns,
     )
-    if p.events:
-        out.events = daemon.store.events_after(row.id, 0)
+    if p.events:  # a page: a long session's events pass the 16 MiB a client reads in one frame
+        out.events, out.more = daemon.store.events_page(row.id, p.after_seq)
     return out
 
 

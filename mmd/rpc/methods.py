@@ -103,6 +103,7 @@ class ListSessions(_PathParams):
 class ShowSession(_Params):
     session_id: str
     events: bool = False
+    after_seq: Count = 0  # with events: the page of events after this seq (the last of the page before)
 
 
 class ConsentAnswer(_Params):

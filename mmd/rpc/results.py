@@ -119,7 +119,8 @@ class SessionShow(_Result):
     session: SessionInfo
     messages: list[ChatMessage]
     turns: list[TurnEnding]  # of each turn that ended, oldest first
-    events: list[Event] | UnsetType = UNSET  # only when asked for
+    events: list[Event] | UnsetType = UNSET  # only when asked for: a page of them (store.EVENTS_PAGE_BYTES)
+    more: bool | UnsetType = UNSET  # with events: whether events after this page remain (ask after_seq)
 
 
 class Compacted(_Result):

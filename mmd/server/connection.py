@@ -37,7 +37,17 @@ from typing import Any, Protocol
 
 import trio
 
-from ..rpc import Call, Fatal, Ignored, Method, Refused, RPCError, ServerProtocol, notification
+from ..rpc import (
+    DEFAULT_MAX_FRAME,
+    Call,
+    Fatal,
+    Ignored,
+    Method,
+    Refused,
+    RPCError,
+    ServerProtocol,
+    notification,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +71,8 @@ TOTAL_OUTBOX_BYTES = 256 * 1024 * 1024
 MAX_IN_FLIGHT = 64
 # Bytes read from the socket at a time.
 READ_SIZE = 65_536
+# The largest frame a client reads (its splitter refuses more): an answer past it is an error instead.
+MAX_FRAME = DEFAULT_MAX_FRAME
 
 _ids = itertools.count(1)
 
@@ -74,6 +86,14 @@ BURST = 0.000_2
 
 # A frame, or the part of one the socket did not take (a view of it: the rest of a big answer is not copied).
 Frame = bytes | memoryview
+
+
+def _too_large(method: str, size: int) -> RPCError:
+    return RPCError(
+        "too_large",
+        f"the answer to {method} is {size:,} bytes, past the {MAX_FRAME:,} a client reads in one message; "
+        "ask for less (session.show pages its events: after_seq)",
+    )
 
 
 def _queued(first: Frame | None, outbox: trio.MemoryReceiveChannel[Frame | None]) -> tuple[list[Frame], bool]:
@@ -367,4 +387,10 @@ class Connection:
             )
             self.push(self.protocol.fail(call, err))
         else:
-            self.push(self.protocol.respond(call, result))
+            frame = self.protocol.respond(call, result)
+            if len(frame) > MAX_FRAME:  # a frame no client reads (its splitter refuses it): say so instead
+                log.warning(
+                    "%r: the answer to %s is %d bytes, past %d", self, call.method, len(frame), MAX_FRAME
+                )
+                frame = self.protocol.fail(call, _too_large(call.method, len(frame)))
+            self.push(frame)

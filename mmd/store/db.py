@@ -43,6 +43,8 @@ _BUSY_TIMEOUT_MS = 5000
 _TITLE_MAX = 200
 # Sessions named when a prefix is ambiguous; more are summarised as "…".
 _AMBIGUOUS_SHOWN = 5
+# Bytes of stored events in one page of ``session.show``: a frame well within the 16 MiB a client reads.
+EVENTS_PAGE_BYTES = 4 * 1024 * 1024
 
 _MIGRATIONS = [
     """
@@ -570,6 +572,29 @@ class Store:
             Event(session_id=session_id, seq=seq, ts=ts, kind=kind, data=msgspec.msgpack.decode(data))
             for seq, ts, kind, data in rows
         ]
+
+    def events_page(
+        self, session_id: str, after_seq: int = 0, max_bytes: int = EVENTS_PAGE_BYTES
+    ) -> tuple[list[Event], bool]:
+        """The session's events after ``after_seq``, oldest first, as many as fit *max_bytes* of stored data (one
+        at least); and whether more remain.
+
+        Errors: none; an unknown session has no events.
+        """
+        rows = self._conn.execute(
+            "SELECT seq, ts, kind, data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (session_id, after_seq),
+        )
+        page: list[Event] = []
+        size = 0
+        for seq, ts, kind, data in rows:
+            size += len(data)
+            if page and size > max_bytes:
+                return page, True
+            page.append(
+                Event(session_id=session_id, seq=seq, ts=ts, kind=kind, data=msgspec.msgpack.decode(data))
+            )
+        return page, False
 
     def last_seq(self, session_id: str) -> int:
         """The seq of the session's newest event; 0 when it has none.

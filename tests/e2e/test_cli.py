@@ -130,6 +130,28 @@ def test_sessions_list_and_show(mm_home, scripted):
     assert missing.returncode == 1 and "mm sessions list" in missing.stderr
 
 
+def test_a_long_sessions_events_come_whole_in_pages(mm_home, scripted):
+    # 450 calls of 40 KB output made one session.show answer pass the 16 MiB a client reads: `mm sessions
+    # show --json` failed ("frame larger than the limit"). Its events now come 4 MiB of them at a time.
+    calls = [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": f"seq {i} {i + 9000}"}}]} for i in range(45)
+    ]
+    scripted([*calls, {"text": "done"}] * 10)
+    work = mm_home / "work"
+    assert run_mm("--yolo", "-p", "first", cwd=work).returncode == 0
+    for _ in range(9):
+        assert run_mm("--yolo", "-c", "-p", "again", cwd=work).returncode == 0
+    [row] = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)
+    shown = run_mm("sessions", "show", "--json", row["id"], cwd=work)
+    assert shown.returncode == 0, shown.stderr
+    events = json.loads(shown.stdout)["events"]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["data"]["status"] for e in events if e["kind"] == "turn_ended"] == ["ok"] * 10
+    assert (
+        sum(len(e["data"].get("text", "")) for e in events if e["kind"] == "tool_output") > 16 * 1024 * 1024
+    )
+
+
 def test_no_model_configured_says_what_to_do(mm_home):
     result = run_mm("-p", "hi", cwd=mm_home / "work")
     assert result.returncode == 1

@@ -563,3 +563,20 @@ async def test_clients_that_never_read_are_bounded_together_the_largest_dropped_
     for _, server in pairs:  # serve() closes them: here the writers ran alone
         await server.aclose()
     assert host.outboxes.queued == 0
+
+
+async def test_an_answer_larger_than_a_client_reads_is_the_error_too_large() -> None:
+    # A long session's events in one session.show passed the 16 MiB a client's splitter reads: the client
+    # refused the frame ("frame larger than the limit") and the command failed with no way to ask for less.
+    async def huge(daemon: Any, conn: Connection, params: Empty) -> Any:
+        return {"events": ["x" * 1_000_000] * 17}
+
+    methods = table(**{"session.show": Method(Empty, huge)})
+    async with serving(methods) as (peer, _, _):
+        await peer.send(HELLO, request(2, "session.show"), request(3, "daemon.status"))
+        await peer.response()
+        replies = await peer.responses(2)
+        code, message = error_of(replies[2])
+        assert code == "too_large"
+        assert "the answer to session.show is 17,0" in message and "past the 16,777,216" in message
+        assert replies[3].error is None  # the connection goes on

@@ -166,6 +166,21 @@ def test_events_after(store):
     assert all(e.session_id == row.id and e.ts > 0 for e in events)
 
 
+def test_events_come_in_pages_of_a_bounded_size_that_together_hold_every_event_once(store):
+    row = new_session(store)
+    for i in range(10):
+        store.append_event(row.id, "tool_output", {"text": "x" * (3_000 if i != 6 else 20_000)})
+    pages, after, more = [], 0, True
+    while more:
+        page, more = store.events_page(row.id, after, max_bytes=10_000)
+        pages.append([e.seq for e in page])
+        after = page[-1].seq
+    # Three of 3 KB fit 10 KB; the 20 KB one comes alone, never left out for being larger than a page.
+    assert pages == [[1, 2, 3], [4, 5, 6], [7], [8, 9, 10]]
+    assert store.events_page(row.id, 10) == ([], False)
+    assert store.events_page("none") == ([], False)
+
+
 def test_append_event_unknown_session(store):
     with pytest.raises(NotFound):
         store.append_event("nope", "text", {})
