@@ -255,6 +255,17 @@ def wait_for_file(path: Path, timeout: float = 30) -> None:
     raise AssertionError(f"{path} was not written within {timeout} s")
 
 
+def environ_with(changes: dict[str, str | None]) -> dict[str, str]:
+    """This process's environment with *changes* made (None removes a variable)."""
+    full = dict(os.environ)
+    for key, value in changes.items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    return full
+
+
 needs_nvim = pytest.mark.skipif(
     shutil.which("nvim") is None, reason="Neovim is not installed (Debian: neovim)"
 )
@@ -264,12 +275,7 @@ def nvim_request(env: dict[str, str | None], cwd: Path) -> dict[str, Any]:
     """One ``daemon.status`` through the Neovim plugin in a real headless Neovim, no daemon started on demand
     (tests/e2e/nvim/plugin_request.lua): what it answered, or the error. *env* changes the environment (None
     removes a variable)."""
-    full = dict(os.environ)
-    for key, value in env.items():
-        if value is None:
-            full.pop(key, None)
-        else:
-            full[key] = value
+    full = environ_with(env)
     out = cwd / "nvim-out.json"
     out.unlink(missing_ok=True)
     full.update(HOME=str(cwd), MM_TEST_OUT=str(out))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -484,6 +486,27 @@ def test_a_prompt_without_p_on_a_terminal_starts_a_chat_with_it(mm_home, scripte
     assert contents == ["what is here?", "first answer", "and then?"]  # one session
 
 
+@contextlib.contextmanager
+def listening(*argv: str) -> Iterator[subprocess.Popen[str]]:
+    """A process standing in for mmd (``python ARGV...``), once it printed "ready"; killed at the end."""
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def private_socket(home: Path) -> Path:
+    """The test's socket path, its folder made (private) for a stand-in to bind in."""
+    sock = socket_of(home)
+    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return sock
+
+
 # A process that stands in for a stuck mmd: named mmd (argv[1]), it listens on the socket, accepts, never
 # answers, and ignores SIGTERM, as an event loop stuck in a busy loop would.
 STUCK_MMD = r"""
@@ -518,35 +541,22 @@ def test_a_daemon_that_does_not_answer_is_named_and_daemon_stop_ends_it(mm_home,
 
 
 def test_daemon_stop_kills_a_stuck_daemon_and_leaves_any_other_process_alone(mm_home, tmp_path):
-    sock = socket_of(mm_home)
-    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sock = private_socket(mm_home)
     fake = tmp_path / "mmd"
     fake.write_text(STUCK_MMD)
-    stuck = subprocess.Popen([sys.executable, str(fake), str(sock)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert stuck.stdout is not None and stuck.stdout.readline().strip() == "ready"
+    with listening(str(fake), str(sock)) as stuck:
         stopped = run_mm("daemon", "stop")
         assert stopped.returncode == 0, stopped.stderr
         assert f"mmd (pid {stuck.pid}) did not answer; killed (SIGKILL)" in stopped.stdout
         assert stuck.wait(10) == -signal.SIGKILL
-    finally:
-        stuck.kill()
-        stuck.wait()
-        stuck.stdout.close()
     # Not named mmd (under systemd socket activation: the service manager that bound the socket): untouched.
     sock.unlink()
-    other = subprocess.Popen([sys.executable, "-c", STUCK_MMD, str(sock)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+    with listening("-c", STUCK_MMD, str(sock)) as other:
         refused = run_mm("daemon", "stop")
         assert refused.returncode == 1
         assert f"(pid {other.pid}" in refused.stderr and "is not mmd" in refused.stderr
         assert "systemctl --user restart mmd.service" in refused.stderr
         assert other.poll() is None
-    finally:
-        other.kill()
-        other.wait()
-        other.stdout.close()
 
 
 @needs_nvim
@@ -576,17 +586,9 @@ conn.close()
 
 
 def test_a_connection_reset_by_a_dying_daemon_is_a_message_not_a_traceback(mm_home):
-    sock = socket_of(mm_home)
-    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    dying = subprocess.Popen([sys.executable, "-c", RESETTING, str(sock)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert dying.stdout is not None and dying.stdout.readline().strip() == "ready"
+    with listening("-c", RESETTING, str(private_socket(mm_home))) as dying:
         result = run_mm("daemon", "status")
         assert dying.wait(10) == 0
-    finally:
-        dying.kill()
-        dying.wait()
-        dying.stdout.close()
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "mm: mmd closed the connection (Connection reset by peer) (it stopped or crashed)" in result.stderr
@@ -615,23 +617,12 @@ while True:
 
 
 def test_a_daemon_gone_in_the_middle_of_any_command_is_a_message_not_a_traceback(mm_home):
-    sock = socket_of(mm_home)
-    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sock = private_socket(mm_home)
     for args in (["mcp", "list"], ["sessions", "list"], ["tools", "list"]):
-        dying = subprocess.Popen(
-            [sys.executable, "-c", DIES_AFTER_HANDSHAKE, str(sock), __version__],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert dying.stdout is not None and dying.stdout.readline().strip() == "ready"
+        with listening("-c", DIES_AFTER_HANDSHAKE, str(sock), __version__) as dying:
             result = run_mm(*args)
             assert dying.wait(10) == 0
-        finally:
-            dying.kill()
-            dying.wait()
-            dying.stdout.close()
-            sock.unlink(missing_ok=True)
+        sock.unlink(missing_ok=True)
         assert result.returncode == 1, args
         assert "Traceback" not in result.stderr, args
         assert "mm: mmd closed the connection (it stopped or crashed)" in result.stderr, args

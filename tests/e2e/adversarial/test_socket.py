@@ -28,7 +28,7 @@ import pytest
 
 from mmd.rpc import trust
 
-from ..conftest import needs_nvim, nvim_request, stop_daemon, wait_for_socket
+from ..conftest import environ_with, needs_nvim, nvim_request, stop_daemon, wait_for_socket
 from .serves import assert_daemon_serves
 
 # The squatter's identity: nobody.
@@ -125,16 +125,10 @@ def squat() -> Iterator[Callable[..., Squatter]]:
 
 def mm(*args: str, env: dict[str, str | None], cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real ``mm`` CLI with *env* changed (None removes a variable)."""
-    full = dict(os.environ)
-    for key, value in env.items():
-        if value is None:
-            full.pop(key, None)
-        else:
-            full[key] = value
     return subprocess.run(
         [sys.executable, "-m", "mm.cli", *args],
         cwd=cwd,
-        env=full,
+        env=environ_with(env),
         input="",
         capture_output=True,
         text=True,
