@@ -138,6 +138,8 @@ class LocalServers:
                         run.last_used = time.monotonic()
                         task_status.started(run)
                         crashed = await self._until_exit(proc, run, name)
+                        if crashed:  # its last lines (why it died) into the log before the drains stop
+                            await drains.wait(DRAIN_WAIT)
                     finally:
                         pumps.cancel_scope.cancel()
             except OSError as exc:

@@ -25,7 +25,7 @@ from typing import Any
 import trio
 
 from ..procs import supervised_process
-from ..procs.logfile import drain
+from ..procs.logfile import Drains
 from ..sandbox import Sandbox
 from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json
 
@@ -96,13 +96,13 @@ async def stdio_transport(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read, proc, read_send, argv[0])
-            nursery.start_soon(drain, proc.stderr, stderr)
+            drains = Drains(nursery, stderr, proc.stderr)
             nursery.start_soon(_write, proc, write_recv, read_send)
             nursery.start_soon(watcher)
             try:
                 yield read_recv, write_send
             finally:
-                await _close_stdin(proc, grace)
+                await _close_stdin(proc, grace, drains)
                 nursery.cancel_scope.cancel()
                 for stream in (read_send, read_recv, write_send, write_recv):
                     stream.close()
@@ -177,13 +177,16 @@ async def _write(proc: Any, write_recv: Any, read_send: Any) -> None:
         await read_send.aclose()
 
 
-async def _close_stdin(proc: Any, grace: float) -> None:
-    """The MCP shutdown: close the server's stdin and give it a moment to exit by itself."""
+async def _close_stdin(proc: Any, grace: float, drains: Drains) -> None:
+    """The MCP shutdown: close the server's stdin and give it a moment to exit by itself; once it exited, its
+    last stderr lines reach the log before the drain is cancelled (they are quoted when it failed)."""
     with trio.CancelScope(shield=True):
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await proc.stdin.aclose()
         with trio.move_on_after(min(grace, STDIN_CLOSE_WAIT)):
             await proc.wait()
+        if proc.returncode is not None:
+            await drains.wait(STDIN_CLOSE_WAIT)
 
 
 def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:

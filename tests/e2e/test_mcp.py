@@ -660,3 +660,18 @@ def test_a_server_that_lists_without_end_is_read_within_the_bounds(mm_home, scri
     scripted([{"text": "ok"}])
     answered = prompt(work)
     assert "it lists more than 500 tools" in answered.stderr
+
+
+def test_a_server_that_dies_at_start_is_quoted_from_its_stderr(mm_home, mcp_log):
+    # Its stderr is a pipe the daemon drains into the log: the last lines must be there before they are quoted.
+    work = mm_home / "work"
+    dying = work / "dying.py"
+    dying.write_text(
+        "import sys\nsys.stderr.write('x\\n' * 5000 + 'fatal: missing config FOO\\n')\nsys.exit(3)\n"
+    )
+    agent_file(work, {"dying": {"command": sys.executable, "args": [str(dying)]}})
+    for _ in range(3):
+        tested = run_mm("mcp", "test", "dying", "--agent", "agent.yaml", cwd=work)
+        assert tested.returncode == 1
+        assert "the server exited (exit code 3) before it answered" in tested.stderr
+        assert "its stderr ends with:" in tested.stderr and "fatal: missing config FOO" in tested.stderr
