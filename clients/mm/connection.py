@@ -21,6 +21,7 @@ from typing import Any
 
 from mmd import __version__, paths
 from mmd.rpc import (
+    DEFAULT_MAX_FRAME,
     PROTOCOL_VERSION,
     FrameError,
     Notification,
@@ -111,9 +112,21 @@ class Client:
     # -- messages ------------------------------------------------------------
 
     def send(self, method: str, params: Any = None) -> int:
+        """Errors: DaemonError when the connection broke or the request is larger than the daemon reads."""
         self._msgid += 1
+        frame = request(self._msgid, method, params)
+        if len(frame) > DEFAULT_MAX_FRAME:  # the daemon would refuse it and hang up: a broken pipe, said so
+            hint = (
+                "save it to a file and name the file in the prompt: the model reads what it needs"
+                if method == "session.prompt"
+                else "ask for less"
+            )
+            raise DaemonError(
+                f"the request ({method}) is {len(frame):,} bytes, past the {DEFAULT_MAX_FRAME:,} mmd reads in "
+                f"one message; {hint}"
+            )
         try:
-            self.sock.sendall(request(self._msgid, method, params))
+            self.sock.sendall(frame)
         except OSError as exc:
             raise DaemonError(
                 f"lost the connection to mmd ({exc}); see its log with `mm daemon status`"

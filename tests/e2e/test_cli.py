@@ -626,3 +626,19 @@ def test_a_daemon_gone_in_the_middle_of_any_command_is_a_message_not_a_traceback
         assert result.returncode == 1, args
         assert "Traceback" not in result.stderr, args
         assert "mm: mmd closed the connection (it stopped or crashed)" in result.stderr, args
+
+
+def test_a_prompt_larger_than_the_daemon_reads_says_so_and_the_daemon_goes_on(mm_home, scripted):
+    # 20 MB piped into `mm -p` was refused by the daemon's splitter, which hung up: the client reported a broken
+    # pipe and "see its log". It now says what is too large and what to do, before sending a byte of it.
+    scripted([{"text": "still here"}])
+    work = mm_home / "work"
+    result = run_mm("-p", "review this", cwd=work, input="a" * 17_000_000)
+    assert result.returncode == 1
+    assert "the request (session.prompt) is 17,000,0" in result.stderr
+    assert (
+        "past the 16,777,216 mmd reads in one message; save it to a file and name the file" in result.stderr
+    )
+    assert "Broken pipe" not in result.stderr
+    answered = run_mm("-p", "are you there?", cwd=work)
+    assert answered.returncode == 0 and "still here" in answered.stdout
