@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..untrusted import check_json
 from . import transport
 
 log = logging.getLogger("mmd.tokens")
@@ -103,6 +104,7 @@ class LlamaCounter(Counter):
             )
             if status != 200:
                 raise ValueError(f"HTTP {status}")
+            check_json(data, what="the answer is")  # a ValueError before the decoder recurses
             tokens = msgspec.json.decode(data).get("tokens")
         except (transport.TransportError, ValueError, AttributeError) as exc:
             log.warning("could not count tokens at %s: %s", url, exc)
@@ -126,6 +128,7 @@ async def server_window(root: str) -> tuple[int | None, bool]:
         status, data = await transport.fetch(http, "GET", f"{root}/props")
         if status != 200:
             return None, True
+        check_json(data, what="the answer is")  # a ValueError before the decoder recurses
         props: Any = msgspec.json.decode(data)
         n_ctx = props["default_generation_settings"]["n_ctx"]
     except transport.TransportError:

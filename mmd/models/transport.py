@@ -56,6 +56,9 @@ DEADLINE_SLACK = 1.5
 KEEPALIVE = 4.0
 # Seconds allowed to open a connection; a dead host should fail fast.
 CONNECT_TIMEOUT = 10.0
+# Bytes of an answer :func:`fetch` reads whole (llama-server's /props, /tokenize, /health: a few KB to some
+# hundreds with a long chat template): past it, a TransportError. An endless body was read into memory.
+FETCH_MAX_BYTES = 4 * 1024 * 1024
 
 
 class TransportError(Exception):
@@ -114,12 +117,24 @@ def client_for(url: str, timeout: float) -> Client:
     return LoopbackClient(timeout) if is_loopback(url) else HttpxClient(url, timeout)
 
 
-async def fetch(client: Client, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-    """One request read to its end: the status and the body. Errors: TransportError."""
+async def fetch(
+    client: Client, method: str, url: str, body: bytes | None = None, max_bytes: int = FETCH_MAX_BYTES
+) -> tuple[int, bytes]:
+    """One request read to its end: the status and the body, *max_bytes* at most.
+
+    Errors: TransportError (``protocol`` for a body past *max_bytes*: the connection is closed).
+    """
     headers = {"content-type": "application/json"} if body is not None else {}
-    async with client.stream(method, url, content=body, headers=headers) as response:
-        data = b"".join([chunk async for chunk in response.aiter_bytes()])
-    return response.status_code, data
+    data = bytearray()
+    async with (
+        client.stream(method, url, content=body, headers=headers) as response,
+        contextlib.aclosing(response.aiter_bytes()) as chunks,
+    ):
+        async for chunk in chunks:
+            data += chunk
+            if len(data) > max_bytes:
+                raise TransportError("protocol", f"the answer to {method} {url} passed {max_bytes:,} bytes")
+    return response.status_code, bytes(data)
 
 
 # ---------------------------------------------------------------- this machine

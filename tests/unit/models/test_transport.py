@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from mmd.models import transport
+from mmd.models import tokens, transport
 from mmd.models.transport import LoopbackClient, TransportError
 
 from ...counting import CountingBuffer
@@ -553,3 +553,34 @@ def test_the_rest_of_a_body_that_comes_in_many_reads_is_searched_once() -> None:
             said.append(transport._rest_ends(conn))
     assert said[-1] is True and set(said[:-1]) == {None}
     assert conn.buffer.searched <= 2 * len(rest)
+
+
+async def test_an_answer_read_whole_is_bounded_and_its_connection_dropped(nursery: trio.Nursery) -> None:
+    # /props, /tokenize and /health are read whole: an endless body was read into the daemon's memory.
+    async def endless(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        chunk = b"x" * 65536
+        with trio.move_on_after(10):
+            while True:
+                await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        return False
+
+    server = Server(endless)
+    url = await server.serve(nursery)
+    client = LoopbackClient(timeout=5)
+    with pytest.raises(TransportError) as refused:
+        await transport.fetch(client, "GET", f"{url}/props", max_bytes=1_000_000)
+    assert refused.value.kind == "protocol" and "passed 1,000,000 bytes" in str(refused.value)
+    assert client._idle == {}  # not kept: the rest of the body was never read
+    await client.aclose()
+
+
+async def test_a_window_in_an_answer_nested_past_the_limit_is_none(nursery: trio.Nursery) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000  # msgspec recursed into it: a RecursionError out of the turn
+
+    async def props(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(sized(deep))
+        return True
+
+    url = await Server(props).serve(nursery)
+    assert await tokens.server_window(url) == (None, True)
