@@ -788,7 +788,7 @@ def eval_(
     ws.close()
     if as_json:
         kept = ws.path if keep else None
-        terminal.echo(json.dumps(ev.as_json(fix, results, kept), indent=2, ensure_ascii=False))
+        terminal.echo(terminal.json_text(ev.as_json(fix, results, kept), indent=2))
         return
     _eval_report(results)
     if keep:

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from mmd import __version__
 
+from . import terminal
 from .render import View
 
 # How mm's model steps end, as Anthropic's stop_reason says it (others pass through).
@@ -308,7 +309,7 @@ class ClaudeView(View):
 
     def _write(self, record: dict[str, Any], *, always: bool = False) -> None:
         if always or self.fmt == "stream-json":
-            self.out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            self.out.write(terminal.json_text(record, default=str) + "\n")
             self.out.flush()
 
     def event(self, ev: dict[str, Any]) -> None:

@@ -15,19 +15,24 @@ program reading ``mm -p``'s answer gets it exact.
   the characters of a line in another order than they run.
 - :func:`echo`: ``click.echo`` of text, made inert when the stream is a terminal; :func:`inert` the same for
   text styled after.
+- :func:`json_text`: JSON that keeps non-ASCII text readable (``ensure_ascii=False``) with DEL and the C1
+  controls written as ``\\u`` escapes: the same JSON to a program, nothing a terminal obeys (json.dumps
+  escapes the C0 controls itself).
 
 Only the standard library and click: the client imports this for every command.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
 _TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_JSON_RAW = re.compile("[\x7f-\x9f]")  # what json.dumps(ensure_ascii=False) leaves as it is
 _CODE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -66,3 +71,12 @@ def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
     """``click.echo`` of *message*, which holds text mm did not write: made inert on a terminal."""
     stream = sys.stderr if err else sys.stdout
     click.echo(text(message) if is_terminal(stream) else message, err=err, nl=nl)
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, **options)`` with DEL and the C1 controls as ``\\u`` escapes."""
+    return _JSON_RAW.sub(_json_escape, json.dumps(value, ensure_ascii=False, **options))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"

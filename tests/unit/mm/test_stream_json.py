@@ -85,6 +85,18 @@ def test_a_failure_before_the_turn_is_an_error_result() -> None:
     assert "cannot connect" in err.getvalue()
 
 
+def test_a_line_holds_no_control_a_terminal_obeys_and_decodes_to_what_was_said() -> None:
+    # ensure_ascii=False keeps non-ASCII text readable and left DEL and the C1 controls (U+009B is CSI on some
+    # terminals) raw in each line; they are \\u escapes now, the same JSON to a program.
+    out, err = io.StringIO(), io.StringIO()
+    said = "caf\u00e9 \u009b2K\u007f \x1b]52;c;eA==\x07"
+    ClaudeView("stream-json", out=out, err=err).failed(said)
+    text = out.getvalue()
+    assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in text)
+    assert "café" in text and "\\u009b" in text
+    assert json.loads(text.splitlines()[-1])["errors"] == [said]
+
+
 def test_user_messages_of_input_stream_json() -> None:
     assert user_message('{"type":"user","message":{"role":"user","content":"hi"}}') == "hi"
     blocks = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from mm import terminal
 
@@ -39,3 +41,11 @@ def test_a_pipe_is_not_given_escapes(capsys):
     out = capsys.readouterr().out
     assert "\\x" not in out and out.endswith("\recho hello\n")
     assert terminal.inert(ERASE_AND_REWRITE, as_code=True) == ERASE_AND_REWRITE
+
+
+def test_json_text_is_the_same_json_with_nothing_a_terminal_obeys():
+    value = {"text": ERASE_AND_REWRITE + CLIPBOARD + C1_CSI + "\x7f café"}
+    out = terminal.json_text(value)
+    assert json.loads(out) == value
+    assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in out)
+    assert "café" in out  # non-ASCII text stays readable
