@@ -22,7 +22,7 @@ from mmd.rpc import RPCError
 
 from . import style, terminal
 from .ask import Answer, answer_consent
-from .connection import Client, DaemonError, Unresponsive, Untrusted
+from .connection import Client, DaemonError, Unresponsive, Untrusted, shown_with_events
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
 from .options import sandbox_option
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, tool_table
@@ -546,7 +546,7 @@ def sessions_show(session_id: str, as_json: bool) -> None:
     client = _connect()
     try:
         shown = (
-            client.show_with_events(session_id)
+            shown_with_events(client.call, session_id)
             if as_json
             else client.call("session.show", {"session_id": session_id})
         )

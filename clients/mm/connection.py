@@ -148,13 +148,6 @@ class Client:
             raise RPCError.from_wire(resp.error)
         return resp.result
 
-    def show_with_events(self, session_id: str) -> dict[str, Any]:
-        """``session.show`` with every stored event: the pages of them asked for one after the other.
-
-        Errors: RPCError, DaemonError.
-        """
-        return shown_with_events(self.call, session_id)
-
     def next_notification(self, timeout: float | None = None) -> tuple[str, Any]:
         """Block until a notification arrives: (method, its argument).
 

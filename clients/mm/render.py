@@ -46,7 +46,7 @@ class View:
         self.err = err or sys.stderr
         self.color = style.enabled(self.err)
         # On a terminal, what the model, a command or a server wrote is shown inert (terminal.py).
-        self._inert_out = terminal.text if terminal.is_terminal(self.out) else None
+        self._inert_out = terminal.is_terminal(self.out)
         self._inert_err = terminal.is_terminal(self.err)
         self.hold = hold and fmt == "text"
         self.spinner = Spinner(self.err, color=self.color)  # while the model works; stopped before output
@@ -113,7 +113,7 @@ class View:
         self.spinner.after(ev, line_free=not (self._open_line or self._echo_open))
 
     def _write_out(self, text: str) -> None:
-        self.out.write(self._inert_out(text) if self._inert_out else text)
+        self.out.write(terminal.text(text) if self._inert_out else text)
 
     def _on_text(self, data: dict[str, Any]) -> None:
         self._words.append(data["text"])

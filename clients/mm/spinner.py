@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, TextIO
 
+from .terminal import is_terminal
+
 # The frames, drawn in turn (braille dots, as many terminal tools use).
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # Seconds between frames; the first frame waits as long, so a quick stream of events never flickers.
@@ -32,7 +34,7 @@ class Spinner:
 
     def __init__(self, stream: TextIO, *, enabled: bool | None = None, color: bool = False) -> None:
         self.stream = stream
-        self.enabled = _isatty(stream) if enabled is None else enabled
+        self.enabled = is_terminal(stream) if enabled is None else enabled
         self.color = color
         self.began = time.monotonic()  # elapsed seconds count from here: the turn's start
         self.tokens = 0  # output tokens of the model steps so far, as the model server counted them
@@ -115,10 +117,3 @@ class Spinner:
             self.stream.flush()
         except (OSError, ValueError):  # the terminal went away: nothing to draw on
             pass
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 import click
 
+from .terminal import is_terminal
+
 # Set by --no-color for the rest of this process.
 _off = False
 
@@ -24,12 +26,7 @@ def disable() -> None:
 
 def enabled(stream: TextIO) -> bool:
     """Whether text written to *stream* may be coloured: a terminal, no NO_COLOR, no --no-color."""
-    if _off or os.environ.get("NO_COLOR"):
-        return False
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
+    return not (_off or os.environ.get("NO_COLOR")) and is_terminal(stream)
 
 
 def _option_seen(ctx: click.Context, param: click.Parameter, value: bool) -> None:

@@ -69,8 +69,7 @@ def inert(value: str, *, err: bool = False, as_code: bool = False) -> str:
 
 def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
     """``click.echo`` of *message*, which holds text mm did not write: made inert on a terminal."""
-    stream = sys.stderr if err else sys.stdout
-    click.echo(text(message) if is_terminal(stream) else message, err=err, nl=nl)
+    click.echo(inert(message, err=err), err=err, nl=nl)
 
 
 def json_text(value: Any, **options: Any) -> str:

@@ -486,6 +486,16 @@ def test_a_prompt_without_p_on_a_terminal_starts_a_chat_with_it(mm_home, scripte
     assert contents == ["what is here?", "first answer", "and then?"]  # one session
 
 
+# What every stand-in for mmd below starts with: it listens on the socket (argv[1]) and says "ready".
+LISTENING = r"""
+import os, signal, socket, sys, time
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[1])
+srv.listen(16)
+print("ready", flush=True)
+"""
+
+
 @contextlib.contextmanager
 def listening(*argv: str) -> Iterator[subprocess.Popen[str]]:
     """A process standing in for mmd (``python ARGV...``), once it printed "ready"; killed at the end."""
@@ -509,17 +519,15 @@ def private_socket(home: Path) -> Path:
 
 # A process that stands in for a stuck mmd: named mmd (argv[1]), it listens on the socket, accepts, never
 # answers, and ignores SIGTERM, as an event loop stuck in a busy loop would.
-STUCK_MMD = r"""
-import os, signal, socket, sys, time
+STUCK_MMD = (
+    LISTENING
+    + r"""
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-srv = socket.socket(socket.AF_UNIX)
-srv.bind(sys.argv[1])
-srv.listen(16)
-print("ready", flush=True)
 held = []
 while True:
     held.append(srv.accept()[0])
 """
+)
 
 
 def test_a_daemon_that_does_not_answer_is_named_and_daemon_stop_ends_it(mm_home, scripted, daemon):
@@ -573,16 +581,14 @@ def test_neovim_says_so_when_the_daemon_does_not_answer(mm_home, daemon):
 
 # Accepts one connection, leaves what the client sent unread and closes it: the client's next read is reset
 # (ECONNRESET), as when a daemon is killed in the middle of a request.
-RESETTING = r"""
-import socket, sys, time
-srv = socket.socket(socket.AF_UNIX)
-srv.bind(sys.argv[1])
-srv.listen(16)
-print("ready", flush=True)
+RESETTING = (
+    LISTENING
+    + r"""
 conn = srv.accept()[0]
 time.sleep(0.5)
 conn.close()
 """
+)
 
 
 def test_a_connection_reset_by_a_dying_daemon_is_a_message_not_a_traceback(mm_home):
@@ -596,13 +602,10 @@ def test_a_connection_reset_by_a_dying_daemon_is_a_message_not_a_traceback(mm_ho
 
 # Answers the handshake as mmd does, then closes the connection at the next request: a daemon that died
 # between two calls of one command.
-DIES_AFTER_HANDSHAKE = r"""
-import os, socket, sys
+DIES_AFTER_HANDSHAKE = (
+    LISTENING
+    + r"""
 from mmd.rpc import Splitter, decode_message, response
-srv = socket.socket(socket.AF_UNIX)
-srv.bind(sys.argv[1])
-srv.listen(16)
-print("ready", flush=True)
 conn = srv.accept()[0]
 splitter = Splitter()
 while True:
@@ -614,6 +617,7 @@ while True:
         result = {"protocol": 1, "daemon_version": sys.argv[2], "pid": os.getpid(), "capabilities": []}
         conn.sendall(response(msg.msgid, None, result))
 """
+)
 
 
 def test_a_daemon_gone_in_the_middle_of_any_command_is_a_message_not_a_traceback(mm_home):
