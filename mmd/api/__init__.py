@@ -9,11 +9,11 @@ package. docs/protocol.md documents each method; a test checks the two agree.
 from __future__ import annotations
 
 from ..rpc import Method
-from . import consent, daemon, eval, mcp, models, session, tools
+from . import consent, daemon, eval, mcp, models, session, tools, trust
 
 METHODS: dict[str, Method] = {
     name: Method(params, handler)
-    for module in (daemon, session, consent, tools, mcp, eval, models)
+    for module in (daemon, session, consent, trust, tools, mcp, eval, models)
     for name, (params, handler) in module.METHODS.items()
 }
 

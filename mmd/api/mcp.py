@@ -43,9 +43,12 @@ async def list_(daemon: Daemon, conn: Connection, p: McpList) -> McpServers:
 
     Lists only: it connects nothing.
     """
-    agent, config, _ = await trio.to_thread.run_sync(plan.load, Path(p.cwd), p.agent, daemon.config_path)
+    cwd = Path(p.cwd)
+    trust = daemon.project_trust(conn, cwd, p.agent)
+    agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
     servers = [_state(daemon, entry) for entry in servers_for(agent, config)]
-    return McpServers(agent=agent.path, config=config.path, servers=servers)
+    warnings = plan.trust_warnings(trust.untrusted, cwd)
+    return McpServers(agent=agent.path, config=config.path, servers=servers, warnings=warnings)
 
 
 def _state(daemon: Daemon, entry: ServerEntry) -> McpServerState:
@@ -69,15 +72,19 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> McpTested:
     if sandbox.no_new_privs(conn.peer_pid):
         raise RPCError("confined_client", sandbox.CONFINED_CLIENT_MCP)
     cwd = Path(p.cwd)
-    agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path)
+    trust = daemon.project_trust(conn, cwd, p.agent)
+    agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
     entries = {e.name: e for e in servers_for(agent, config)}
     entry = entries.get(p.name)
     if entry is None:
         hint = did_you_mean(p.name, entries)
         known = ", ".join(entries) or "none"
+        left_out = "".join(f"; {w}" for w in plan.trust_warnings(trust.untrusted, cwd))
         raise RPCError(
             "no_server",
-            f'no MCP server "{p.name}" here' + (f" — {hint}" if hint else "") + f" (configured: {known})",
+            f'no MCP server "{p.name}" here'
+            + (f" — {hint}" if hint else "")
+            + f" (configured: {known}){left_out}",
         )
     out = McpTested(**_describe(entry), ok=False, tools=[], tokens=0, warnings=[])
     if not entry.spec.enabled:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import paths, sandbox
+from ..config.trust import everything
 from ..models.tokens import estimate
 from ..rpc.methods import SkillsList, Stats, ToolsCheck, ToolsList
 from ..rpc.results import SkillInfo, SkillsListed, ToolInfo, ToolsChecked, ToolsListed, ToolStat, ToolStats
@@ -23,12 +24,13 @@ if TYPE_CHECKING:
 async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     """Every tool the model would be offered in *cwd*, with its tier, source and exact schema."""
     cwd = Path(p.cwd)
+    trust = daemon.project_trust(conn, cwd, p.agent)
     # In a worker thread: parsing a big or hostile agent file must not stall other clients.
-    agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path)
+    agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
     confined = sandbox.no_new_privs(conn.peer_pid)  # starts no MCP server (sandbox.CONFINED_CLIENT_MCP)
     mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config, confined_client=confined)
     registry, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, mcp_tools)
-    warnings = [*mcp_warnings, *warnings]
+    warnings = [*plan.trust_warnings(trust.untrusted, cwd), *mcp_warnings, *warnings]
     specs = {spec.name: spec for spec in registry.specs()}
     box = plan.turn_sandbox(agent, cwd, user=config.sandbox, config_file=config.path)
     tools = [
@@ -48,9 +50,11 @@ async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
 async def skills_list(daemon: Daemon, conn: Connection, p: SkillsList) -> SkillsListed:
     """Every skill a prompt in *cwd* would be offered, in priority order, with where it is from and its cost."""
     cwd = Path(p.cwd)
-    agent, _ = await trio.to_thread.run_sync(plan.load_agent, cwd, p.agent)
+    trust = daemon.project_trust(conn, cwd, p.agent)
+    agent, _ = await trio.to_thread.run_sync(plan.load_agent, cwd, p.agent, trust)
     # The same build as a turn's, so the list and the turn agree (in a worker thread: it reads files).
     _, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, [])
+    warnings = [*plan.trust_warnings(trust.untrusted, cwd), *warnings]
     with plan.path_errors():
         dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=Path.home(), agent_skills=agent.skills)
     return SkillsListed(
@@ -74,7 +78,8 @@ def _skill_infos(skills: Catalogue) -> list[SkillInfo]:
 
 
 async def check(daemon: Daemon, conn: Connection, p: ToolsCheck) -> ToolsChecked:
-    agent, _ = await trio.to_thread.run_sync(plan.load_agent, Path(p.agent).parent, p.agent)
+    # The file named is only read, its tools named: nothing of it runs, so it needs no trust.
+    agent, _ = await trio.to_thread.run_sync(plan.load_agent, Path(p.agent).parent, p.agent, everything())
     return ToolsChecked(agent=agent.path, tools=[t.name for t in agent.tools])
 
 

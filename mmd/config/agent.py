@@ -18,10 +18,11 @@ from ..tools.builtin import BUILTIN_TOOLS
 from . import loader
 from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
-from .hooks import HooksSpec, check_hooks
+from .hooks import HooksSpec, check_hooks, hook_events
 from .loader import ConfigError, Document, parse
 from .mcp import KEY_HINTS, McpServerSpec, check_servers
 from .sandbox import SandboxSpec, absolute, normalise
+from .trust import listing
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 # A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
@@ -76,14 +77,37 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str | None = None
     # The line of each skills: entry, for the warning about a folder that does not exist. Not a key.
     skills_lines: list[int | None] = []
+    # The SHA-256 of the text read (config/trust.py: what `mm trust` records). Not a key.
+    digest: str = ""
 
-    set_by_loader: ClassVar[frozenset[str]] = frozenset({"path", "skills_lines"})
+    set_by_loader: ClassVar[frozenset[str]] = frozenset({"path", "skills_lines", "digest"})
     key_hints: ClassVar[dict[str, str]] = KEY_HINTS  # mcpServers: Claude Code's .mcp.json shape
 
     @property
     def base_dir(self) -> Path | None:
         """The directory relative paths in the file start from; None for the defaults."""
         return Path(self.path).parent if self.path else None
+
+
+def powers(agent: AgentFile) -> list[str]:
+    """What *agent* would make mm run, or let through its guards, that no one is asked about: empty for a
+    file of words, choices and limits (config/trust.py)."""
+    found = []
+    if agent.tools:
+        found.append(f"declared tools: {listing([tool.name for tool in agent.tools])}")
+    if events := hook_events(agent.hooks):
+        found.append(f"hooks at {listing(events)}")
+    if agent.mcp:
+        found.append(f"MCP servers: {listing(list(agent.mcp))}")
+    if agent.yolo:
+        found.append("yolo: write tools run without asking")
+    if agent.pass_env:
+        found.append(f"pass_env: {listing(agent.pass_env)} handed to commands")
+    if agent.sandbox.mode == "off":
+        found.append("sandbox: off")
+    if agent.sandbox.writable:
+        found.append(f"sandbox.writable: {listing(agent.sandbox.writable)}")
+    return found
 
 
 def find_agent_file(cwd: Path, explicit: str | None) -> Path | None:
@@ -145,6 +169,7 @@ def load_agent_file(path: Path) -> AgentFile:
         skills=skills,
         skills_lines=lines,
         path=str(path),
+        digest=doc.digest,
         sandbox=absolute(agent.sandbox, path.parent),
         mcp={
             name: msgspec.structs.replace(s, sandbox=absolute(s.sandbox, path.parent))

@@ -35,7 +35,8 @@ from ..untrusted import (
     line_of,
     open_regular,
 )
-from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse
+from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, text_digest
+from .trust import Trust, listing
 
 # Seconds an mm-shape hook may run when it names no timeout.
 DEFAULT_TIMEOUT = 60.0
@@ -118,6 +119,11 @@ def _event_fields() -> tuple[tuple[str, str], ...]:
 _ALIASES = {"preToolCall": "PreToolUse", "postToolCall": "PostToolUse"}
 
 
+def hook_events(spec: HooksSpec) -> list[str]:
+    """The events *spec* runs commands at, as written (``preToolCall``)."""
+    return [key for key, name in _event_fields() if getattr(spec, name)]
+
+
 def check_hooks(doc: Document, spec: HooksSpec, at: tuple[Any, ...] = ("hooks",)) -> None:
     """The checks of ``hooks:`` the types cannot express, each error with its line.
 
@@ -178,11 +184,12 @@ def claude_settings_files(project: Path, home: Path | None = None) -> list[Path]
 
 
 def claude_settings_hooks(
-    path: Path, *, project: Path | None = None, home: Path | None = None
+    path: Path, *, project: Path | None = None, home: Path | None = None, trust: Trust | None = None
 ) -> tuple[HooksSpec | None, list[str]]:
     """The hooks of the Claude Code settings file *path* (None when it does not exist), and warnings.
     With *project*, the file is that project's (.claude/settings.json): not read through a link that leads
-    out of it, the user's config folder and ``~/.claude`` (loader.check_link).
+    out of it, the user's config folder and ``~/.claude`` (loader.check_link), and its hooks are None
+    unless *trust* admits them (config/trust.py).
 
     Only the ``hooks`` key is read. Events and handler types mm does not run
     (``PreCompact``, ``type: prompt``…) are skipped with a warning each, so a
@@ -216,6 +223,9 @@ def claude_settings_hooks(
     doc = _lines(path, text, {"hooks": kept})
     settings = doc.convert(_Settings)
     check_hooks(doc, settings.hooks)
+    said = [f"hooks at {listing(events)}"] if (events := hook_events(settings.hooks)) else []
+    if project is not None and trust is not None and not trust.admits(path, text_digest(text), said):
+        return None, warnings
     return settings.hooks, warnings
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import datetime
 import functools
+import hashlib
 import json
 import os
 import re
@@ -176,10 +177,11 @@ def expected(tp: Any) -> str:
 class Document:
     """A parsed YAML file: its plain values and the line of each field."""
 
-    def __init__(self, file: str, data: Any, lines: dict[FieldPath, int]) -> None:
+    def __init__(self, file: str, data: Any, lines: dict[FieldPath, int], digest: str = "") -> None:
         self.file = file
         self.data = data
         self.lines = lines
+        self.digest = digest  # of the text parsed (text_digest): what a project's trust is keyed by
 
     def line(self, path: FieldPath) -> int | None:
         """The line of the field at ``path``, else of its nearest parent that has one.
@@ -210,6 +212,11 @@ class Document:
             raise ConfigError(file=self.file, line=self.line(()), field="", problem=str(e)) from None
 
 
+def text_digest(text: str) -> str:
+    """The SHA-256 of *text* as UTF-8, in hex: what ``mm trust`` records of a project's file."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
     """Read and parse the YAML ``file`` (or ``text``, reported as ``file``).
 
@@ -235,11 +242,11 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
     except yaml.YAMLError as e:
         raise _syntax_error(name, text, e) from None
     if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
-        return Document(name, {}, {(): 1})
+        return Document(name, {}, {(): 1}, text_digest(text))
     builder = _Builder(name)
     data = builder.build(node, ())
     builder.lines[()] = node.start_mark.line + 1
-    return Document(name, data, builder.lines)
+    return Document(name, data, builder.lines, text_digest(text))
 
 
 # The YAML nodes of the texts parsed last, by text: every prompt reads config.yaml and the agent file

@@ -22,8 +22,8 @@ Which wins on a name clash, from strongest: local; the agent file's ``mcp:``;
 JSON one, since it can say more (allowlists, prefixes, tiers).
 
 A project's ``.mcp.json`` comes with the repository, like its ``mm.yaml``,
-and is trusted as its mm.yaml is: the programs it names are run when a
-prompt uses them (docs/security.md). Its shape is not trusted: every file
+and is trusted as its mm.yaml is: its servers are used only once the person
+trusted the file as it is (config/trust.py, docs/security.md#project-trust). Its shape is not trusted: every file
 here is read with the loader's limits, and each problem is a ConfigError
 naming the file, line and field.
 """
@@ -48,8 +48,9 @@ from ..untrusted import (
     line_of,
     no_duplicate_keys,
 )
-from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, check_link, parse
+from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, check_link, parse, text_digest
 from .mcp import McpServerSpec, Transport, check_servers
+from .trust import Trust, listing
 
 # The project's file, in the folder a prompt runs in.
 PROJECT_FILE = ".mcp.json"
@@ -86,18 +87,18 @@ def scope_file(scope: str, cwd: Path, config_dir: Path) -> Path:
     return config_dir / (LOCAL_FILE if scope == "local" else USER_FILE)
 
 
-def add_mcp_files(agent: Any, config: Any, cwd: Path) -> tuple[Any, Any]:
+def add_mcp_files(agent: Any, config: Any, cwd: Path, trust: Trust) -> tuple[Any, Any]:
     """*agent* and *config* with the servers of the three JSON files merged into their ``mcp:``.
 
     The user's ``mcp.json`` goes under config.yaml's servers (config.yaml wins);
-    ``.mcp.json`` under the agent file's (the agent file wins); the local file's
-    over both. Each spec keeps its file as ``origin``.
+    ``.mcp.json`` under the agent file's (the agent file wins), if *trust* admits it
+    (config/trust.py); the local file's over both. Each spec keeps its file as ``origin``.
 
     Errors: ConfigError naming the file, line and field of the first problem.
     """
     folder = Path(config.path).parent if config.path else cwd
     user = read_servers(folder / USER_FILE, run_dir=Path.home())  # as config.yaml's servers
-    project = read_servers(cwd / PROJECT_FILE, run_dir=cwd, shipped=True)
+    project = read_servers(cwd / PROJECT_FILE, run_dir=cwd, shipped=True, trust=trust)
     local = read_servers(folder / LOCAL_FILE, run_dir=cwd, project=cwd)
     if user:
         config = msgspec.structs.replace(config, mcp={**user, **config.mcp})
@@ -107,10 +108,16 @@ def add_mcp_files(agent: Any, config: Any, cwd: Path) -> tuple[Any, Any]:
 
 
 def read_servers(
-    path: Path, *, run_dir: Path | None, project: Path | None = None, shipped: bool = False
+    path: Path,
+    *,
+    run_dir: Path | None,
+    project: Path | None = None,
+    shipped: bool = False,
+    trust: Trust | None = None,
 ) -> dict[str, McpServerSpec]:
     """The servers of one JSON file (of *project*'s section, for the local file); none if it is absent.
-    *shipped*: the file comes with the project (``.mcp.json``), and is not read through a link out of it.
+    *shipped*: the file comes with the project (``.mcp.json``), and is not read through a link out of it;
+    its servers are none unless *trust* admits them (config/trust.py).
 
     Errors: ConfigError for a file that is not a regular UTF-8 file within the
     size limit, not JSON, nested too deep, of the wrong shape, or whose servers
@@ -146,6 +153,12 @@ def read_servers(
         for name, entry in servers.items()
     }
     check_servers(doc, specs, at)
+    if (
+        shipped
+        and trust is not None
+        and not trust.admits(path, doc.digest, [f"MCP servers: {listing(list(specs))}"] if specs else [])
+    ):
+        return {}
     return specs
 
 
@@ -184,7 +197,7 @@ def read_document(path: Path) -> Document:
             expected='a JSON object like {"mcpServers": {...}}',
             found=type(data).__name__,
         )
-    return Document(name, data, _lines(name, text))
+    return Document(name, data, _lines(name, text), text_digest(text))
 
 
 def _lines(name: str, text: str) -> dict[tuple[Any, ...], int]:

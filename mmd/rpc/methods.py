@@ -131,6 +131,31 @@ class Empty(_Params):
     pass
 
 
+class TrustCheck(_PathParams):
+    path_fields = ("cwd", "agent")
+
+    cwd: str
+    agent: str | None = None  # named on the command line: trusted for the request, so not listed
+
+
+# A file trust.add names: its real path and the SHA-256 (hex) of its text, as trust.check said them.
+Digest = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+TrustPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern="^/[^\x00]*$")]
+
+
+class TrustedFile(_Params):
+    path: TrustPath
+    digest: Digest
+
+
+class TrustAdd(_Params):
+    files: Annotated[list[TrustedFile], msgspec.Meta(max_length=64)]
+
+
+class TrustForget(_Params):
+    paths: Annotated[list[TrustPath], msgspec.Meta(max_length=4096)] | None = None  # None: every file
+
+
 class ToolsList(_PathParams):
     path_fields = ("cwd", "agent")
 

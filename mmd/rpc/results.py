@@ -184,6 +184,35 @@ class Revoked(_Result):
     revoked: int
 
 
+# -- trust.* ----------------------------------------------------------------------------------
+
+
+class UntrustedFile(_Result):
+    path: str  # real path
+    digest: str  # SHA-256 of its text: what trust.add takes back
+    powers: list[str]  # what it would make mm run or let through, one phrase each
+    changed: bool  # an older text of it was trusted
+
+
+class TrustChecked(_Result):
+    files: list[UntrustedFile]  # the project files a request there would go without
+
+
+class TrustEntry(_Result):
+    path: str
+    digest: str
+    trusted: float  # when, seconds since the epoch
+    state: str  # "as trusted", "changed" (its text is another now), "gone" (no file there)
+
+
+class TrustListed(_Result):
+    files: list[TrustEntry]
+
+
+class Forgotten(_Result):
+    forgotten: int
+
+
 # -- tools.* and stats.* ----------------------------------------------------------------------
 
 
@@ -286,6 +315,8 @@ class McpServers(_Result):
     agent: str | None
     config: str | None
     servers: list[McpServerState]
+    # The project's files left out as untrusted (mmd/config/trust.py), one sentence each.
+    warnings: list[str] = []
 
 
 class McpToolInfo(_Result):

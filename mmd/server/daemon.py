@@ -32,7 +32,9 @@ import trio
 
 from .. import __version__, paths, procs, sandbox
 from ..config import ConfigError, DaemonConfig, load_user_config
+from ..config.agent import powers
 from ..config.secrets import secret_variables
+from ..config.trust import Trust, named_file
 from ..local.server import LocalServers
 from ..mcp.pool import McpPool
 from ..procs.environ import withhold
@@ -353,6 +355,17 @@ class Daemon:
         if self.confined_out_of(conn, session_id):
             raise RPCError("confined_client", sandbox.confined_refusal(doing))
 
+    def project_trust(
+        self, conn: Connection, cwd: Path, named: str | None, confined: bool | None = None
+    ) -> Trust:
+        """The trust of a request from *conn* in *cwd* (mmd/config/trust.py): the files you trusted, and the
+        agent file the request names (*named*, ``--agent``) — unless *conn* runs with no_new_privs
+        (*confined*, when the caller knows it): what a sandboxed command names is trusted no more than what
+        it writes."""
+        if confined is None:
+            confined = sandbox.no_new_privs(conn.peer_pid)
+        return Trust(self.store.trusted_files(), named=None if confined else named_file(cwd, named))
+
     def confined_out_of(self, conn: Connection, session_id: str | None) -> bool:
         """Whether *conn* runs with no_new_privs and *session_id* is no session such a client started."""
         return session_id not in self.confined_sessions and sandbox.no_new_privs(conn.peer_pid)
@@ -438,13 +451,24 @@ class Daemon:
             self.refuse_confined(conn, session.id, "continue this session")
         cwd = Path(session.row.cwd if session else p.cwd)
         agent = p.agent or (session.row.agent if session else None)
+        confined = sandbox.no_new_privs(conn.peer_pid)
+        # A resumed session's agent file is trusted as any other, not as one named now (config/trust.py).
+        trust = self.project_trust(conn, cwd, p.agent, confined)
         # In a worker thread: parsing a big or hostile agent file must not stall other clients.
         resolved = await trio.to_thread.run_sync(
             lambda: plan.resolve(
-                cwd, agent=agent, model=p.model, yolo=p.yolo, config_path=self.config_path, sandbox=p.sandbox
+                cwd,
+                agent=agent,
+                model=p.model,
+                yolo=p.yolo,
+                config_path=self.config_path,
+                trust=trust,
+                sandbox=p.sandbox,
             )
         )
-        resolved.confined_client = sandbox.no_new_privs(conn.peer_pid)
+        resolved.confined_client = confined
+        if p.agent and not confined:
+            self._trust_named(resolved, trust)
         if session is None:
             row = self.store.create_session(
                 cwd=str(cwd), agent=resolved.agent_path, model=resolved.model.label
@@ -481,8 +505,11 @@ class Daemon:
         session = self.session(session_id)
         self.refuse_confined(conn, session.id, "compact this session")
         cwd, agent = Path(session.row.cwd), session.row.agent
+        trust = self.project_trust(conn, cwd, None)
         resolved = await trio.to_thread.run_sync(
-            lambda: plan.resolve(cwd, agent=agent, model=model, yolo=False, config_path=self.config_path)
+            lambda: plan.resolve(
+                cwd, agent=agent, model=model, yolo=False, config_path=self.config_path, trust=trust
+            )
         )
         resolved.confined_client = sandbox.no_new_privs(conn.peer_pid)
         session = self.session(session.id)  # the one loaded now
@@ -495,6 +522,13 @@ class Daemon:
         finally:
             session.abort_start()
             await self.providers.release(session.id)
+
+    def _trust_named(self, resolved: plan.Plan, trust: Trust) -> None:
+        """Trust the agent file a person's prompt named (``--agent``) as it is: naming it is trusting it, and
+        so ``mm -c`` of its session goes on with it while it is unchanged (mmd/config/trust.py)."""
+        named, digest = resolved.agent_path, resolved.agent.digest
+        if named and powers(resolved.agent) and not trust.holds(named, digest):
+            self.store.trust_files([(os.path.realpath(named), digest)])
 
     def _resumed(self, p: Prompt) -> Session | None:
         """The session a prompt resumes (by id, or the newest of its cwd), or None for a new one."""

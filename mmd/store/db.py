@@ -146,6 +146,14 @@ _MIGRATIONS = [
         PRIMARY KEY (session_id, step)
     ) WITHOUT ROWID;
     """,
+    # 5: the project files you trusted (mm trust), by real path, as the SHA-256 of their text then.
+    """
+    CREATE TABLE trusted_files (
+        path TEXT PRIMARY KEY,
+        digest TEXT NOT NULL,
+        trusted REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 ]
 
 _CHECKPOINT_COLUMNS = "session_id, step, call_id, tool, echo, project, before, after, files, ts"
@@ -764,6 +772,44 @@ class Store:
         """
         with self._write() as db:
             return db.execute("DELETE FROM consents WHERE id = ?", (consent_id,)).rowcount > 0
+
+    # -- trusted project files (mmd/config/trust.py) ----------------------------
+
+    def trusted_files(self) -> dict[str, str]:
+        """Every trusted file's real path → the digest of its text when it was trusted.
+
+        Errors: none.
+        """
+        return dict(self._conn.execute("SELECT path, digest FROM trusted_files"))
+
+    def trusted_rows(self) -> list[tuple[str, str, float]]:
+        """(path, digest, when) of every trusted file, by path.
+
+        Errors: none.
+        """
+        return list(self._conn.execute("SELECT path, digest, trusted FROM trusted_files ORDER BY path"))
+
+    def trust_files(self, files: list[tuple[str, str]]) -> None:
+        """Trust each (real path, digest), replacing what was trusted of that path.
+
+        Errors: none.
+        """
+        now = time.time()
+        with self._write() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO trusted_files (path, digest, trusted) VALUES (?, ?, ?)",
+                [(path, digest, now) for path, digest in files],
+            )
+
+    def forget_trusted(self, paths: list[str] | None) -> int:
+        """Trust no longer the files at *paths* (None: every file); how many were trusted.
+
+        Errors: none.
+        """
+        with self._write() as db:
+            if paths is None:
+                return db.execute("DELETE FROM trusted_files").rowcount
+            return sum(db.execute("DELETE FROM trusted_files WHERE path = ?", (p,)).rowcount for p in paths)
 
     # -- idempotency ----------------------------------------------------------
 

@@ -21,10 +21,12 @@ import msgspec
 
 from .. import paths
 from ..config import AgentFile, ConfigError, UserConfig, find_agent_file, load_agent_file, load_user_config
+from ..config.agent import powers
 from ..config.hooks import HooksSpec, claude_settings_files, claude_settings_hooks
 from ..config.mcp_json import add_mcp_files
 from ..config.sandbox import SandboxSpec
 from ..config.secrets import credential_variables, secret_variables
+from ..config.trust import Trust, Untrusted, warning
 from ..config.turns import LoopLimits, PhaseSpec
 from ..local import catalog as local_catalog
 from ..mcp.tool import McpTool, admit, taken_names
@@ -165,10 +167,13 @@ class Plan(msgspec.Struct, kw_only=True):
     # Claude Code's settings files' hooks (`import: claude`), each with its folder, and what was skipped.
     claude_hooks: list[tuple[HooksSpec, Path]] = msgspec.field(default_factory=list)
     hook_warnings: list[str] = msgspec.field(default_factory=list)
+    # The project's files left out because they name commands and are not trusted (config/trust.py).
+    untrusted: list[Untrusted] = msgspec.field(default_factory=list)
 
 
-def load_agent(cwd: Path, agent_path: str | None) -> tuple[AgentFile, Path | None]:
-    """The agent file for *cwd* (or *agent_path*), and where it was found (None: no file, defaults).
+def load_agent(cwd: Path, agent_path: str | None, trust: Trust) -> tuple[AgentFile, Path | None]:
+    """The agent file for *cwd* (or *agent_path*), and where it was found (None: no file, defaults). A
+    file *trust* does not admit is read as none (config/trust.py) and left in ``trust.untrusted``.
 
     Blocking (it parses YAML): async callers run it in a worker thread.
 
@@ -178,9 +183,12 @@ def load_agent(cwd: Path, agent_path: str | None) -> tuple[AgentFile, Path | Non
     try:
         with path_errors():
             found = find_agent_file(cwd, agent_path)
-            return (load_agent_file(found) if found else AgentFile()), found
+            agent = load_agent_file(found) if found else AgentFile()
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
+    if found and not trust.admits(found, agent.digest, powers(agent)):
+        return AgentFile(), None
+    return agent, found
 
 
 # What to do about a path that cannot be read, by errno.
@@ -206,16 +214,19 @@ def path_errors() -> Iterator[None]:
         raise RPCError("bad_path", f"cannot read {where}: {reason} — {hint}") from None
 
 
-def load(cwd: Path, agent_path: str | None, config_path: Path) -> tuple[AgentFile, UserConfig, Path | None]:
-    """The agent file and the user config, as a prompt in *cwd* reads them (see :func:`load_agent`)."""
+def load(
+    cwd: Path, agent_path: str | None, config_path: Path, trust: Trust
+) -> tuple[AgentFile, UserConfig, Path | None]:
+    """The agent file and the user config, as a prompt in *cwd* reads them (see :func:`load_agent`); the
+    project's files *trust* does not admit are left out, and in ``trust.untrusted``."""
     try:
         config = load_user_config(config_path)
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
-    agent, found = load_agent(cwd, agent_path)
+    agent, found = load_agent(cwd, agent_path, trust)
     try:  # Claude Code's MCP files (.mcp.json, and mm mcp add's), beside the mcp: of both
         with path_errors():
-            agent, config = add_mcp_files(agent, config, cwd)
+            agent, config = add_mcp_files(agent, config, cwd, trust)
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
     return agent, config, found
@@ -228,16 +239,18 @@ def resolve(
     model: str | None,
     yolo: bool,
     config_path: Path,
+    trust: Trust,
     sandbox: str | None = None,
 ) -> Plan:
-    """Read the files and choose the model of a prompt in *cwd*.
+    """Read the files and choose the model of a prompt in *cwd*; the project's files *trust* does not
+    admit are left out (:attr:`Plan.untrusted`).
 
     Blocking (YAML): run it in a worker thread. The secrets the config and the
     agent file name are withheld from every child from now on.
 
     Errors: RPCError config_error (bad file, unknown provider) or no_model.
     """
-    agent_file, config, found = load(cwd, agent, config_path)
+    agent_file, config, found = load(cwd, agent, config_path, trust)
     withhold(secret_variables(config) | credential_variables(agent_file.mcp))
     ref = model or agent_file.model or config.default_model or _local_default()
     if not ref:
@@ -250,7 +263,7 @@ def resolve(
     try:
         with path_errors():
             chosen = ModelRef.parse(config, ref, found.parent if found else cwd)
-            claude_hooks, hook_warnings = _claude_hooks(cwd, agent_file, config)
+            claude_hooks, hook_warnings = _claude_hooks(cwd, agent_file, config, trust)
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
     return Plan(
@@ -264,11 +277,12 @@ def resolve(
         model=chosen,
         yolo=yolo,
         sandbox=sandbox,
+        untrusted=trust.untrusted,
     )
 
 
 def _claude_hooks(
-    cwd: Path, agent: AgentFile, config: UserConfig
+    cwd: Path, agent: AgentFile, config: UserConfig, trust: Trust
 ) -> tuple[list[tuple[HooksSpec, Path]], list[str]]:
     """The hooks of Claude Code's settings files when the agent file or config.yaml says `import: claude`.
 
@@ -281,11 +295,31 @@ def _claude_hooks(
         cwd
     )  # the user's, then the project's (not read through a link out)
     for path in (user, *shipped):
-        spec, skipped = claude_settings_hooks(path, project=cwd if path in shipped else None)
+        spec, skipped = claude_settings_hooks(path, project=cwd if path in shipped else None, trust=trust)
         warnings += skipped
         if spec is not None:
             found.append((spec, path.parent.parent))  # the project root, or the home folder
     return found, warnings
+
+
+def untrusted_files(cwd: Path, agent_path: str | None, config_path: Path, trust: Trust) -> list[Untrusted]:
+    """The project files a request in *cwd* would go without (``trust.check``), read as a prompt reads
+    them. Blocking: run it in a worker thread.
+
+    Errors: as :func:`resolve`'s (config_error, bad_path).
+    """
+    agent, config, _ = load(cwd, agent_path, config_path, trust)
+    try:
+        with path_errors():
+            _claude_hooks(cwd, agent, config, trust)
+    except ConfigError as exc:
+        raise RPCError("config_error", str(exc)) from None
+    return trust.untrusted
+
+
+def trust_warnings(untrusted: list[Untrusted], cwd: Path) -> list[str]:
+    """A warning for each file a request in *cwd* went without (config/trust.py)."""
+    return [warning(u, cwd) for u in untrusted]
 
 
 def turn_sandbox(
@@ -343,7 +377,12 @@ def assemble(
     return TurnSetup(
         sandbox=box,
         sandbox_missing=unavailable_reason(box),
-        warnings=[*mcp_warnings, *warnings, *plan.hook_warnings],  # emitted by the turn: among its events
+        warnings=[
+            *trust_warnings(plan.untrusted, plan.cwd),
+            *mcp_warnings,
+            *warnings,
+            *plan.hook_warnings,
+        ],  # emitted by the turn: among its events
         hooks=merged_hooks(
             plan.config.hooks,
             plan.config_path.parent,

@@ -12,6 +12,7 @@ import pytest
 from mmd.config import AgentFile, ConfigError, UserConfig, load_agent_file, load_user_config
 from mmd.config.mcp import ExpansionError, resolve, servers_for
 from mmd.config.mcp_json import add_mcp_files, read_servers, scope_file
+from mmd.config.trust import everything
 
 STDIO = {"type": "stdio", "command": "npx", "args": ["-y", "server"], "env": {"TOKEN": "${GH_TOKEN}"}}
 
@@ -128,7 +129,7 @@ def test_precedence_local_then_agent_file_then_mcp_json_then_config_yaml_then_us
     local = {"projects": {str(project): {"mcpServers": {"e": {"command": "local-e"}}}, "/else": servers("a")}}
     write(config_dir / "mcp-local.json", local)
     config = load_user_config(config_dir / "config.yaml")
-    agent, config = add_mcp_files(load_agent_file(project / "mm.yaml"), config, project)
+    agent, config = add_mcp_files(load_agent_file(project / "mm.yaml"), config, project, everything())
     chosen = {e.name: (e.spec.command, Path(e.origin).name) for e in servers_for(agent, config)}
     assert chosen == {
         "a": ("a", "mcp.json"),

@@ -13,6 +13,7 @@ import pytest
 from mmd.api import eval as eval_api
 from mmd.api import tools as tools_api
 from mmd.config import AgentFile
+from mmd.config.trust import Trust, everything, named_file
 from mmd.rpc import RPCError
 from mmd.rpc.methods import EvalLoad, SkillsList, ToolsCheck
 from mmd.turn import plan
@@ -39,6 +40,13 @@ def assert_names_too_long(err: RPCError, path: str) -> None:
     assert "a name in a path is at most 255 bytes" in err.message
 
 
+class _Daemon:
+    """What the methods that read a project ask of the daemon before they read: its trust."""
+
+    def project_trust(self, conn: object, cwd: Path, named: str | None) -> Trust:
+        return Trust({}, named=named_file(cwd, named))
+
+
 @pytest.mark.parametrize(
     ("method", "params", "path"),
     [
@@ -57,17 +65,23 @@ async def test_a_name_too_long_is_bad_path_from_the_methods_that_read_it(
         "skills.list": tools_api.skills_list,
         "eval.load": eval_api.load,
     }
-    err = await async_refusal(lambda: handler[method](None, None, params(tmp_path)))  # type: ignore[operator]
+    err = await async_refusal(lambda: handler[method](_Daemon(), None, params(tmp_path)))  # type: ignore[operator]
     assert_names_too_long(err, path(tmp_path))
 
 
 def test_a_prompt_or_a_listing_in_a_folder_whose_name_is_too_long_is_bad_path(tmp_path: Path) -> None:
     # plan.load is what session.prompt (through resolve), tools.list, mcp.list and mcp.test read first.
     cwd = tmp_path / LONG
-    assert_names_too_long(refusal(lambda: plan.load(cwd, None, tmp_path / "config.yaml")), f"{cwd}/mm.yaml")
-    assert_names_too_long(refusal(lambda: plan.load(tmp_path, LONG, tmp_path / "config.yaml")), str(cwd))
+    assert_names_too_long(
+        refusal(lambda: plan.load(cwd, None, tmp_path / "config.yaml", everything())), f"{cwd}/mm.yaml"
+    )
+    assert_names_too_long(
+        refusal(lambda: plan.load(tmp_path, LONG, tmp_path / "config.yaml", everything())), str(cwd)
+    )
     err = refusal(
-        lambda: plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=tmp_path / "config.yaml")
+        lambda: plan.resolve(
+            cwd, agent=None, model=None, yolo=False, config_path=tmp_path / "config.yaml", trust=everything()
+        )
     )
     assert_names_too_long(err, f"{cwd}/mm.yaml")
     # The skills beneath a folder are read with the same answer (a turn's tools, tools.list, mcp.test).
@@ -124,7 +138,7 @@ def test_a_file_the_project_ships_linked_out_of_it_is_refused_naming_the_link_an
     link.symlink_to(secret)
 
     def prompt() -> plan.Plan:
-        return plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config)
+        return plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=everything())
 
     err = refusal(prompt)
     assert err.code == "config_error"
@@ -135,7 +149,7 @@ def test_a_file_the_project_ships_linked_out_of_it_is_refused_naming_the_link_an
     assert f"mm reads {what} through a link only when it leads inside them" in err.message
     assert "SECRET" not in err.message and "99999" not in err.message
     if shipped == ".mcp.json":  # mcp.list and tools.list read it too, before any turn
-        assert "a symbolic link to" in refusal(lambda: plan.load(cwd, None, config)).message
+        assert "a symbolic link to" in refusal(lambda: plan.load(cwd, None, config, everything())).message
     # A link that stays inside the project is followed; so is a Claude settings file linked into ~/.claude.
     inside = cwd / "shared" / "file.json"
     inside.parent.mkdir()
@@ -168,5 +182,7 @@ def test_the_users_own_claude_settings_may_be_a_link_to_anywhere(tmp_path: Path,
     )
     cwd = tmp_path / "work"
     cwd.mkdir()
-    found = plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config).claude_hooks
+    found = plan.resolve(
+        cwd, agent=None, model=None, yolo=False, config_path=config, trust=Trust({})
+    ).claude_hooks
     assert [spec.stop[0].hooks[0].command for spec, _ in found] == ["mine"]

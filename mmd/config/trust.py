@@ -1,0 +1,90 @@
+"""Which of a project's own files may make mm run commands: those you trusted, as they were when you did.
+
+A cloned repository's agent file (``mm.yaml``, ``.mm/agent.yaml``), its ``.mcp.json`` and its Claude Code
+settings (under ``import: claude``) can name commands mm would run without asking anyone — hooks, MCP
+servers, declared tools — and keys that loosen mm's guards (``yolo``, ``pass_env``, ``sandbox: off``,
+``sandbox.writable``). Such a file is used only once the person trusted it (``mm trust``), and only as it
+was then: trust is kept by the file's real path and the SHA-256 of its text, so a ``git pull`` or a
+sandboxed command that changes it makes it untrusted again. A file that names none of these is used as it
+is; a file the person names on the command line (``--agent``) is trusted for that request.
+
+An untrusted file is not read at all (the prompt runs as if it were absent) and is listed in
+:attr:`Trust.untrusted`, which the turn turns into a warning and ``trust.check`` into a question.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+
+class Untrusted(msgspec.Struct, frozen=True):
+    """A project file left out: its real path, the digest of its text, what it would have made mm do,
+    and whether an older text of it was trusted (it changed since)."""
+
+    path: str
+    digest: str
+    powers: list[str]
+    changed: bool = False
+
+
+class Trust:
+    """The files trusted (real path → digest) for one request, and the untrusted ones it met.
+
+    *named*: the agent file the person named on this request (``--agent``), trusted as it is.
+    """
+
+    def __init__(self, trusted: Mapping[str, str] | None, *, named: Path | None = None) -> None:
+        self._trusted = trusted  # None: every file (EVERYTHING)
+        self._named = os.path.realpath(named) if named is not None else None
+        self.untrusted: list[Untrusted] = []
+
+    def holds(self, path: Path | str, digest: str) -> bool:
+        """Whether the file at *path* was trusted with the text of *digest*."""
+        return self._trusted is not None and self._trusted.get(os.path.realpath(path)) == digest
+
+    def admits(self, path: Path | str, digest: str, powers: list[str]) -> bool:
+        """Whether the file at *path*, whose text has *digest* and names *powers*, may be used; an
+        untrusted one is recorded in :attr:`untrusted`."""
+        if not powers or self._trusted is None:
+            return True
+        real = os.path.realpath(path)
+        if real == self._named or self.holds(real, digest):
+            return True
+        if all(u.path != real for u in self.untrusted):
+            self.untrusted.append(Untrusted(real, digest, powers, changed=real in self._trusted))
+        return False
+
+
+def everything() -> Trust:
+    """A trust that admits every file: for what reads only files the person chose (tests, ``mm eval``)."""
+    return Trust(None)
+
+
+def named_file(cwd: Path, agent: str | None) -> Path | None:
+    """The file an ``--agent`` value names, as the agent file's discovery reads it (relative to *cwd*,
+    ``~`` allowed); None for none."""
+    return cwd / Path(agent).expanduser() if agent else None
+
+
+def listing(names: list[str], most: int = 4) -> str:
+    """Up to *most* names, then how many more."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def warning(untrusted: Untrusted, cwd: Path) -> str:
+    """What a request in *cwd* says of a file it went without."""
+    what = "; ".join(untrusted.powers)
+    if untrusted.changed:
+        return (
+            f"{untrusted.path} changed since you trusted it and names what mm would run ({what}): "
+            f"mm went without it. Read the change, then run `mm trust` in {cwd} to use it"
+        )
+    return (
+        f"{untrusted.path} names what mm would run ({what}) and you have not trusted it: mm went "
+        f"without it. Read it, then run `mm trust` in {cwd} to use it"
+    )

@@ -1,0 +1,151 @@
+"""Project trust (mmd/config/trust.py): which of a project's files may make mm run commands, read as a
+prompt reads them (mmd.turn.plan.load), and the store's record of them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mmd.config import load_agent_file
+from mmd.config.agent import powers
+from mmd.config.trust import Trust, Untrusted
+from mmd.store import Store
+from mmd.turn import plan
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            "tools:\n- {name: deploy, description: Deploy it., command: [./deploy.sh]}\n",
+            ["declared tools: deploy"],
+        ),
+        (
+            "hooks: {preToolCall: [{command: [./check]}], Stop: [{command: [./done]}]}\n",
+            ["hooks at preToolCall, Stop"],
+        ),
+        ("mcp: {tracker: {command: npx}}\n", ["MCP servers: tracker"]),
+        ("yolo: true\n", ["yolo: write tools run without asking"]),
+        ("pass_env: [GITHUB_TOKEN]\n", ["pass_env: GITHUB_TOKEN handed to commands"]),
+        ("sandbox: off\n", ["sandbox: off"]),
+        ("sandbox: {writable: [/srv]}\n", ["sandbox.writable: /srv"]),
+        # Words, choices and limits run nothing: a file of them needs no trust.
+        (
+            "model: a/b\nsystem: hi\nbuiltins: [bash]\nmax_steps: 3\nskills: [./s]\nsandbox: read-only\n"
+            "phases: [{name: look, tools: [read_file]}]\nhooks: {import: claude}\n",
+            [],
+        ),
+    ],
+    ids=["tools", "hooks", "mcp", "yolo", "pass_env", "sandbox-off", "writable", "harmless"],
+)
+def test_what_an_agent_file_would_make_mm_do(tmp_path: Path, text: str, named: list[str]) -> None:
+    (tmp_path / "deploy.sh").write_text("")
+    (tmp_path / "mm.yaml").write_text(text)
+    assert powers(load_agent_file(tmp_path / "mm.yaml")) == named
+
+
+def test_trust_admits_a_file_only_as_it_was_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "mm.yaml"
+    trust = Trust({str(path): sha("old")})
+    assert trust.admits(path, sha("anything"), [])  # nothing to run: no trust needed, nothing listed
+    assert trust.admits(path, sha("old"), ["yolo"])
+    assert not trust.admits(path, sha("new"), ["yolo"])
+    assert not trust.admits(path, sha("new"), ["yolo"])  # listed once however often it is asked
+    other = tmp_path / ".mcp.json"
+    assert not trust.admits(other, sha("x"), ["MCP servers: a"])
+    assert trust.untrusted == [
+        Untrusted(str(path), sha("new"), ["yolo"], changed=True),
+        Untrusted(str(other), sha("x"), ["MCP servers: a"], changed=False),
+    ]
+    # Kept by real path: a link to a trusted file is that file; the file named on the request is trusted.
+    link = tmp_path / "link.yaml"
+    link.symlink_to(path)
+    assert Trust({str(path): sha("old")}).admits(link, sha("old"), ["yolo"])
+    assert Trust({}, named=link).admits(path, sha("new"), ["yolo"])
+
+
+def _project(tmp_path: Path) -> tuple[Path, Path]:
+    cwd = tmp_path / "repo"
+    (cwd / ".claude").mkdir(parents=True)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "default_model: a/b\nproviders: {a: {kind: openai, base_url: 'http://127.0.0.1:1/v1'}}\n"
+    )
+    (cwd / "mm.yaml").write_text("hooks: {import: claude, preToolCall: [{command: [./check]}]}\n")
+    (cwd / ".mcp.json").write_text(json.dumps({"mcpServers": {"tracker": {"command": "npx"}}}))
+    hook = {"hooks": [{"type": "command", "command": "./claude-check"}]}
+    (cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
+    return cwd, config
+
+
+def test_a_prompt_goes_without_each_untrusted_file_and_lists_it(tmp_path: Path) -> None:
+    cwd, config = _project(tmp_path)
+    trust = Trust({})
+    resolved = plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=trust)
+    # The agent file is left out whole (its import: claude with it), and .mcp.json's servers.
+    assert resolved.agent_path is None and resolved.agent.hooks.pre_tool_call == []
+    assert resolved.agent.mcp == {} and resolved.claude_hooks == []
+    assert [(Path(u.path).name, u.powers) for u in resolved.untrusted] == [
+        ("mm.yaml", ["hooks at preToolCall"]),
+        (".mcp.json", ["MCP servers: tracker"]),
+    ]
+    assert f"run `mm trust` in {cwd}" in plan.trust_warnings(resolved.untrusted, cwd)[0]
+
+    # Trusted as they are: every one is used, and the Claude settings its import asks for are checked next.
+    trusted = {u.path: u.digest for u in resolved.untrusted}
+    trust = Trust(trusted)
+    resolved = plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=trust)
+    assert resolved.agent_path == str(cwd / "mm.yaml") and list(resolved.agent.mcp) == ["tracker"]
+    assert resolved.claude_hooks == []
+    [claude] = resolved.untrusted
+    assert (claude.path, claude.powers) == (str(cwd / ".claude" / "settings.json"), ["hooks at PreToolUse"])
+    trust = Trust({**trusted, claude.path: claude.digest})
+    resolved = plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=trust)
+    assert resolved.untrusted == [] and len(resolved.claude_hooks) == 1
+
+    # One byte more, and the file is another: left out again, and said to have changed.
+    with open(cwd / ".mcp.json", "a") as f:
+        f.write(" ")
+    resolved = plan.resolve(
+        cwd,
+        agent=None,
+        model=None,
+        yolo=False,
+        config_path=config,
+        trust=Trust({**trusted, claude.path: claude.digest}),
+    )
+    assert resolved.agent.mcp == {}
+    [changed] = resolved.untrusted
+    assert changed.path == str(cwd / ".mcp.json") and changed.changed
+    assert "changed since you trusted it" in plan.trust_warnings(resolved.untrusted, cwd)[0]
+
+
+def test_the_file_a_request_names_is_trusted_for_it(tmp_path: Path) -> None:
+    cwd, config = _project(tmp_path)
+    named = os.fspath(cwd / "mm.yaml")
+    trust = Trust({}, named=Path(named))
+    resolved = plan.resolve(cwd, agent=named, model=None, yolo=False, config_path=config, trust=trust)
+    assert resolved.agent_path == named and len(resolved.agent.hooks.pre_tool_call) == 1
+    # Named only the agent file: .mcp.json and the Claude settings its import asks for still wait.
+    assert [Path(u.path).name for u in resolved.untrusted] == [".mcp.json", "settings.json"]
+
+
+def test_the_store_keeps_trusted_files_by_path(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "mm.db") as store:
+        store.trust_files([("/p/mm.yaml", sha("a")), ("/p/.mcp.json", sha("b"))])
+        store.trust_files([("/p/mm.yaml", sha("c"))])  # trusting again replaces the old text
+        assert store.trusted_files() == {"/p/mm.yaml": sha("c"), "/p/.mcp.json": sha("b")}
+        assert [row[0] for row in store.trusted_rows()] == ["/p/.mcp.json", "/p/mm.yaml"]
+        assert store.forget_trusted(["/p/mm.yaml", "/p/else"]) == 1
+        assert store.forget_trusted(None) == 1
+        assert store.trusted_files() == {}
+    with Store.open(tmp_path / "mm.db") as store:  # on disk, not in memory
+        assert store.trusted_files() == {}
