@@ -23,6 +23,7 @@ from . import editor, slash, style, terminal
 from .ask import Answer, answer_consent
 from .connection import Client, DaemonError
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View
+from .trust_cmd import offer
 
 # The first line of a chat.
 BANNER = (
@@ -71,9 +72,11 @@ class Chat:
         """Run *text* as a turn of the session, to its end (Ctrl-C cancels it)."""
         view = View("text")
         client = self.turns.connect()
-        view.spinner.start("starting")  # session.prompt may start a local model server first
         try:
-            started = client.call("session.prompt", self.turns.params(text, self.opts, self.session_id))
+            params = self.turns.params(text, self.opts, self.session_id)
+            offer(client, params["cwd"], params.get("agent"))  # before each turn: a file may have changed
+            view.spinner.start("starting")  # session.prompt may start a local model server first
+            started = client.call("session.prompt", params)
             self.session_id = started["session_id"]
             self.opts["continue_"] = False  # --continue picked the session once; the chat keeps it
             self.code, _ = self.turns.follow(client, self.session_id, started["after_seq"], view, ANSWER)

@@ -78,6 +78,7 @@ LAZY_COMMANDS = {
     "skills": ("mm.skills_cmd", "skills", "List the skills the model is offered here."),
     "diff": ("mm.undo_cmd", "diff", "What a session's steps changed in the working tree."),
     "undo": ("mm.undo_cmd", "undo", "Take back what a session's last steps changed."),
+    "trust": ("mm.trust_cmd", "trust", "Trust this project's files that name commands, as they are now."),
 }
 
 
@@ -263,11 +264,18 @@ def _run(
         view.failed(str(exc), session_id)
         return EXIT_ERROR, None
     try:
+        if terminal.is_terminal(sys.stdin):
+            from .trust_cmd import offer  # a person to ask: about the project's files first
+
+            offer(client, params["cwd"], params.get("agent"))
         started = client.call("session.prompt", params)
     except RPCError as exc:
         client.close()
         view.failed(exc.message, session_id)
         return EXIT_ERROR, None
+    except KeyboardInterrupt:
+        client.close()
+        return EXIT_INTERRUPTED, None
     code, started_id = follow(client, started["session_id"], started["after_seq"], view)
     client.close()
     return code, started_id

@@ -84,6 +84,8 @@ def mcp_list(agent: str | None, as_json: bool) -> None:
     test` uses it. Connections live in the daemon and are shared by every session that uses the same server.
     """
     listed = _call("mcp.list", _params(agent))
+    for warning in listed.get("warnings", []):
+        terminal.echo(f"warning: {warning}", err=True)
     if as_json:
         terminal.echo(json.dumps(listed["servers"], indent=2))
         return
@@ -291,6 +293,7 @@ def _read_scope(path: Path, scope: str) -> tuple[dict[str, Any], dict[str, Any]]
 def _write_checked(path: Path, document: dict[str, Any]) -> None:
     """Write *document*, then have the daemon read it; put the old file back if the daemon refuses it."""
     old = path.read_bytes() if path.exists() else None
+    before = _untrusted_here(path)
     _write(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     client = _connect()
     try:
@@ -301,6 +304,46 @@ def _write_checked(path: Path, document: dict[str, Any]) -> None:
         else:
             _write(path, old.decode("utf-8"))
         _fail(f"not added: {exc.message}")
+    finally:
+        client.close()
+    _keep_trust(path, before)
+
+
+def _untrusted_here(path: Path) -> set[str] | None:
+    """For the project's .mcp.json: the files here the daemon would go without (``trust.check``); None for
+    another file, or when the daemon cannot say."""
+    if path.name != PROJECT_FILE:
+        return None
+    try:
+        return {f["path"] for f in _call_quietly("trust.check", {"cwd": os.getcwd()})["files"]}
+    except (RPCError, DaemonError):
+        return None
+
+
+def _keep_trust(path: Path, before: set[str] | None) -> None:
+    """After mm itself changed the project's .mcp.json: trust its new text where its old one was trusted
+    (or there was none) — the change is yours; else say that it waits for `mm trust` (docs/security.md)."""
+    if before is None:
+        return
+    real = os.path.realpath(path)
+    if real in before:
+        terminal.echo(
+            f"{path} is not trusted here: `mm trust` after reading it, to use its servers", err=True
+        )
+        return
+    try:
+        for f in _call_quietly("trust.check", {"cwd": os.getcwd()})["files"]:
+            if f["path"] == real:
+                _call_quietly("trust.add", {"files": [{"path": real, "digest": f["digest"]}]})
+    except (RPCError, DaemonError) as exc:
+        terminal.echo(f"{path} waits for `mm trust` to be used: {getattr(exc, 'message', exc)}", err=True)
+
+
+def _call_quietly(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One call; its errors raised, not printed. Errors: RPCError, DaemonError."""
+    client = Client.connect()
+    try:
+        return client.call(method, params)
     finally:
         client.close()
 
@@ -353,5 +396,7 @@ def mcp_remove(name: str, scope: str | None) -> None:
     del servers[name]
     if chosen == "local" and not servers:  # no section left behind for a folder with no server
         del document["projects"][os.getcwd()]
+    before = _untrusted_here(path)
     _write(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    _keep_trust(path, before)
     terminal.echo(f"Removed MCP server {name} from {path} ({chosen} scope)")

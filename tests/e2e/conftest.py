@@ -148,6 +148,13 @@ def run_mm(
     )
 
 
+def trust_here(cwd: Path) -> None:
+    """``mm trust --yes`` in *cwd*: the project's files that name commands are trusted as they are now, as a
+    person does once after reading them (docs/security.md#project-trust)."""
+    trusted = run_mm("trust", "--yes", cwd=cwd)
+    assert trusted.returncode == 0, trusted.stderr
+
+
 def spawn_mm(*args: str, cwd: Path) -> subprocess.Popen[str]:
     """Start the real ``mm`` CLI without waiting for it (to signal it, or to race two of them).
 

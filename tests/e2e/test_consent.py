@@ -27,7 +27,7 @@ from mm.connection import Client
 
 from mmd.rpc import RPCError
 
-from .conftest import run_mm, start_mmd, stop_daemon
+from .conftest import run_mm, start_mmd, stop_daemon, trust_here
 
 # Seconds a client waits for one message from the daemon before the test fails.
 READ_TIMEOUT = 60.0
@@ -414,6 +414,7 @@ def test_yolo_runs_write_tools_without_asking(mm_home, scripted, client):
     assert (work / "b.txt").read_text() == "from-bash\n" and (work / "w.txt").read_text() == "two\n"
     # `yolo: true` in the agent file does the same for a client that did not ask for it.
     (work / "mm.yaml").write_text("yolo: true\n")
+    trust_here(work)
     by_file = run_turn(client, work, session_id=turn.session_id, yolo=False)
     assert by_file.ended["status"] == "ok" and (work / "agent.txt").read_text() == "x"
     assert rules() == []

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from .conftest import daemon_pids, run_mm
+from .conftest import daemon_pids, run_mm, trust_here
 from .test_declared import call, connect, interactive_turn, of, session_events, tool_messages
 
 DOCS = Path(__file__).parent / "claude_hooks"
@@ -41,6 +41,7 @@ def claude_project(work: Path, hooks: dict[str, Any], *scripts: str) -> None:
     for name in scripts:
         shutil.copy2(DOCS / name, folder / name)
     (work / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}, indent=2))
+    trust_here(work)  # as a person does once, having read them (docs/security.md#project-trust)
 
 
 def settings_hook(matcher: str, command: str) -> list[dict[str, Any]]:
@@ -49,6 +50,7 @@ def settings_hook(matcher: str, command: str) -> list[dict[str, Any]]:
 
 def agent(work: Path, hooks: dict[str, Any]) -> None:
     (work / "mm.yaml").write_text(yaml.safe_dump({"hooks": hooks}))
+    trust_here(work)
 
 
 def user_messages(request: dict[str, Any]) -> list[str]:
@@ -214,7 +216,7 @@ def test_a_malformed_claude_settings_file_is_a_clear_error_and_the_daemon_goes_o
     work = mm_home / "work"
     (work / ".claude").mkdir()
     (work / ".claude" / "settings.json").write_text('{\n  "hooks": {\n    "PreToolUse": [\n  }\n}\n')
-    agent(work, {"import": "claude"})
+    (work / "mm.yaml").write_text("hooks: {import: claude}\n")  # names no command: needs no trust
     scripted([{"text": "fine"}])
     result = run_mm("-p", "hi", cwd=work)
     assert result.returncode == 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import run_mm
+from .conftest import run_mm, trust_here
 from .mcp_servers import HERE, SEED, calls, npm_server, records
 
 SCHEMAS = HERE / "schema_server.py"
@@ -79,6 +79,7 @@ def received(log: Path) -> list[tuple[str, Any]]:
 
 def mcp_json(work: Path, servers: dict[str, Any]) -> None:
     (work / ".mcp.json").write_text(json.dumps({"mcpServers": servers}, indent=2))
+    trust_here(work)  # as a person does once, having read it (docs/security.md#project-trust)
 
 
 def seed_entry() -> dict[str, Any]:
@@ -141,6 +142,7 @@ def test_mm_yaml_takes_claudes_type_and_hints_at_mcp_json_for_mcpservers(mm_home
     assert "mm.yaml:1: mcpServers: unknown key" in result.stderr
     assert "Claude Code's .mcp.json" in result.stderr
     (work / "mm.yaml").write_text(json.dumps({"mcp": {"seed": entry}}))
+    trust_here(work)
     [row] = listed(work)
     assert (row["name"], row["transport"], row["origin"]) == ("seed", "stdio", str(work / "mm.yaml"))
 
@@ -343,6 +345,7 @@ def test_the_filesystem_servers_edit_file_is_checked_before_it_is_sent(mm_home, 
     # gives the same server a prefix and a tier (and wins over .mcp.json).
     fs = {"command": filesystem, "args": [str(work)], "prefix": True, "effects": {"edit_file": "write"}}
     (work / "mm.yaml").write_text(json.dumps({"mcp": {"fs": fs}}))
+    trust_here(work)
     path = str(work / "notes.txt")
     server = scripted(
         [

@@ -191,3 +191,25 @@ def test_the_shipped_help_tags_are_what_helptags_makes_of_mm_txt(tmp_path):
     assert (PLUGIN / "doc" / "tags").read_text() == made, (
         "clients/nvim/doc/tags is stale: run `nvim --headless -c 'helptags doc' -c q` in clients/nvim"
     )
+
+
+def test_a_prompt_asks_about_the_projects_untrusted_files_first(mm_home, scripted, daemon, tmp_path):
+    # The editor's person is there to ask, as the CLI's on a terminal: a project file that names commands
+    # is asked about before the prompt; not trusted, the prompt goes without it.
+    work, marker = mm_home / "work", mm_home / "hook-ran"
+    write = f"open({str(marker)!r}, 'a').write('ran\\n')"
+    hook = {"matcher": "bash", "command": [sys.executable, "-c", write], "timeout": 10}
+    (work / "mm.yaml").write_text(json.dumps({"hooks": {"preToolCall": [hook]}}))
+    call = {"tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]}
+    scripted([call, {"text": "done"}] * 3)
+    out = tmp_path / "out.json"
+    script = ROOT / "tests" / "e2e" / "nvim" / "plugin_trust.lua"
+    run_nvim(work, "-c", f"luafile {script}", env={"MM_TEST_OUT": str(out)})
+    result = json.loads(out.read_text())
+    assert result["ok"], result["err"]
+    assert [result[f"status{i}"] for i in (1, 2, 3)] == ["ok", "ok", "ok"], result
+    assert [result[f"asked{i}"] for i in (1, 2, 3)] == [1, 1, 0]  # trusted: not asked again
+    first = result["asked"][0]
+    assert first["kind"] == "mm_trust"
+    assert str(work / "mm.yaml") in first["prompt"] and "hooks at preToolCall" in first["prompt"]
+    assert marker.read_text() == "ran\nran\n"  # not the first prompt's call: it went without the file

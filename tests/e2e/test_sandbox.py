@@ -25,7 +25,7 @@ import yaml
 
 from mmd.sandbox import PRETEND_VAR, support
 
-from .conftest import run_mm
+from .conftest import run_mm, trust_here
 from .test_declared import call, connect, interactive_turn, of, session_events, tool_messages
 
 WRITER = Path(__file__).parent / "mcp_servers" / "write_server.py"
@@ -61,8 +61,10 @@ def prompt(work: Path, *extra: str) -> Any:
 
 
 def agent(work: Path, **keys: Any) -> Path:
+    """The project's mm.yaml, trusted as a person does once, having read it (docs/security.md#project-trust)."""
     path = work / "mm.yaml"
     path.write_text(yaml.safe_dump(keys, sort_keys=False))
+    trust_here(work)
     return path
 
 

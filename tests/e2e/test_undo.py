@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import run_mm
+from .conftest import run_mm, trust_here
 
 BINARY = bytes(range(256)) * 4  # every byte value, NUL and invalid UTF-8 included
 
@@ -142,6 +142,7 @@ def test_a_declared_tool_that_creates_files_in_a_folder_that_is_not_a_git_reposi
         ]
     }
     (work / "mm.yaml").write_text(yaml.safe_dump(agent))
+    trust_here(work)
     scripted([call("make_files"), {"text": "Made."}])
     before = tree(work)
     [step] = changed(turn(work))

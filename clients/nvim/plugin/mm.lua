@@ -69,3 +69,7 @@ end, {
   bang = true,
   desc = "mm: take back the session's last step (or steps N on); ! overwrites files changed since",
 })
+
+command('MmTrust', function()
+  require('mm').trust_command()
+end, { nargs = 0, desc = "mm: trust this project's files that name commands, as they are now" })

@@ -605,6 +605,56 @@ function M.prompt(opts)
     end
   end
 
+  -- Taken from now: the trust question (if any) comes first, and a prompt meanwhile waits for this one.
+  state.waiting, state.last_status, state.last_error = true, nil, nil
+  M.trust_first(params, function()
+    M._send_prompt(opts, params, previous)
+  end)
+end
+
+-- -- project trust (docs/security.md#project-trust) ------------------------------------------
+
+local TRUST, NOT_NOW = 'Trust them as they are now', 'Not now: go without them'
+
+-- What trust.check found, as the question shows it: each file, then what it would make mm do.
+local function untrusted_text(files)
+  local lines = { 'mm: these files of the project name what mm would run without asking you:' }
+  for _, f in ipairs(files) do
+    table.insert(lines, '  ' .. f.path .. (f.changed and ' (changed since you trusted it)' or ''))
+    for _, power in ipairs(f.powers or {}) do
+      table.insert(lines, '      ' .. power)
+    end
+  end
+  return table.concat(lines, '\n')
+end
+
+-- Asks about the files a request with params (cwd, agent) would go without, trusts them on yes, then
+-- calls done(); with none (or no answer from the daemon: the turn says it), done() at once.
+function M.trust_first(params, done, always)
+  M.request('trust.check', { cwd = params.cwd, agent = params.agent }, function(err, r)
+    if err or not r.files or #r.files == 0 then
+      if always then
+        notify(err or 'nothing here needs trust', err and vim.log.levels.ERROR or nil)
+      end
+      return done()
+    end
+    vim.ui.select({ TRUST, NOT_NOW }, { prompt = untrusted_text(r.files), kind = 'mm_trust' }, function(choice)
+      if choice ~= TRUST then
+        notify('not trusted: the prompt goes without them (:MmTrust trusts them later)', vim.log.levels.WARN)
+        return done()
+      end
+      local files = vim.tbl_map(function(f) return { path = f.path, digest = f.digest } end, r.files)
+      M.request('trust.add', { files = files }, function(add_err)
+        if add_err then
+          notify(add_err, vim.log.levels.ERROR)
+        end
+        done()
+      end)
+    end)
+  end)
+end
+
+function M._send_prompt(opts, params, previous)
   show_answer()
   local header = '» ' .. opts.prompt
   if opts.context then
@@ -677,6 +727,11 @@ local function here()
     params.agent = vim.fn.fnamemodify(config.agent, ':p')
   end
   return params
+end
+
+-- :MmTrust: the question, on its own.
+function M.trust_command()
+  M.trust_first(here(), function() end, true)
 end
 
 -- The daemon's lists that commands complete from: the method, its params, the names in its result.

@@ -1,0 +1,158 @@
+"""``mm trust``: use a project's files that name commands — after you read them — and the question a prompt
+on a terminal asks about them.
+
+A cloned repository's ``mm.yaml``, ``.mcp.json`` and Claude Code settings can name commands mm would run
+without asking: hooks, MCP servers, declared tools, and keys that loosen its guards. The daemon goes
+without such a file until you trust it, and trusts it only as it was then (its digest): an edit, a pull, a
+command of a turn that rewrote it make it untrusted again (docs/security.md#project-trust). This module is
+a thin client of ``trust.check``, ``trust.add``, ``trust.list`` and ``trust.forget`` (docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from mmd.rpc import RPCError
+
+from . import terminal
+from .connection import Client, DaemonError
+
+
+def untrusted(client: Client, cwd: str, agent: str | None) -> list[dict[str, Any]]:
+    """The files a request in *cwd* would go without (``trust.check``)."""
+    params: dict[str, Any] = {"cwd": cwd}
+    if agent:
+        params["agent"] = agent
+    return client.call("trust.check", params)["files"]
+
+
+def describe(files: list[dict[str, Any]]) -> None:
+    """What each file would make mm do, on stderr (every name in it is the file's: shown inert)."""
+    click.echo("These files of the project name what mm would run without asking you:", err=True)
+    for f in files:
+        changed = " (changed since you trusted it)" if f["changed"] else ""
+        click.echo(f"  {terminal.code(f['path'])}{changed}", err=True)
+        for power in f["powers"]:
+            click.echo(f"      {terminal.code(power)}", err=True)
+
+
+def offer(client: Client, cwd: str, agent: str | None) -> None:
+    """Before a prompt on a terminal: ask about the files it would go without, and trust them on yes. With
+    no terminal to ask on, nothing: the turn's warning says what it went without.
+
+    Errors: KeyboardInterrupt (Ctrl-C at the question); RPCError from the daemon (a bad agent file: the
+    prompt says it the same way).
+    """
+    if not (terminal.is_terminal(sys.stdin) and terminal.is_terminal(sys.stderr)):
+        return
+    from .ask import read_reply  # prompt_toolkit: only when there is something to ask
+
+    files = untrusted(client, cwd, agent)
+    if not files:
+        return
+    describe(files)
+    try:
+        reply = read_reply("Read them first. Trust them as they are now? [y/N]", "n")
+    except EOFError:
+        reply = "n"
+    if reply.strip().lower() in ("y", "yes"):
+        _add(client, files)
+        click.echo("trusted; `mm trust forget` takes it back", err=True)
+    else:
+        click.echo("not trusted: this prompt runs without them (`mm trust` trusts them later)", err=True)
+
+
+def _add(client: Client, files: list[dict[str, Any]]) -> None:
+    client.call("trust.add", {"files": [{"path": f["path"], "digest": f["digest"]} for f in files]})
+
+
+def _fail(message: str) -> None:
+    terminal.echo(f"mm: {message}", err=True)
+    sys.exit(1)
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
+)
+@click.option("--yes", "-y", is_flag=True, help="Trust without asking (you have read the files).")
+@click.pass_context
+def trust(ctx: click.Context, agent: str | None, yes: bool) -> None:
+    """Trust this project's files that name commands, as they are now.
+
+    \b
+    A cloned repository's mm.yaml (or .mm/agent.yaml), .mcp.json and Claude
+    Code settings can name commands mm would run without asking: hooks, MCP
+    servers, declared tools; and yolo, pass_env, sandbox: off. mm goes without
+    such a file until you trust it, and trusts it only as it is when you do:
+    any change to it makes it untrusted again. Read the files, then trust them.
+    `mm trust list` shows what you trusted; `mm trust forget` takes it back.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        client = Client.connect()
+        files = untrusted(client, os.getcwd(), os.path.abspath(agent) if agent else None)
+        if not files:
+            click.echo(
+                "nothing here needs trust: no file of this project names commands you have not trusted"
+            )
+            return
+        describe(files)
+        if not yes:
+            if not sys.stdin.isatty():
+                _fail("add --yes to trust them without a terminal to ask on")
+            from .ask import read_reply
+
+            if read_reply("Trust them as they are now? [y/N]", "n").strip().lower() not in ("y", "yes"):
+                click.echo("not trusted", err=True)
+                sys.exit(1)
+        _add(client, files)
+    except (DaemonError, RPCError) as exc:
+        _fail(str(getattr(exc, "message", exc)))
+    except (KeyboardInterrupt, EOFError):
+        click.echo("not trusted", err=True)
+        sys.exit(130)
+    click.echo(f"trusted {len(files)} file{'s' if len(files) != 1 else ''} as they are now")
+
+
+@trust.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Every field, as JSON.")
+def trust_list(as_json: bool) -> None:
+    """The files you trusted, and whether each is still as you trusted it."""
+    try:
+        listed = Client.connect().call("trust.list", {})["files"]
+    except (DaemonError, RPCError) as exc:
+        _fail(str(getattr(exc, "message", exc)))
+        return
+    if as_json:
+        terminal.echo(json.dumps(listed, indent=2))
+        return
+    if not listed:
+        click.echo("no file trusted (`mm trust` in a project trusts its files)")
+        return
+    for row in listed:
+        when = datetime.datetime.fromtimestamp(row["trusted"]).strftime("%Y-%m-%d %H:%M")
+        terminal.echo(f"{row['state']:<10}  {when}  {row['path']}")
+
+
+@trust.command("forget")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--all", "every", is_flag=True, help="Every trusted file.")
+def trust_forget(paths: tuple[str, ...], every: bool) -> None:
+    """Trust the files at PATHS no longer (or --all of them)."""
+    if not paths and not every:
+        _fail("name the files to forget (`mm trust list` shows them), or give --all")
+    params = {} if every else {"paths": [os.path.realpath(p) for p in paths]}
+    try:
+        forgotten = Client.connect().call("trust.forget", params)["forgotten"]
+    except (DaemonError, RPCError) as exc:
+        _fail(str(getattr(exc, "message", exc)))
+        return
+    click.echo(f"forgot {forgotten} file{'s' if forgotten != 1 else ''}")

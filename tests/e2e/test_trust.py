@@ -1,0 +1,191 @@
+"""Project trust end to end: a cloned repository's files that name commands wait for ``mm trust``.
+
+The real CLI and daemon, a scripted model server; what ran is judged by the files the commands wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .conftest import run_mm
+from .test_consent import run_on_pty
+from .test_declared import call
+from .test_sandbox import sandboxed
+
+MM = (sys.executable, "-m", "mm.cli")
+
+
+def marker_hook(marker: Path) -> dict[str, Any]:
+    """A preToolCall hook of every bash call that leaves *marker* behind."""
+    write = f"open({str(marker)!r}, 'a').write('ran\\n')"
+    return {"preToolCall": [{"matcher": "bash", "command": [sys.executable, "-c", write], "timeout": 10}]}
+
+
+def clone(work: Path, marker: Path) -> Path:
+    """A project as a clone brings it: an mm.yaml whose hook would run at every bash call."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "mm.yaml"
+    path.write_text(yaml.safe_dump({"hooks": marker_hook(marker)}))
+    return path
+
+
+def turns(scripted: Any, count: int) -> None:
+    scripted([call("bash", {"command": "true"}), {"text": "done"}] * count)
+
+
+def trusted(cwd: Path) -> list[dict[str, Any]]:
+    listed = run_mm("trust", "list", "--json", cwd=cwd)
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)
+
+
+def test_a_clones_hooks_wait_for_trust_and_a_change_takes_it_back(mm_home, scripted):
+    work, marker = mm_home / "work", mm_home / "hook-ran"
+    agent = clone(work, marker)
+    turns(scripted, 4)
+
+    first = run_mm("--yolo", "-p", "go", cwd=work)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "done\n"  # the prompt ran, without the file
+    assert not marker.exists()
+    assert (
+        f"{agent} names what mm would run (hooks at preToolCall) and you have not trusted it" in first.stderr
+    )
+    assert f"run `mm trust` in {work}" in first.stderr
+
+    asked = run_mm("trust", cwd=work)  # no terminal to ask on
+    assert asked.returncode == 1 and "add --yes" in asked.stderr
+    assert trusted(work) == []
+    given = run_mm("trust", "--yes", cwd=work)
+    assert given.returncode == 0, given.stderr
+    assert str(agent) in given.stderr and "hooks at preToolCall" in given.stderr
+    assert "trusted 1 file as they are now" in given.stdout
+    [row] = trusted(work)
+    assert (row["path"], row["state"]) == (str(agent), "as trusted")
+
+    second = run_mm("--yolo", "-p", "go", cwd=work)
+    assert second.returncode == 0, second.stderr
+    assert marker.read_text() == "ran\n"
+    assert "mm trust" not in second.stderr
+
+    # A pull, an edit, a command of a turn that rewrote it: the file is another, and untrusted again.
+    agent.write_text(agent.read_text() + "# changed\n")
+    assert [r["state"] for r in trusted(work)] == ["changed"]
+    third = run_mm("--yolo", "-p", "go", cwd=work)
+    assert third.returncode == 0, third.stderr
+    assert marker.read_text() == "ran\n"  # not run again
+    assert f"{agent} changed since you trusted it" in third.stderr
+
+    forgot = run_mm("trust", "forget", "--all", cwd=work)
+    assert forgot.returncode == 0 and "forgot 1 file" in forgot.stdout
+    assert trusted(work) == []
+
+
+def test_a_file_with_nothing_to_run_needs_no_trust(mm_home, scripted):
+    work = mm_home / "work"
+    work.mkdir(exist_ok=True)
+    (work / "mm.yaml").write_text("system: You answer in one word.\nmax_steps: 3\n")
+    server = scripted([{"text": "yes"}])
+    result = run_mm("-p", "go", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert "mm trust" not in result.stderr
+    assert server.requests()[0]["body"]["messages"][0]["content"].startswith("You answer in one word.")
+    assert run_mm("trust", cwd=work).stdout.startswith("nothing here needs trust")
+
+
+def test_every_file_a_clone_brings_that_names_commands_waits(mm_home, scripted):
+    # .mcp.json (its servers start when a prompt runs) and Claude Code's project settings (their hooks run
+    # under `import: claude`) come with the repository as mm.yaml does.
+    work, started = mm_home / "work", mm_home / "server-started"
+    (work / ".claude").mkdir(parents=True, exist_ok=True)
+    (work / "mm.yaml").write_text("hooks: {import: claude}\n")  # asks for Claude's hooks: itself runs nothing
+    server = {"command": sys.executable, "args": ["-c", f"open({str(started)!r}, 'w')"]}
+    (work / ".mcp.json").write_text(json.dumps({"mcpServers": {"tracker": server}}))
+    hook = {"hooks": [{"type": "command", "command": f"touch {mm_home / 'claude-hook-ran'}"}]}
+    (work / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
+    turns(scripted, 1)
+
+    result = run_mm("--yolo", "-p", "go", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert not started.exists() and not (mm_home / "claude-hook-ran").exists()
+    assert "MCP servers: tracker" in result.stderr and "hooks at PreToolUse" in result.stderr
+    for command in (("mcp", "list"), ("tools", "list")):
+        listed = run_mm(*command, cwd=work)
+        assert f"{work / '.mcp.json'} names what mm would run (MCP servers: tracker)" in listed.stderr
+    assert not started.exists()
+
+    given = run_mm("trust", "--yes", cwd=work)
+    assert "trusted 2 files" in given.stdout, given.stderr
+    assert {r["path"] for r in trusted(work)} == {
+        str(work / ".mcp.json"),
+        str(work / ".claude" / "settings.json"),
+    }
+
+
+def test_a_sandboxed_command_can_neither_trust_a_file_nor_name_it_in(mm_home, scripted):
+    # A confined command may write the project's mm.yaml: trusting it, or naming it with --agent (which
+    # trusts the file for that request and records it), would undo the point of the digest.
+    work, marker = mm_home / "work", mm_home / "hook-ran"
+    clone(work, marker)
+    assert run_mm("daemon", "start").returncode == 0
+    turns(scripted, 2)
+
+    refused = sandboxed(*MM, "trust", "--yes", cwd=work)
+    assert refused.returncode == 1
+    assert "mm: this client runs with no_new_privs" in refused.stderr
+    assert "trusting what it wrote would undo the trust" in refused.stderr
+    assert trusted(work) == []
+
+    named = sandboxed(*MM, "--yolo", "--agent", "mm.yaml", "-p", "go", cwd=work)
+    assert named.returncode == 0, named.stderr
+    assert not marker.exists()
+    assert "you have not trusted it" in named.stderr
+    assert trusted(work) == []
+
+    # The person naming it is trusting it (as it is), and a session continued later goes on with it.
+    mine = run_mm("--yolo", "--agent", "mm.yaml", "-p", "go", cwd=work)
+    assert mine.returncode == 0, mine.stderr
+    assert marker.read_text() == "ran\n"
+    assert [r["state"] for r in trusted(work)] == ["as trusted"]
+
+
+def test_the_cli_asks_on_its_terminal_before_the_prompt(mm_home, scripted, daemon):
+    work, marker = mm_home / "work", mm_home / "hook-ran"
+    agent = clone(work, marker)
+    turns(scripted, 3)
+
+    code, text = run_on_pty(["--yolo", "-p", "go"], work, [("Trust them as they are now?", "n")])
+    assert code == 0, text
+    assert str(agent) in text and "hooks at preToolCall" in text
+    assert "not trusted: this prompt runs without them" in text
+    assert not marker.exists()
+
+    code, text = run_on_pty(["--yolo", "-p", "go"], work, [("Trust them as they are now?", "y")])
+    assert code == 0, text
+    assert marker.read_text() == "ran\n"
+
+    code, text = run_on_pty(["--yolo", "-p", "go"], work, [])  # trusted: nothing asked
+    assert code == 0, text
+    assert "Trust them" not in text
+    assert marker.read_text() == "ran\nran\n"
+
+
+def test_mm_mcp_add_keeps_a_trusted_mcp_json_trusted_and_an_untrusted_one_waiting(mm_home):
+    work = mm_home / "work"
+    work.mkdir(exist_ok=True)
+    added = run_mm("mcp", "add", "-s", "project", "tracker", "--", sys.executable, "-c", "pass", cwd=work)
+    assert added.returncode == 0, added.stderr
+    # A file mm wrote for you where there was none (or a trusted one): the change is yours, and trusted.
+    assert [(Path(r["path"]).name, r["state"]) for r in trusted(work)] == [(".mcp.json", "as trusted")]
+    assert "warning" not in run_mm("mcp", "list", cwd=work).stderr
+    # A clone's file you never trusted stays so: adding a server to it trusts none of the others.
+    run_mm("trust", "forget", "--all", cwd=work)
+    again = run_mm("mcp", "add", "-s", "project", "notes", "--", sys.executable, "-c", "pass", cwd=work)
+    assert again.returncode == 0, again.stderr
+    assert f"{work / '.mcp.json'} is not trusted here: `mm trust` after reading it" in again.stderr
+    assert trusted(work) == []
