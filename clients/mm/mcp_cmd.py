@@ -325,7 +325,7 @@ def _keep_trust(path: Path, before: set[str] | None) -> None:
     (or there was none) — the change is yours; else say that it waits for `mm trust` (docs/security.md)."""
     if before is None:
         return
-    real = os.path.realpath(path)
+    real = os.path.abspath(path)  # as trust.check names it
     if real in before:
         terminal.echo(
             f"{path} is not trusted here: `mm trust` after reading it, to use its servers", err=True

@@ -149,7 +149,7 @@ def trust_forget(paths: tuple[str, ...], every: bool) -> None:
     """Trust the files at PATHS no longer (or --all of them)."""
     if not paths and not every:
         _fail("name the files to forget (`mm trust list` shows them), or give --all")
-    params = {} if every else {"paths": [os.path.realpath(p) for p in paths]}
+    params = {} if every else {"paths": [os.path.abspath(p) for p in paths]}  # as trust.check names them
     try:
         forgotten = Client.connect().call("trust.forget", params)["forgotten"]
     except (DaemonError, RPCError) as exc:

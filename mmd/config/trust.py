@@ -4,7 +4,7 @@ A cloned repository's agent file (``mm.yaml``, ``.mm/agent.yaml``), its ``.mcp.j
 settings (under ``import: claude``) can name commands mm would run without asking anyone — hooks, MCP
 servers, declared tools — and keys that loosen mm's guards (``yolo``, ``pass_env``, ``sandbox: off``,
 ``sandbox.writable``). Such a file is used only once the person trusted it (``mm trust``), and only as it
-was then: trust is kept by the file's real path and the SHA-256 of its text, so a ``git pull`` or a
+was then: trust is kept by the file's path and the SHA-256 of its text, so a ``git pull`` or a
 sandboxed command that changes it makes it untrusted again. A file that names none of these is used as it
 is; a file the person names on the command line (``--agent``) is trusted for that request.
 
@@ -22,8 +22,8 @@ import msgspec
 
 
 class Untrusted(msgspec.Struct, frozen=True):
-    """A project file left out: its real path, the digest of its text, what it would have made mm do,
-    and whether an older text of it was trusted (it changed since)."""
+    """A project file left out: its path (:func:`where`), the digest of its text, what it would have made
+    mm do, and whether an older text of it was trusted (it changed since)."""
 
     path: str
     digest: str
@@ -32,31 +32,38 @@ class Untrusted(msgspec.Struct, frozen=True):
 
 
 class Trust:
-    """The files trusted (real path → digest) for one request, and the untrusted ones it met.
+    """The files trusted (path → digest) for one request, and the untrusted ones it met.
 
     *named*: the agent file the person named on this request (``--agent``), trusted as it is.
     """
 
     def __init__(self, trusted: Mapping[str, str] | None, *, named: Path | None = None) -> None:
         self._trusted = trusted  # None: every file (EVERYTHING)
-        self._named = os.path.realpath(named) if named is not None else None
+        self._named = where(named) if named is not None else None
         self.untrusted: list[Untrusted] = []
 
     def holds(self, path: Path | str, digest: str) -> bool:
         """Whether the file at *path* was trusted with the text of *digest*."""
-        return self._trusted is not None and self._trusted.get(os.path.realpath(path)) == digest
+        return self._trusted is not None and self._trusted.get(where(path)) == digest
 
     def admits(self, path: Path | str, digest: str, powers: list[str]) -> bool:
         """Whether the file at *path*, whose text has *digest* and names *powers*, may be used; an
         untrusted one is recorded in :attr:`untrusted`."""
         if not powers or self._trusted is None:
             return True
-        real = os.path.realpath(path)
-        if real == self._named or self.holds(real, digest):
+        key = where(path)
+        if key == self._named or self.holds(key, digest):
             return True
-        if all(u.path != real for u in self.untrusted):
-            self.untrusted.append(Untrusted(real, digest, powers, changed=real in self._trusted))
+        if all(u.path != key for u in self.untrusted):
+            self.untrusted.append(Untrusted(key, digest, powers, changed=key in self._trusted))
         return False
+
+
+def where(path: Path | str) -> str:
+    """The key a file is trusted by: its absolute path as mm found it, links not followed. A file's
+    relative commands run from the folder it was found in, so the same text linked in elsewhere (a link a
+    sandboxed command made, to a trusted file whose hook is ``./check.sh``) is another file to trust."""
+    return os.path.abspath(path)
 
 
 def everything() -> Trust:

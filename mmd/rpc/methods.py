@@ -138,7 +138,7 @@ class TrustCheck(_PathParams):
     agent: str | None = None  # named on the command line: trusted for the request, so not listed
 
 
-# A file trust.add names: its real path and the SHA-256 (hex) of its text, as trust.check said them.
+# A file trust.add names: its absolute path and the SHA-256 (hex) of its text, as trust.check said them.
 Digest = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 TrustPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern="^/[^\x00]*$")]
 

@@ -188,7 +188,7 @@ class Revoked(_Result):
 
 
 class UntrustedFile(_Result):
-    path: str  # real path
+    path: str  # absolute, as mm found it (links not followed)
     digest: str  # SHA-256 of its text: what trust.add takes back
     powers: list[str]  # what it would make mm run or let through, one phrase each
     changed: bool  # an older text of it was trusted

@@ -34,7 +34,7 @@ from .. import __version__, paths, procs, sandbox
 from ..config import ConfigError, DaemonConfig, load_user_config
 from ..config.agent import powers
 from ..config.secrets import secret_variables
-from ..config.trust import Trust, named_file
+from ..config.trust import Trust, named_file, where
 from ..local.server import LocalServers
 from ..mcp.pool import McpPool
 from ..procs.environ import withhold
@@ -528,7 +528,7 @@ class Daemon:
         so ``mm -c`` of its session goes on with it while it is unchanged (mmd/config/trust.py)."""
         named, digest = resolved.agent_path, resolved.agent.digest
         if named and powers(resolved.agent) and not trust.holds(named, digest):
-            self.store.trust_files([(os.path.realpath(named), digest)])
+            self.store.trust_files([(where(named), digest)])
 
     def _resumed(self, p: Prompt) -> Session | None:
         """The session a prompt resumes (by id, or the newest of its cwd), or None for a new one."""

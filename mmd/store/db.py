@@ -146,7 +146,7 @@ _MIGRATIONS = [
         PRIMARY KEY (session_id, step)
     ) WITHOUT ROWID;
     """,
-    # 5: the project files you trusted (mm trust), by real path, as the SHA-256 of their text then.
+    # 5: the project files you trusted (mm trust), by absolute path, as the SHA-256 of their text then.
     """
     CREATE TABLE trusted_files (
         path TEXT PRIMARY KEY,
@@ -776,7 +776,7 @@ class Store:
     # -- trusted project files (mmd/config/trust.py) ----------------------------
 
     def trusted_files(self) -> dict[str, str]:
-        """Every trusted file's real path → the digest of its text when it was trusted.
+        """Every trusted file's absolute path → the digest of its text when it was trusted.
 
         Errors: none.
         """
@@ -790,7 +790,7 @@ class Store:
         return list(self._conn.execute("SELECT path, digest, trusted FROM trusted_files ORDER BY path"))
 
     def trust_files(self, files: list[tuple[str, str]]) -> None:
-        """Trust each (real path, digest), replacing what was trusted of that path.
+        """Trust each (absolute path, digest), replacing what was trusted of that path.
 
         Errors: none.
         """

@@ -65,11 +65,13 @@ def test_trust_admits_a_file_only_as_it_was_trusted(tmp_path: Path) -> None:
         Untrusted(str(path), sha("new"), ["yolo"], changed=True),
         Untrusted(str(other), sha("x"), ["MCP servers: a"], changed=False),
     ]
-    # Kept by real path: a link to a trusted file is that file; the file named on the request is trusted.
-    link = tmp_path / "link.yaml"
+    # Kept by the path it was found at: a link to a trusted file is another file (its relative commands
+    # would run from the link's folder); the file named on the request is trusted.
+    link = tmp_path / "sub" / "mm.yaml"
+    link.parent.mkdir()
     link.symlink_to(path)
-    assert Trust({str(path): sha("old")}).admits(link, sha("old"), ["yolo"])
-    assert Trust({}, named=link).admits(path, sha("new"), ["yolo"])
+    assert not Trust({str(path): sha("old")}).admits(link, sha("old"), ["yolo"])
+    assert Trust({}, named=tmp_path / "sub" / ".." / "mm.yaml").admits(path, sha("new"), ["yolo"])
 
 
 def _project(tmp_path: Path) -> tuple[Path, Path]:
