@@ -213,3 +213,5 @@ def test_a_prompt_asks_about_the_projects_untrusted_files_first(mm_home, scripte
     assert first["kind"] == "mm_trust"
     assert str(work / "mm.yaml") in first["prompt"] and "hooks at preToolCall" in first["prompt"]
     assert marker.read_text() == "ran\nran\n"  # not the first prompt's call: it went without the file
+    assert result["mmtrust"]["asked"] == 0
+    assert any("nothing here needs trust" in m for m in result["mmtrust"]["notified"]), result["mmtrust"]

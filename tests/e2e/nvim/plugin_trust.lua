@@ -21,6 +21,17 @@ local ok, err = pcall(function()
     out['status' .. i] = mm.status().last_status
     out['asked' .. i] = #out.asked - before
   end
+  -- :MmTrust on its own, once all is trusted: it says so, and asks nothing.
+  local notified = {}
+  vim.notify = function(msg)
+    table.insert(notified, msg)
+  end
+  local before = #out.asked
+  vim.cmd('MmTrust')
+  vim.wait(TIMEOUT, function()
+    return #notified > 0
+  end, 10)
+  out.mmtrust = { notified = notified, asked = #out.asked - before }
 end)
 
 out.ok = ok
