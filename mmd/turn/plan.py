@@ -254,9 +254,11 @@ def resolve(
     withhold(secret_variables(config) | credential_variables(agent_file.mcp))
     ref = model or agent_file.model or config.default_model or _local_default()
     if not ref:
+        # An agent file left out untrusted may be the one that names the model: say that first.
+        left_out = "".join(f"{warning(u, cwd)}; and " for u in trust.untrusted)
         raise RPCError(
             "no_model",
-            "no model configured: pass --model PROVIDER/MODEL, set `model:` in the agent file, "
+            f"{left_out}no model configured: pass --model PROVIDER/MODEL, set `model:` in the agent file, "
             f"or `default_model:` in {config_path} (the README's Models section shows how); "
             "or run `mm local setup` to install a local model, used when none is configured",
         )

@@ -13,6 +13,7 @@ import pytest
 from mmd.config import load_agent_file
 from mmd.config.agent import powers
 from mmd.config.trust import Trust, Untrusted
+from mmd.rpc import RPCError
 from mmd.store import Store
 from mmd.turn import plan
 
@@ -151,3 +152,21 @@ def test_the_store_keeps_trusted_files_by_path(tmp_path: Path) -> None:
         assert store.trusted_files() == {}
     with Store.open(tmp_path / "mm.db") as store:  # on disk, not in memory
         assert store.trusted_files() == {}
+
+
+def test_no_model_says_first_that_the_file_naming_one_was_left_out(tmp_path: Path, monkeypatch) -> None:
+    # A clone's mm.yaml names its model and a hook: untrusted, the whole file is left out, model with it. A
+    # bare "no model configured ... set `model:` in the agent file" sent the person to a file that has one.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # no local model installed to fall back on
+    cwd = tmp_path / "repo"
+    cwd.mkdir()
+    (cwd / "mm.yaml").write_text("model: a/b\nhooks: {preToolCall: [{command: [./check]}]}\n")
+    config = tmp_path / "config.yaml"
+    config.write_text("providers: {a: {kind: openai, base_url: 'http://127.0.0.1:1/v1'}}\n")
+    with pytest.raises(RPCError) as refused:
+        plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=Trust({}))
+    assert refused.value.code == "no_model"
+    assert refused.value.message.startswith(
+        f"{cwd / 'mm.yaml'} names what mm would run (hooks at preToolCall)"
+    )
+    assert f"run `mm trust` in {cwd} to use it; and no model configured" in refused.value.message
