@@ -18,11 +18,11 @@ from ..tools.builtin import BUILTIN_TOOLS
 from . import loader
 from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
-from .hooks import HooksSpec, check_hooks, hook_events
+from .hooks import HooksSpec, check_hooks, hook_commands
 from .loader import ConfigError, Document, parse
-from .mcp import KEY_HINTS, McpServerSpec, check_servers
+from .mcp import KEY_HINTS, McpServerSpec, check_servers, server_commands
 from .sandbox import SandboxSpec, absolute, normalise
-from .trust import listing
+from .trust import capped, command_text, listing
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 # A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
@@ -90,15 +90,12 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def powers(agent: AgentFile) -> list[str]:
-    """What *agent* would make mm run, or let through its guards, that no one is asked about: empty for a
-    file of words, choices and limits (config/trust.py)."""
-    found = []
-    if agent.tools:
-        found.append(f"declared tools: {listing([tool.name for tool in agent.tools])}")
-    if events := hook_events(agent.hooks):
-        found.append(f"hooks at {listing(events)}")
-    if agent.mcp:
-        found.append(f"MCP servers: {listing(list(agent.mcp))}")
+    """What *agent* would make mm run, or let through its guards, that no one is asked about — each
+    command as it would run, at most trust.SHOWN_POWERS lines: empty for a file of words, choices and
+    limits (config/trust.py)."""
+    found = [f"declared tool {tool.name}: runs {command_text(tool.command)}" for tool in agent.tools]
+    found += hook_commands(agent.hooks)
+    found += server_commands(agent.mcp)
     if agent.yolo:
         found.append("yolo: write tools run without asking")
     if agent.pass_env:
@@ -107,7 +104,7 @@ def powers(agent: AgentFile) -> list[str]:
         found.append("sandbox: off")
     if agent.sandbox.writable:
         found.append(f"sandbox.writable: {listing(agent.sandbox.writable)}")
-    return found
+    return capped(found)
 
 
 def find_agent_file(cwd: Path, explicit: str | None) -> Path | None:

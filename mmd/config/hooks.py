@@ -36,7 +36,7 @@ from ..untrusted import (
     open_regular,
 )
 from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, text_digest
-from .trust import Trust, listing
+from .trust import Trust, capped, command_text
 
 # Seconds an mm-shape hook may run when it names no timeout.
 DEFAULT_TIMEOUT = 60.0
@@ -119,9 +119,15 @@ def _event_fields() -> tuple[tuple[str, str], ...]:
 _ALIASES = {"preToolCall": "PreToolUse", "postToolCall": "PostToolUse"}
 
 
-def hook_events(spec: HooksSpec) -> list[str]:
-    """The events *spec* runs commands at, as written (``preToolCall``)."""
-    return [key for key, name in _event_fields() if getattr(spec, name)]
+def hook_commands(spec: HooksSpec) -> list[str]:
+    """What *spec* runs, one line a command: ``hook at preToolCall (bash): runs ./guard.sh``."""
+    lines = []
+    for key, name in _event_fields():
+        for hook in getattr(spec, name):
+            at = f"hook at {key}" + (f" ({hook.matcher})" if hook.matcher != "*" else "")
+            commands = [h.command for h in hook.hooks] if hook.hooks else [hook.command]
+            lines += [f"{at}: runs {command_text(command)}" for command in commands]
+    return lines
 
 
 def check_hooks(doc: Document, spec: HooksSpec, at: tuple[Any, ...] = ("hooks",)) -> None:
@@ -223,7 +229,7 @@ def claude_settings_hooks(
     doc = _lines(path, text, {"hooks": kept})
     settings = doc.convert(_Settings)
     check_hooks(doc, settings.hooks)
-    said = [f"hooks at {listing(events)}"] if (events := hook_events(settings.hooks)) else []
+    said = capped(hook_commands(settings.hooks))
     if project is not None and trust is not None and not trust.admits(path, text_digest(text), said):
         return None, warnings
     return settings.hooks, warnings

@@ -37,6 +37,7 @@ import msgspec
 
 from .loader import Document
 from .sandbox import SandboxSpec
+from .trust import command_text
 
 Effects = Literal["read", "write", "destructive"]
 Transport = Literal["stdio", "http", "sse"]
@@ -128,6 +129,15 @@ class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.type is not None:
             return self.type
         return "http" if self.url is not None else "stdio"
+
+
+def server_commands(servers: dict[str, McpServerSpec]) -> list[str]:
+    """What *servers* would start or reach, one line each: ``MCP server fs: runs npx -y …``."""
+    return [
+        f"MCP server {name}: "
+        + (f"reaches {spec.url}" if spec.url else f"runs {command_text(spec.command, spec.args)}")
+        for name, spec in servers.items()
+    ]
 
 
 def check_servers(doc: Document, servers: dict[str, McpServerSpec], at: tuple[Any, ...] = ("mcp",)) -> None:

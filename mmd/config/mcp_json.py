@@ -49,8 +49,8 @@ from ..untrusted import (
     no_duplicate_keys,
 )
 from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, check_link, parse, text_digest
-from .mcp import McpServerSpec, Transport, check_servers
-from .trust import Trust, listing
+from .mcp import McpServerSpec, Transport, check_servers, server_commands
+from .trust import Trust, capped
 
 # The project's file, in the folder a prompt runs in.
 PROJECT_FILE = ".mcp.json"
@@ -153,11 +153,7 @@ def read_servers(
         for name, entry in servers.items()
     }
     check_servers(doc, specs, at)
-    if (
-        shipped
-        and trust is not None
-        and not trust.admits(path, doc.digest, [f"MCP servers: {listing(list(specs))}"] if specs else [])
-    ):
+    if shipped and trust is not None and not trust.admits(path, doc.digest, capped(server_commands(specs))):
         return {}
     return specs
 

@@ -15,6 +15,7 @@ An untrusted file is not read at all (the prompt runs as if it were absent) and 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -81,6 +82,30 @@ def listing(names: list[str], most: int = 4) -> str:
     """Up to *most* names, then how many more."""
     shown = ", ".join(names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+# What a file would run is shown command by command, so that the person can judge it without opening the
+# file: at most SHOWN_POWERS lines a file, each at most SHOWN_CHARS characters.
+SHOWN_POWERS = 8
+SHOWN_CHARS = 160
+
+
+def command_text(command: str | list[str] | None, args: list[str] | None = None) -> str:
+    """A command as a shell would show it: a list (argv) quoted word by word, a string as it is."""
+    if command is None:
+        return "(nothing)"
+    if isinstance(command, str) and not args:
+        return command
+    words = [command] if isinstance(command, str) else list(command)
+    return shlex.join([*words, *(args or [])])
+
+
+def capped(lines: list[str]) -> list[str]:
+    """*lines*, each cut at SHOWN_CHARS, at most SHOWN_POWERS of them and a line saying how many more."""
+    cut = [line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 1] + "…" for line in lines]
+    if len(cut) <= SHOWN_POWERS:
+        return cut
+    return [*cut[: SHOWN_POWERS - 1], f"and {len(cut) - SHOWN_POWERS + 1} more: read the file"]
 
 
 def warning(untrusted: Untrusted, cwd: Path) -> str:

@@ -211,7 +211,7 @@ def test_a_prompt_asks_about_the_projects_untrusted_files_first(mm_home, scripte
     assert [result[f"asked{i}"] for i in (1, 2, 3)] == [1, 1, 0]  # trusted: not asked again
     first = result["asked"][0]
     assert first["kind"] == "mm_trust"
-    assert str(work / "mm.yaml") in first["prompt"] and "hooks at preToolCall" in first["prompt"]
+    assert str(work / "mm.yaml") in first["prompt"] and "hook at preToolCall (bash): runs " in first["prompt"]
     assert marker.read_text() == "ran\nran\n"  # not the first prompt's call: it went without the file
     assert result["mmtrust"]["asked"] == 0
     assert any("nothing here needs trust" in m for m in result["mmtrust"]["notified"]), result["mmtrust"]

@@ -54,7 +54,8 @@ def test_a_clones_hooks_wait_for_trust_and_a_change_takes_it_back(mm_home, scrip
     assert first.stdout == "done\n"  # the prompt ran, without the file
     assert not marker.exists()
     assert (
-        f"{agent} names what mm would run (hooks at preToolCall) and you have not trusted it" in first.stderr
+        f"{agent} names what mm would run (hook at preToolCall (bash): runs {sys.executable} -c"
+        in first.stderr
     )
     assert f"run `mm trust` in {work}" in first.stderr
 
@@ -63,7 +64,7 @@ def test_a_clones_hooks_wait_for_trust_and_a_change_takes_it_back(mm_home, scrip
     assert trusted(work) == []
     given = run_mm("trust", "--yes", cwd=work)
     assert given.returncode == 0, given.stderr
-    assert str(agent) in given.stderr and "hooks at preToolCall" in given.stderr
+    assert str(agent) in given.stderr and "hook at preToolCall (bash): runs " in given.stderr
     assert "trusted 1 file as they are now" in given.stdout
     [row] = trusted(work)
     assert (row["path"], row["state"]) == (str(agent), "as trusted")
@@ -113,10 +114,11 @@ def test_every_file_a_clone_brings_that_names_commands_waits(mm_home, scripted):
     result = run_mm("--yolo", "-p", "go", cwd=work)
     assert result.returncode == 0, result.stderr
     assert not started.exists() and not (mm_home / "claude-hook-ran").exists()
-    assert "MCP servers: tracker" in result.stderr and "hooks at PreToolUse" in result.stderr
+    assert "MCP server tracker: runs " in result.stderr
+    assert f"hook at PreToolUse: runs touch {mm_home / 'claude-hook-ran'}" in result.stderr
     for command in (("mcp", "list"), ("tools", "list")):
         listed = run_mm(*command, cwd=work)
-        assert f"{work / '.mcp.json'} names what mm would run (MCP servers: tracker)" in listed.stderr
+        assert f"{work / '.mcp.json'} names what mm would run (MCP server tracker: runs " in listed.stderr
     assert not started.exists()
 
     given = run_mm("trust", "--yes", cwd=work)
@@ -161,7 +163,7 @@ def test_the_cli_asks_on_its_terminal_before_the_prompt(mm_home, scripted, daemo
 
     code, text = run_on_pty(["--yolo", "-p", "go"], work, [("Trust them as they are now?", "n")])
     assert code == 0, text
-    assert str(agent) in text and "hooks at preToolCall" in text
+    assert str(agent) in text and "hook at preToolCall (bash): runs " in text
     assert "not trusted: this prompt runs without them" in text
     assert not marker.exists()
 

@@ -9,10 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mmd.config import load_agent_file
 from mmd.config.agent import powers
-from mmd.config.trust import Trust, Untrusted
+from mmd.config.trust import SHOWN_CHARS, SHOWN_POWERS, Trust, Untrusted
 from mmd.rpc import RPCError
 from mmd.store import Store
 from mmd.turn import plan
@@ -27,13 +28,13 @@ def sha(text: str) -> str:
     [
         (
             "tools:\n- {name: deploy, description: Deploy it., command: [./deploy.sh]}\n",
-            ["declared tools: deploy"],
+            ["declared tool deploy: runs ./deploy.sh"],
         ),
         (
             "hooks: {preToolCall: [{command: [./check]}], Stop: [{command: [./done]}]}\n",
-            ["hooks at preToolCall, Stop"],
+            ["hook at preToolCall: runs ./check", "hook at Stop: runs ./done"],
         ),
-        ("mcp: {tracker: {command: npx}}\n", ["MCP servers: tracker"]),
+        ("mcp: {tracker: {command: npx}}\n", ["MCP server tracker: runs npx"]),
         ("yolo: true\n", ["yolo: write tools run without asking"]),
         ("pass_env: [GITHUB_TOKEN]\n", ["pass_env: GITHUB_TOKEN handed to commands"]),
         ("sandbox: off\n", ["sandbox: off"]),
@@ -51,6 +52,16 @@ def test_what_an_agent_file_would_make_mm_do(tmp_path: Path, text: str, named: l
     (tmp_path / "deploy.sh").write_text("")
     (tmp_path / "mm.yaml").write_text(text)
     assert powers(load_agent_file(tmp_path / "mm.yaml")) == named
+
+
+def test_what_a_file_would_run_is_shown_command_by_command_and_bounded(tmp_path: Path) -> None:
+    hooks = [{"matcher": "bash", "command": ["./guard.sh", "--strict mode"]}] + [{"command": "x" * 500}] * 9
+    web = {"url": "http://127.0.0.1:9/mcp"}
+    (tmp_path / "mm.yaml").write_text(yaml.safe_dump({"hooks": {"preToolCall": hooks}, "mcp": {"web": web}}))
+    shown = powers(load_agent_file(tmp_path / "mm.yaml"))
+    assert shown[0] == "hook at preToolCall (bash): runs ./guard.sh '--strict mode'"  # as a shell reads it
+    assert len(shown) == SHOWN_POWERS and shown[-1] == "and 4 more: read the file"
+    assert all(len(line) <= SHOWN_CHARS for line in shown) and shown[1].endswith("…")
 
 
 def test_trust_admits_a_file_only_as_it_was_trusted(tmp_path: Path) -> None:
@@ -97,8 +108,8 @@ def test_a_prompt_goes_without_each_untrusted_file_and_lists_it(tmp_path: Path) 
     assert resolved.agent_path is None and resolved.agent.hooks.pre_tool_call == []
     assert resolved.agent.mcp == {} and resolved.claude_hooks == []
     assert [(Path(u.path).name, u.powers) for u in resolved.untrusted] == [
-        ("mm.yaml", ["hooks at preToolCall"]),
-        (".mcp.json", ["MCP servers: tracker"]),
+        ("mm.yaml", ["hook at preToolCall: runs ./check"]),
+        (".mcp.json", ["MCP server tracker: runs npx"]),
     ]
     assert f"run `mm trust` in {cwd}" in plan.trust_warnings(resolved.untrusted, cwd)[0]
 
@@ -109,7 +120,10 @@ def test_a_prompt_goes_without_each_untrusted_file_and_lists_it(tmp_path: Path) 
     assert resolved.agent_path == str(cwd / "mm.yaml") and list(resolved.agent.mcp) == ["tracker"]
     assert resolved.claude_hooks == []
     [claude] = resolved.untrusted
-    assert (claude.path, claude.powers) == (str(cwd / ".claude" / "settings.json"), ["hooks at PreToolUse"])
+    assert (claude.path, claude.powers) == (
+        str(cwd / ".claude" / "settings.json"),
+        ["hook at PreToolUse: runs ./claude-check"],
+    )
     trust = Trust({**trusted, claude.path: claude.digest})
     resolved = plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=trust)
     assert resolved.untrusted == [] and len(resolved.claude_hooks) == 1
@@ -167,6 +181,6 @@ def test_no_model_says_first_that_the_file_naming_one_was_left_out(tmp_path: Pat
         plan.resolve(cwd, agent=None, model=None, yolo=False, config_path=config, trust=Trust({}))
     assert refused.value.code == "no_model"
     assert refused.value.message.startswith(
-        f"{cwd / 'mm.yaml'} names what mm would run (hooks at preToolCall)"
+        f"{cwd / 'mm.yaml'} names what mm would run (hook at preToolCall: runs ./check)"
     )
     assert f"run `mm trust` in {cwd} to use it; and no model configured" in refused.value.message
