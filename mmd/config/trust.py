@@ -24,12 +24,14 @@ import msgspec
 
 class Untrusted(msgspec.Struct, frozen=True):
     """A project file left out: its path (:func:`where`), the digest of its text, what it would have made
-    mm do, and whether an older text of it was trusted (it changed since)."""
+    mm do, whether an older text of it was trusted (it changed since), and whether the request found it by
+    a name (a continued session's agent file) rather than by looking in its folder."""
 
     path: str
     digest: str
     powers: list[str]
     changed: bool = False
+    by_name: bool = False
 
 
 class Trust:
@@ -47,7 +49,7 @@ class Trust:
         """Whether the file at *path* was trusted with the text of *digest*."""
         return self._trusted is not None and self._trusted.get(where(path)) == digest
 
-    def admits(self, path: Path | str, digest: str, powers: list[str]) -> bool:
+    def admits(self, path: Path | str, digest: str, powers: list[str], *, by_name: bool = False) -> bool:
         """Whether the file at *path*, whose text has *digest* and names *powers*, may be used; an
         untrusted one is recorded in :attr:`untrusted`."""
         if not powers or self._trusted is None:
@@ -56,7 +58,7 @@ class Trust:
         if key == self._named or self.holds(key, digest):
             return True
         if all(u.path != key for u in self.untrusted):
-            self.untrusted.append(Untrusted(key, digest, powers, changed=key in self._trusted))
+            self.untrusted.append(Untrusted(key, digest, powers, key in self._trusted, by_name))
         return False
 
 
@@ -109,14 +111,19 @@ def capped(lines: list[str]) -> list[str]:
 
 
 def warning(untrusted: Untrusted, cwd: Path) -> str:
-    """What a request in *cwd* says of a file it went without."""
+    """What a request in *cwd* says of a file it went without, and how to use it."""
     what = "; ".join(untrusted.powers)
+    how = (
+        "name it with --agent to use it (naming a file trusts it as it is)"
+        if untrusted.by_name  # `mm trust` in cwd looks for the files there, not for this one
+        else f"run `mm trust` in {cwd} to use it"
+    )
     if untrusted.changed:
         return (
             f"{untrusted.path} changed since you trusted it and names what mm would run ({what}): "
-            f"mm went without it. Read the change, then run `mm trust` in {cwd} to use it"
+            f"mm went without it. Read the change, then {how}"
         )
     return (
         f"{untrusted.path} names what mm would run ({what}) and you have not trusted it: mm went "
-        f"without it. Read it, then run `mm trust` in {cwd} to use it"
+        f"without it. Read it, then {how}"
     )

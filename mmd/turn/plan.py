@@ -186,7 +186,7 @@ def load_agent(cwd: Path, agent_path: str | None, trust: Trust) -> tuple[AgentFi
             agent = load_agent_file(found) if found else AgentFile()
     except ConfigError as exc:
         raise RPCError("config_error", str(exc)) from None
-    if found and not trust.admits(found, agent.digest, powers(agent)):
+    if found and not trust.admits(found, agent.digest, powers(agent), by_name=agent_path is not None):
         return AgentFile(), None
     return agent, found
 

@@ -135,7 +135,7 @@ def test_a_sandboxed_command_can_neither_trust_a_file_nor_name_it_in(mm_home, sc
     work, marker = mm_home / "work", mm_home / "hook-ran"
     clone(work, marker)
     assert run_mm("daemon", "start").returncode == 0
-    turns(scripted, 2)
+    turns(scripted, 4)
 
     refused = sandboxed(*MM, "trust", "--yes", cwd=work)
     assert refused.returncode == 1
@@ -154,6 +154,16 @@ def test_a_sandboxed_command_can_neither_trust_a_file_nor_name_it_in(mm_home, sc
     assert mine.returncode == 0, mine.stderr
     assert marker.read_text() == "ran\n"
     assert [r["state"] for r in trusted(work)] == ["as trusted"]
+    continued = run_mm("--yolo", "-c", "-p", "go", cwd=work)
+    assert continued.returncode == 0, continued.stderr
+    assert marker.read_text() == "ran\nran\n"
+    # Changed meanwhile, it is left out of the continued session, which says how to use it again.
+    (work / "mm.yaml").write_text((work / "mm.yaml").read_text() + "# changed\n")
+    again = run_mm("--yolo", "-c", "-p", "go", cwd=work)
+    assert again.returncode == 0, again.stderr
+    assert marker.read_text() == "ran\nran\n"
+    assert "changed since you trusted it" in again.stderr
+    assert "name it with --agent to use it (naming a file trusts it as it is)" in again.stderr
 
 
 def test_the_cli_asks_on_its_terminal_before_the_prompt(mm_home, scripted, daemon):
