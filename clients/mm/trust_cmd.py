@@ -78,12 +78,9 @@ def _fail(message: str) -> None:
 
 
 @click.group(invoke_without_command=True)
-@click.option(
-    "--agent", type=click.Path(dir_okay=False), help="Agent file (default: ./mm.yaml, then .mm/agent.yaml)."
-)
 @click.option("--yes", "-y", is_flag=True, help="Trust without asking (you have read the files).")
 @click.pass_context
-def trust(ctx: click.Context, agent: str | None, yes: bool) -> None:
+def trust(ctx: click.Context, yes: bool) -> None:
     """Trust this project's files that name commands, as they are now.
 
     \b
@@ -93,12 +90,14 @@ def trust(ctx: click.Context, agent: str | None, yes: bool) -> None:
     such a file until you trust it, and trusts it only as it is when you do:
     any change to it makes it untrusted again. Read the files, then trust them.
     `mm trust list` shows what you trusted; `mm trust forget` takes it back.
+    A file you name with `mm --agent FILE` needs no `mm trust`: naming it
+    trusts it as it is.
     """
     if ctx.invoked_subcommand is not None:
         return
     try:
         client = Client.connect()
-        files = untrusted(client, os.getcwd(), os.path.abspath(agent) if agent else None)
+        files = untrusted(client, os.getcwd(), None)
         if not files:
             click.echo(
                 "nothing here needs trust: no file of this project names commands you have not trusted"
