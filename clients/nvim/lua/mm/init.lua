@@ -640,7 +640,8 @@ function M.trust_first(params, done, always)
     end
     vim.ui.select({ TRUST, NOT_NOW }, { prompt = untrusted_text(r.files), kind = 'mm_trust' }, function(choice)
       if choice ~= TRUST then
-        notify('not trusted: the prompt goes without them (:MmTrust trusts them later)', vim.log.levels.WARN)
+        local later = always and 'not trusted' or 'not trusted: the prompt goes without them (:MmTrust trusts them later)'
+        notify(later, vim.log.levels.WARN)
         return done()
       end
       local files = vim.tbl_map(function(f) return { path = f.path, digest = f.digest } end, r.files)
