@@ -74,7 +74,7 @@ class Chat:
         client = self.turns.connect()
         try:
             params = self.turns.params(text, self.opts, self.session_id)
-            offer(client, params["cwd"], params.get("agent"))  # before each turn: a file may have changed
+            offer(client, params)  # before each turn: a file may have changed
             view.spinner.start("starting")  # session.prompt may start a local model server first
             started = client.call("session.prompt", params)
             self.session_id = started["session_id"]

@@ -267,7 +267,7 @@ def _run(
         if terminal.is_terminal(sys.stdin):
             from .trust_cmd import offer  # a person to ask: about the project's files first
 
-            offer(client, params["cwd"], params.get("agent"))
+            offer(client, params)
         started = client.call("session.prompt", params)
     except RPCError as exc:
         client.close()

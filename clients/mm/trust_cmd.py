@@ -24,12 +24,11 @@ from . import terminal
 from .connection import Client, DaemonError
 
 
-def untrusted(client: Client, cwd: str, agent: str | None) -> list[dict[str, Any]]:
-    """The files a request in *cwd* would go without (``trust.check``)."""
-    params: dict[str, Any] = {"cwd": cwd}
-    if agent:
-        params["agent"] = agent
-    return client.call("trust.check", params)["files"]
+def untrusted(client: Client, prompt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files a ``session.prompt`` with the params *prompt* would go without (``trust.check``): of its
+    folder, or of the session it continues."""
+    keys = ("cwd", "agent", "session_id", "continue_last")
+    return client.call("trust.check", {k: prompt[k] for k in keys if prompt.get(k)})["files"]
 
 
 def describe(files: list[dict[str, Any]]) -> None:
@@ -42,8 +41,9 @@ def describe(files: list[dict[str, Any]]) -> None:
             click.echo(f"      {terminal.code(power)}", err=True)
 
 
-def offer(client: Client, cwd: str, agent: str | None) -> None:
-    """Before a prompt on a terminal: ask about the files it would go without, and trust them on yes. With
+def offer(client: Client, prompt: dict[str, Any]) -> None:
+    """Before a prompt (*prompt*: its params) on a terminal: ask about the files it would go without, and
+    trust them on yes. With
     no terminal to ask on, nothing: the turn's warning says what it went without.
 
     Errors: KeyboardInterrupt (Ctrl-C at the question); RPCError from the daemon (a bad agent file: the
@@ -53,7 +53,7 @@ def offer(client: Client, cwd: str, agent: str | None) -> None:
         return
     from .ask import read_reply  # prompt_toolkit: only when there is something to ask
 
-    files = untrusted(client, cwd, agent)
+    files = untrusted(client, prompt)
     if not files:
         return
     describe(files)
@@ -97,7 +97,7 @@ def trust(ctx: click.Context, yes: bool) -> None:
         return
     try:
         client = Client.connect()
-        files = untrusted(client, os.getcwd(), None)
+        files = untrusted(client, {"cwd": os.getcwd()})
         if not files:
             click.echo(
                 "nothing here needs trust: no file of this project names commands you have not trusted"

@@ -29,10 +29,13 @@ if TYPE_CHECKING:
 
 
 async def check(daemon: Daemon, conn: Connection, p: TrustCheck) -> TrustChecked:
-    """The files a request in *cwd* would go without, with what each names and the digest to trust."""
-    cwd = Path(p.cwd)
+    """The files a prompt with the same params would go without (in a continued session's folder, with its
+    agent file, as ``Daemon.prompt`` reads them), with what each names and the digest to trust."""
+    session = daemon.resumed(p)
+    cwd = Path(session.row.cwd if session else p.cwd)
+    agent = p.agent or (session.row.agent if session else None)
     trust = daemon.project_trust(conn, cwd, p.agent)
-    found = await trio.to_thread.run_sync(plan.untrusted_files, cwd, p.agent, daemon.config_path, trust)
+    found = await trio.to_thread.run_sync(plan.untrusted_files, cwd, agent, daemon.config_path, trust)
     return TrustChecked(
         files=[UntrustedFile(path=u.path, digest=u.digest, powers=u.powers, changed=u.changed) for u in found]
     )

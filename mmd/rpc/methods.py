@@ -132,10 +132,14 @@ class Empty(_Params):
 
 
 class TrustCheck(_PathParams):
+    """The files a ``session.prompt`` of the same cwd, agent and session would go without."""
+
     path_fields = ("cwd", "agent")
 
     cwd: str
     agent: str | None = None  # named on the command line: trusted for the request, so not listed
+    session_id: str | None = None  # the session the prompt continues: its folder and agent file
+    continue_last: bool = False  # the newest session of cwd
 
 
 # A file trust.add names: its absolute path and the SHA-256 (hex) of its text, as trust.check said them.

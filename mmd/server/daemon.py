@@ -39,7 +39,7 @@ from ..local.server import LocalServers
 from ..mcp.pool import McpPool
 from ..procs.environ import withhold
 from ..rpc import DEFAULT_MAX_FRAME, Method, RPCError, notification, trust
-from ..rpc.methods import Prompt
+from ..rpc.methods import Prompt, TrustCheck
 from ..store import SessionRow, Store, StoreError
 from ..turn import context, plan
 from ..turn.plan import TurnSetup
@@ -446,7 +446,7 @@ class Daemon:
             RPCError: bad agent file or config, no model, unknown session,
             or a turn already running in that session.
         """
-        session = self._resumed(p)
+        session = self.resumed(p)
         if session is not None:  # `mm -c` in a sandboxed command found yours
             self.refuse_confined(conn, session.id, "continue this session")
         cwd = Path(session.row.cwd if session else p.cwd)
@@ -530,8 +530,10 @@ class Daemon:
         if named and powers(resolved.agent) and not trust.holds(named, digest):
             self.store.trust_files([(where(named), digest)])
 
-    def _resumed(self, p: Prompt) -> Session | None:
-        """The session a prompt resumes (by id, or the newest of its cwd), or None for a new one."""
+    def resumed(self, p: Prompt | TrustCheck) -> Session | None:
+        """The session a prompt resumes (by id, or the newest of its cwd), or None for a new one.
+
+        Errors: RPCError no_session."""
         if p.session_id:
             return self.session(p.session_id)
         if not p.continue_last:

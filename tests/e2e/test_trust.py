@@ -201,3 +201,22 @@ def test_mm_mcp_add_keeps_a_trusted_mcp_json_trusted_and_an_untrusted_one_waitin
     assert again.returncode == 0, again.stderr
     assert f"{work / '.mcp.json'} is not trusted here: `mm trust` after reading it" in again.stderr
     assert trusted(work) == []
+
+
+def test_the_question_is_about_the_folder_of_the_session_a_prompt_continues(mm_home, scripted, daemon):
+    # `mm -r ID` from another folder continues a session in its own folder, with that folder's files: the
+    # question must be about those, not about the folder mm was typed in.
+    first, elsewhere, marker = mm_home / "work" / "a", mm_home / "work" / "b", mm_home / "hook-ran"
+    elsewhere.mkdir(parents=True)
+    first.mkdir()
+    scripted([{"text": "hello"}, call("bash", {"command": "true"}), {"text": "done"}])
+    started = run_mm("--output-format", "json", "-p", "hi", cwd=first)
+    assert started.returncode == 0, started.stderr
+    session_id = json.loads(started.stdout)["session_id"]
+    clone(first, marker)  # a pull brought a hook meanwhile
+    code, text = run_on_pty(
+        ["--yolo", "-r", session_id, "-p", "go"], elsewhere, [("Trust them as they are now?", "y")]
+    )
+    assert code == 0, text
+    assert str(first / "mm.yaml") in text
+    assert marker.read_text() == "ran\n"
