@@ -55,6 +55,7 @@ class Chat:
         self.session_id: str | None = opts.pop("resume", None)  # None: the next message starts one
         self.opts = opts  # agent, model, yolo, continue_: what session.prompt is given
         self.code = EXIT_OK
+        self.declined: set[tuple[str, str]] = set()  # project files not trusted: not asked about again
 
     def say(self, text: str) -> None:
         """A line for the person, on stderr (stdout carries only answers)."""
@@ -74,7 +75,7 @@ class Chat:
         client = self.turns.connect()
         try:
             params = self.turns.params(text, self.opts, self.session_id)
-            offer(client, params)  # before each turn: a file may have changed
+            offer(client, params, self.declined)  # before each turn: a file may have changed
             view.spinner.start("starting")  # session.prompt may start a local model server first
             started = client.call("session.prompt", params)
             self.session_id = started["session_id"]

@@ -41,10 +41,11 @@ def describe(files: list[dict[str, Any]]) -> None:
             click.echo(f"      {terminal.code(power)}", err=True)
 
 
-def offer(client: Client, prompt: dict[str, Any]) -> None:
+def offer(client: Client, prompt: dict[str, Any], declined: set[tuple[str, str]] | None = None) -> None:
     """Before a prompt (*prompt*: its params) on a terminal: ask about the files it would go without, and
-    trust them on yes. With
-    no terminal to ask on, nothing: the turn's warning says what it went without.
+    trust them on yes. With no terminal to ask on, nothing: the turn's warning says what it went without.
+    *declined*: the (path, digest) the person said no to already (the chat's, for its life): not asked
+    about again; a no adds to it.
 
     Errors: KeyboardInterrupt (Ctrl-C at the question); RPCError from the daemon (a bad agent file: the
     prompt says it the same way).
@@ -53,7 +54,8 @@ def offer(client: Client, prompt: dict[str, Any]) -> None:
         return
     from .ask import read_reply  # prompt_toolkit: only when there is something to ask
 
-    files = untrusted(client, prompt)
+    said_no = declined if declined is not None else set()
+    files = [f for f in untrusted(client, prompt) if (f["path"], f["digest"]) not in said_no]
     if not files:
         return
     describe(files)
@@ -65,7 +67,8 @@ def offer(client: Client, prompt: dict[str, Any]) -> None:
         _add(client, files)
         click.echo("trusted; `mm trust forget` takes it back", err=True)
     else:
-        click.echo("not trusted: this prompt runs without them (`mm trust` trusts them later)", err=True)
+        said_no.update((f["path"], f["digest"]) for f in files)
+        click.echo("not trusted: mm goes without them (`mm trust` trusts them later)", err=True)
 
 
 def _add(client: Client, files: list[dict[str, Any]]) -> None:

@@ -174,7 +174,7 @@ def test_the_cli_asks_on_its_terminal_before_the_prompt(mm_home, scripted, daemo
     code, text = run_on_pty(["--yolo", "-p", "go"], work, [("Trust them as they are now?", "n")])
     assert code == 0, text
     assert str(agent) in text and "hook at preToolCall (bash): runs " in text
-    assert "not trusted: this prompt runs without them" in text
+    assert "not trusted: mm goes without them" in text
     assert not marker.exists()
 
     code, text = run_on_pty(["--yolo", "-p", "go"], work, [("Trust them as they are now?", "y")])
@@ -219,4 +219,30 @@ def test_the_question_is_about_the_folder_of_the_session_a_prompt_continues(mm_h
     )
     assert code == 0, text
     assert str(first / "mm.yaml") in text
+    assert marker.read_text() == "ran\n"
+
+
+def test_the_chat_asks_once_about_a_file_it_was_told_no_and_again_once_it_changed(mm_home, scripted):
+    from .test_chat import ENTER, PROMPT, Terminal, quit_chat
+
+    work, marker = mm_home / "work", mm_home / "hook-ran"
+    agent = clone(work, marker)
+    turns(scripted, 3)
+    with Terminal("--yolo", cwd=work) as term:
+        term.expect(PROMPT)
+        term.send("first" + ENTER)
+        term.expect("Trust them as they are now")
+        term.send("n" + ENTER)
+        term.expect("not trusted: mm goes without them")
+        term.expect("done")
+        before = term.seen
+        term.send("second" + ENTER)  # the same text, said no to: not asked again
+        term.expect("done")
+        assert "Trust them" not in term.screen[before : term.seen]
+        agent.write_text(agent.read_text() + "# changed\n")
+        term.send("third" + ENTER)  # another text: asked again
+        term.expect("Trust them as they are now")
+        term.send("y" + ENTER)
+        term.expect("done")
+        assert quit_chat(term) == 0
     assert marker.read_text() == "ran\n"
