@@ -195,7 +195,8 @@ def test_the_shipped_help_tags_are_what_helptags_makes_of_mm_txt(tmp_path):
 
 def test_a_prompt_asks_about_the_projects_untrusted_files_first(mm_home, scripted, daemon, tmp_path):
     # The editor's person is there to ask, as the CLI's on a terminal: a project file that names commands
-    # is asked about before the prompt; not trusted, the prompt goes without it.
+    # is asked about before the prompt; not trusted, the prompt goes without it, and that text is not asked
+    # about again; :MmTrust asks on its own.
     work, marker = mm_home / "work", mm_home / "hook-ran"
     write = f"open({str(marker)!r}, 'a').write('ran\\n')"
     hook = {"matcher": "bash", "command": [sys.executable, "-c", write], "timeout": 10}
@@ -208,10 +209,12 @@ def test_a_prompt_asks_about_the_projects_untrusted_files_first(mm_home, scripte
     result = json.loads(out.read_text())
     assert result["ok"], result["err"]
     assert [result[f"status{i}"] for i in (1, 2, 3)] == ["ok", "ok", "ok"], result
-    assert [result[f"asked{i}"] for i in (1, 2, 3)] == [1, 1, 0]  # trusted: not asked again
+    assert [result[f"asked{i}"] for i in (1, 2, 3)] == [1, 0, 0]
     first = result["asked"][0]
     assert first["kind"] == "mm_trust"
     assert str(work / "mm.yaml") in first["prompt"] and "hook at preToolCall (bash): runs " in first["prompt"]
-    assert marker.read_text() == "ran\nran\n"  # not the first prompt's call: it went without the file
-    assert result["mmtrust"]["asked"] == 0
-    assert any("nothing here needs trust" in m for m in result["mmtrust"]["notified"]), result["mmtrust"]
+    assert result["trusting"]["asked"] == 1 and "trusted" in result["trusting"]["said"]
+    assert (
+        result["nothing_left"]["asked"] == 0 and "nothing here needs trust" in result["nothing_left"]["said"]
+    )
+    assert marker.read_text() == "ran\n"  # the third prompt's call only: the first two went without the file

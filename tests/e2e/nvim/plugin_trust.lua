@@ -1,6 +1,8 @@
--- Driven by tests/e2e/test_nvim_plugin.py: three prompts in a project whose mm.yaml has a hook, the trust
--- question answered "not now", then "trust", then not asked; what it saw goes to $MM_TEST_OUT as JSON.
-local out = { asked = {} }
+-- Driven by tests/e2e/test_nvim_plugin.py: prompts in a project whose mm.yaml has a hook. The first asks
+-- and is told "not now", the second asks nothing (said no to that text), :MmTrust asks and trusts, the
+-- third asks nothing and runs with the file, and :MmTrust then has nothing to ask. What it saw goes to
+-- $MM_TEST_OUT as JSON.
+local out = { asked = {}, notified = {} }
 local TIMEOUT = 60000 -- a guard against a hang, not a measurement
 
 local ok, err = pcall(function()
@@ -12,7 +14,10 @@ local ok, err = pcall(function()
     local choice = table.remove(answers, 1)
     on_choice(choice, choice and vim.fn.index(items, choice) + 1 or nil)
   end
-  for i = 1, 3 do
+  vim.notify = function(msg)
+    table.insert(out.notified, msg)
+  end
+  local function prompt(i)
     local before = #out.asked
     vim.cmd('Mm! go')
     out['ended' .. i] = vim.wait(TIMEOUT, function()
@@ -21,17 +26,19 @@ local ok, err = pcall(function()
     out['status' .. i] = mm.status().last_status
     out['asked' .. i] = #out.asked - before
   end
-  -- :MmTrust on its own, once all is trusted: it says so, and asks nothing.
-  local notified = {}
-  vim.notify = function(msg)
-    table.insert(notified, msg)
+  local function mmtrust(key)
+    local before, said = #out.asked, #out.notified
+    vim.cmd('MmTrust')
+    vim.wait(TIMEOUT, function()
+      return #out.notified > said
+    end, 10)
+    out[key] = { asked = #out.asked - before, said = out.notified[said + 1] }
   end
-  local before = #out.asked
-  vim.cmd('MmTrust')
-  vim.wait(TIMEOUT, function()
-    return #notified > 0
-  end, 10)
-  out.mmtrust = { notified = notified, asked = #out.asked - before }
+  prompt(1)
+  prompt(2)
+  mmtrust('trusting')
+  prompt(3)
+  mmtrust('nothing_left')
 end)
 
 out.ok = ok

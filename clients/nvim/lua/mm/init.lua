@@ -42,6 +42,7 @@ local state = {
   early = {}, -- events that arrived before the response of session.prompt
   last_status = nil, -- status of the last turn that ended: ok, error, cancelled, denied, max_steps
   last_error = nil,
+  declined = {}, -- path .. ' ' .. digest of the project files the person said no to: not asked again
 }
 
 local answer = { buf = nil, mode = nil } -- mode: what the last line holds, for streaming
@@ -631,23 +632,40 @@ end
 -- Asks about the files a request with params (cwd, agent) would go without, trusts them on yes, then
 -- calls done(); with none (or no answer from the daemon: the turn says it), done() at once.
 function M.trust_first(params, done, always)
-  M.request('trust.check', { cwd = params.cwd, agent = params.agent }, function(err, r)
-    if err or not r.files or #r.files == 0 then
+  local check = {
+    cwd = params.cwd,
+    agent = params.agent,
+    session_id = params.session_id,
+    continue_last = params.continue_last,
+  }
+  M.request('trust.check', check, function(err, r)
+    local files = {}
+    for _, f in ipairs(not err and r.files or {}) do
+      if always or not state.declined[f.path .. ' ' .. f.digest] then
+        table.insert(files, f)
+      end
+    end
+    if err or #files == 0 then
       if always then
         notify(err or 'nothing here needs trust', err and vim.log.levels.ERROR or nil)
       end
       return done()
     end
-    vim.ui.select({ TRUST, NOT_NOW }, { prompt = untrusted_text(r.files), kind = 'mm_trust' }, function(choice)
+    vim.ui.select({ TRUST, NOT_NOW }, { prompt = untrusted_text(files), kind = 'mm_trust' }, function(choice)
       if choice ~= TRUST then
+        for _, f in ipairs(files) do
+          state.declined[f.path .. ' ' .. f.digest] = true
+        end
         local later = always and 'not trusted' or 'not trusted: the prompt goes without them (:MmTrust trusts them later)'
         notify(later, vim.log.levels.WARN)
         return done()
       end
-      local files = vim.tbl_map(function(f) return { path = f.path, digest = f.digest } end, r.files)
-      M.request('trust.add', { files = files }, function(add_err)
+      local chosen = vim.tbl_map(function(f) return { path = f.path, digest = f.digest } end, files)
+      M.request('trust.add', { files = chosen }, function(add_err)
         if add_err then
           notify(add_err, vim.log.levels.ERROR)
+        elseif always then
+          notify('trusted; a change to them asks again')
         end
         done()
       end)
