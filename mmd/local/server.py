@@ -28,6 +28,8 @@ log = logging.getLogger("mmd.local")
 
 HEALTH_TIMEOUT = 180.0  # seconds for a model to load
 IDLE_TIMEOUT = float(os.environ.get("MM_LOCAL_IDLE_TIMEOUT", 600))  # seconds without a turn before stopping
+# Seconds between looks at a server while a turn runs: idle counts from at most this long before its end.
+BUSY_POLL = 1.0
 
 
 # A server that dies by itself is started again after RESTART_DELAY, doubled for each death
@@ -191,7 +193,11 @@ class LocalServers:
     async def _idle(self, run: _Running, scope: trio.CancelScope) -> None:
         while True:
             if self.busy():
+                # A turn runs: look again soon, so that idle counts from about its end. Looked at only every
+                # idle_timeout, a turn that ended just before the next look left the server stopped at once.
                 run.last_used = time.monotonic()
+                await trio.sleep(min(self.idle_timeout, BUSY_POLL))
+                continue
             left = run.last_used + self.idle_timeout - time.monotonic()
             if left <= 0:
                 log.info("stopping idle llama-server %s", run.url)

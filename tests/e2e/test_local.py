@@ -370,7 +370,9 @@ def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped
     mm_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     link_stack(mm_home)
-    monkeypatch.setenv("MM_LOCAL_IDLE_TIMEOUT", "10")  # read by the daemon this test's mm starts
+    # Read by the daemon this test's mm starts; long enough that the kill below comes before the idle stop on
+    # a loaded machine (a 10 s one once lost that race under a full parallel run).
+    monkeypatch.setenv("MM_LOCAL_IDLE_TIMEOUT", "20")
     work = mm_home / "work"
     assert run_mm("-p", "Reply with one word: ok", cwd=work, timeout=300).returncode == 0
     [first] = _llama_servers(mm_home)
