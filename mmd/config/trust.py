@@ -41,7 +41,7 @@ class Trust:
     """
 
     def __init__(self, trusted: Mapping[str, str] | None, *, named: Path | None = None) -> None:
-        self._trusted = trusted  # None: every file (EVERYTHING)
+        self._trusted = trusted  # None: every file (everything())
         self._named = where(named) if named is not None else None
         self.untrusted: list[Untrusted] = []
 
@@ -70,7 +70,8 @@ def where(path: Path | str) -> str:
 
 
 def everything() -> Trust:
-    """A trust that admits every file: for what reads only files the person chose (tests, ``mm eval``)."""
+    """A trust that admits every file: for what only reads a file the person named and runs none of it
+    (``tools.check``), and for tests."""
     return Trust(None)
 
 
