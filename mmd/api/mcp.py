@@ -72,7 +72,7 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> McpTested:
     if sandbox.no_new_privs(conn.peer_pid):
         raise RPCError("confined_client", sandbox.CONFINED_CLIENT_MCP)
     cwd = Path(p.cwd)
-    trust = daemon.project_trust(conn, cwd, p.agent)
+    trust = daemon.project_trust(conn, cwd, p.agent, confined=False)  # a confined client was refused above
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
     entries = {e.name: e for e in servers_for(agent, config)}
     entry = entries.get(p.name)

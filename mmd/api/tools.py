@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     """Every tool the model would be offered in *cwd*, with its tier, source and exact schema."""
     cwd = Path(p.cwd)
-    trust = daemon.project_trust(conn, cwd, p.agent)
+    confined = sandbox.no_new_privs(conn.peer_pid)  # starts no MCP server (sandbox.CONFINED_CLIENT_MCP)
+    trust = daemon.project_trust(conn, cwd, p.agent, confined)
     # In a worker thread: parsing a big or hostile agent file must not stall other clients.
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
-    confined = sandbox.no_new_privs(conn.peer_pid)  # starts no MCP server (sandbox.CONFINED_CLIENT_MCP)
     mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config, confined_client=confined)
     registry, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, mcp_tools)
     warnings = [*plan.trust_warnings(trust.untrusted, cwd), *mcp_warnings, *warnings]
