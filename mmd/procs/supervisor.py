@@ -59,9 +59,9 @@ from mmd.procs import cspawn
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
 from mmd.procs.spawner import own_cwd, run_spawner
-from mmd.sandbox import Sandbox
+from mmd.sandbox import Sandbox, gitguard
 from mmd.sandbox.landlock import Unavailable
-from mmd.sandbox.links import HardLinkRefused, check_links
+from mmd.sandbox.links import HardLinkRefused, check_links, repositories, settled_repositories
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ class ProcResult(msgspec.Struct, kw_only=True, frozen=True):
     truncated: bool  # the output outgrew max_bytes or max_lines
     spill_path: str | None  # file with every byte; kept only when truncated
     spawn_error: str | None = None  # why the command could not start
+    # What a confined call changed of git's own files and mm put back, one line each (mmd/sandbox/gitguard.py).
+    git_put_back: tuple[str, ...] = ()
 
 
 async def run_tool_process(
@@ -126,15 +128,14 @@ async def run_tool_process(
     written to ``spill_path`` in arrival order (the file is made when the output is
     first cut, with the bytes before it: output within the budgets is never written).
 
-    ``output`` is the whole text if it fits both ``max_bytes`` and ``max_lines``,
-    else the head and the tail (half of each budget each) around a marker line
-    that says what was cut and names the spill file. The spill file is kept
-    when the output was truncated and deleted otherwise (the model has it all).
+    ``output`` is the whole text if it fits both ``max_bytes`` and ``max_lines``, else the head and the tail
+    (half of each budget each) around a marker line that says what was cut and names the spill file. The
+    spill file is kept when the output was truncated and deleted otherwise (the model has it all).
 
-    When the child exits, or ``timeout`` seconds pass, the whole tree is
-    stopped (see the module docstring): processes the command left running in
-    the background do not outlive the call. Use :func:`supervised_process` for
-    a child meant to keep running.
+    When the child exits, or ``timeout`` seconds pass, the whole tree is stopped (see the module docstring):
+    processes the command left running in the background do not outlive the call (:func:`supervised_process`
+    is for a child meant to keep running). Confined, what the call changed of git's own files is then put
+    back and named in ``git_put_back`` (mmd/sandbox/gitguard.py).
 
     Errors: a command that cannot start is a result, not an exception:
     ``spawn_error`` says why (command not found, working directory gone,
@@ -142,8 +143,8 @@ async def run_tool_process(
     writing the spill file, or whatever ``on_output`` raises, comes out as it
     was raised, once the tree is stopped.
 
-    Cancellation: the whole tree is stopped in a shielded scope, which may take
-    up to ``grace`` seconds, the spill file is deleted, then Cancelled goes on.
+    Cancellation: the whole tree is stopped in a shielded scope, which may take up to ``grace`` seconds, the
+    spill file is deleted, then Cancelled goes on.
     """
     started = time.monotonic()
     spill = _Spill(spill_path)
@@ -155,11 +156,49 @@ async def run_tool_process(
             )
         except (OSError, ValueError) as exc:
             return _unstarted(_spawn_error(exc, argv, cwd), started)
-        timed_out = await _collect(tree, capture, timeout, grace)
+        timed_out, put_back = await _collect_guarded(tree, capture, timeout, grace, sandbox)
         spill.keep = capture.truncated
-        return _result(tree.proc, capture, timed_out, started, str(spill_path) if spill.keep else None)
+        kept = str(spill_path) if spill.keep else None
+        return _result(tree.proc, capture, timed_out, started, kept, put_back)
     finally:
         spill.close()
+
+
+async def _collect_guarded(
+    tree: _Tree, capture: OutputCapture, timeout: float, grace: float, box: Sandbox | None
+) -> tuple[bool, list[str]]:
+    """:func:`_collect`, then (even if it failed) the git guard's look at what the call changed."""
+    try:
+        timed_out = await _collect(tree, capture, timeout, grace)
+    finally:
+        put_back = await _git_after(box, tree.guarded) if tree.guarded is not None else []
+    return timed_out, put_back
+
+
+async def _git_after(box: Sandbox | None, guarded: tuple[str, ...]) -> list[str]:
+    """What the confined call whose spawn took *guarded* changed of git's files, put back
+    (mmd/sandbox/gitguard.py).
+
+    Where the hard-link walk's watches say no name changed beneath the writable folders (on a local file
+    system, the usual call), in this thread: a few lstats of .git, its config and hooks, about 10 µs,
+    where handing the look to the sandbox's spawner costs some 50 µs of CPU. Else (or while another
+    thread walks or guards) in the spawner, as the spawn's own walk: the repositories are walked for
+    again, and a folder of a slow or hung file system makes that thread wait, not the event loop.
+    """
+    assert box is not None
+    found = settled_repositories(box.roots)
+    put_back = None
+    if found is not None:
+        put_back = gitguard.after(guarded, found, base=box.roots[0] if box.roots else "", wait=False)
+    if put_back is None:
+        put_back = await run_spawner(box, _git_compare, box, guarded)
+    if put_back:
+        log.warning("a confined call changed git's own files; put back: %s", "; ".join(put_back))
+    return put_back
+
+
+def _git_compare(box: Sandbox, guarded: tuple[str, ...]) -> list[str]:
+    return gitguard.after(guarded, repositories(box.roots), base=box.roots[0] if box.roots else "") or []
 
 
 @contextlib.asynccontextmanager
@@ -324,6 +363,7 @@ class _Tree:
         self.seen: set[Member] = set()
         self.rooted = True  # whether the last record started from any process (the child, an orphan)
         self.stopped = False
+        self.guarded: tuple[str, ...] | None = None  # what the git guard took before the spawn (_open)
         self.pidfd = _pidfd_open(proc.pid)  # readable once the child has exited (None: poll exited())
         self.pidfd_waited = False  # trio waited on the pidfd: it must hear of its closing
         self._lock = threading.Lock()  # the watcher thread and the stop both update `seen`
@@ -454,13 +494,19 @@ async def _spawn(
     _spawning += 1  # until the new child is in _leaders, no zombie child is taken for an orphan
     try:
         varying = (*env, TAG_VAR)  # the caller's variables (a call's id...) and the tag change every spawn
-        proc, outputs = await _open(argv, sandbox, raw_outputs, varying, cwd=cwd, env=child_env, **stdio)
+        proc, outputs, guarded = await _open(
+            argv, sandbox, raw_outputs, varying, cwd=cwd, env=child_env, **stdio
+        )
         _leaders.add(proc.pid)
     finally:
         _spawning -= 1
     try:
-        return _Tree(proc, tag, outputs)
+        tree = _Tree(proc, tag, outputs)
+        tree.guarded = guarded
+        return tree
     except BaseException:  # e.g. no thread left for the watcher: leave no child behind
+        if guarded is not None:
+            gitguard.release(guarded)
         os.killpg(proc.pid, signal.SIGKILL)
         os.waitpid(proc.pid, 0)
         _leaders.discard(proc.pid)
@@ -471,7 +517,7 @@ async def _spawn(
 
 async def _open(
     argv: list[str], sandbox: Sandbox | None, raw_outputs: bool, varying: tuple[str, ...], **options: Any
-) -> tuple[_Child, dict[int, str]]:
+) -> tuple[_Child, dict[int, str], tuple[str, ...] | None]:
     """Start the child in a new session as ``trio.lowlevel.open_process`` would, confined to *sandbox* if
     it is not off.
 
@@ -487,7 +533,9 @@ async def _open(
     through an epoll set of its own: a trio stream each cost a dozen Python calls and four system calls
     more, to make and to close, and is never read), and the child is returned as started, a Popen or, from
     a spawner, a _Spawned (:func:`_posix_spawn`), with no trio.Process around it: the tree's own pidfd
-    tells its exit. Otherwise it is a trio.Process.
+    tells its exit. Otherwise it is a trio.Process. Such a confined child is a tool call's, whose changes
+    to git's own files are put back when it ends (mmd/sandbox/gitguard.py): the third value is what the
+    guard took before the spawn, None for a child the guard does not look at.
 
     Errors: HardLinkRefused (see mmd/sandbox/links.py), landlock.Unavailable, OSError, ValueError.
     """
@@ -507,7 +555,7 @@ async def _open(
                     parent_ends[i] = trio.lowlevel.FdStream(mine)
                 options[name] = theirs
         box = sandbox if sandbox is not None and sandbox.confined else None
-        proc: Any = await run_spawner(box, _start, argv, box, options, raw_outputs, varying)
+        proc, guarded = await run_spawner(box, _start, argv, box, options, raw_outputs, varying)
     except BaseException:
         for stream in parent_ends:
             if stream is not None:
@@ -520,21 +568,29 @@ async def _open(
             os.close(fd)
     if raw_outputs:
         assert parent_ends == [None, None, None]
-        return proc, bare
+        return proc, bare, guarded
     # trio.Process has no public constructor for a Popen started elsewhere; tests/unit/sandbox
     # checks this one, so a trio that drops it fails there rather than here.
-    return trio.Process._create(proc, *parent_ends), bare  # type: ignore[attr-defined]
+    return trio.Process._create(proc, *parent_ends), bare, guarded  # type: ignore[attr-defined]
 
 
 def _start(
     argv: list[str], box: Sandbox | None, options: dict[str, Any], raw: bool, varying: tuple[str, ...]
-) -> _Child:
+) -> tuple[_Child, tuple[str, ...] | None]:
     # Runs in a spawner thread (mmd/procs/spawner.py), confined to *box* unless None: the child inherits it.
+    guarded = None
     if box is not None:
-        check_links(box.roots, config=box.config_file())
-    if raw and (child := _posix_spawn(argv, options, varying)) is not None:
-        return child
-    return subprocess.Popen(argv, start_new_session=True, **options)
+        found = check_links(box.roots, config=box.config_file())
+        if raw:  # a tool call's process (run_tool_process): its changes to git's files are put back
+            guarded = gitguard.before(found)
+    try:
+        if raw and (child := _posix_spawn(argv, options, varying)) is not None:
+            return child, guarded
+        return subprocess.Popen(argv, start_new_session=True, **options), guarded
+    except BaseException:
+        if guarded is not None:
+            gitguard.release(guarded)
+        raise
 
 
 _cspawn_works = cspawn.AVAILABLE  # False once this C library's posix_spawn turned out to lack a feature
@@ -816,7 +872,12 @@ class _Spill:
 
 
 def _result(
-    proc: _Child, capture: OutputCapture, timed_out: bool, started: float, spill: str | None
+    proc: _Child,
+    capture: OutputCapture,
+    timed_out: bool,
+    started: float,
+    spill: str | None,
+    git_put_back: list[str] | None = None,
 ) -> ProcResult:
     code = proc.returncode
     assert code is not None  # _stop reaped the child
@@ -830,6 +891,7 @@ def _result(
         total_lines=capture.total_lines,
         truncated=capture.truncated,
         spill_path=spill,
+        git_put_back=tuple(git_put_back or ()),
     )
 
 

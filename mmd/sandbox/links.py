@@ -44,6 +44,7 @@ class _Folder(msgspec.Struct, frozen=True):
     entries: int
     subfolders: tuple[str, ...]
     linked: tuple[str, ...]  # regular files with more than one name
+    repository: bool = False  # it holds a .git (a folder, a file or a link): mmd/sandbox/gitguard.py
 
 
 # Folder path → what its last walk found. A name added, removed or renamed in a folder changes
@@ -53,32 +54,62 @@ _walked: dict[str, _Folder] = {}
 _lock = threading.Lock()
 
 
-def check_links(roots: Iterable[str], max_entries: int = MAX_ENTRIES, *, config: str | None = None) -> None:
-    """Raise HardLinkRefused for the first file under *roots* with a name outside them.
+def check_links(
+    roots: Iterable[str], max_entries: int = MAX_ENTRIES, *, config: str | None = None
+) -> list[str]:
+    """Raise HardLinkRefused for the first file under *roots* with a name outside them; else return the
+    folders the walk found holding a ``.git`` (for mmd/sandbox/gitguard.py).
 
     Symbolic links are not followed (Landlock checks where they lead). A folder
     that cannot be read is skipped. A folder walked before is listed again only
     when its mtime changed; the link count of each linked file is read afresh.
     Errors: HardLinkRefused.
     """
-    roots = list(dict.fromkeys(roots))
+    names, counts, repositories = _scan(list(dict.fromkeys(roots)), max_entries)
+    refused = [
+        (found[0], len(found), counts[key]) for key, found in names.items() if len(found) < counts[key]
+    ]
+    if refused:
+        raise HardLinkRefused(refusal(refused, config))
+    return repositories
+
+
+def repositories(roots: Iterable[str], max_entries: int = MAX_ENTRIES) -> list[str]:
+    """The folders under *roots* that hold a ``.git``, as :func:`check_links` finds them (refusing nothing)."""
+    return _scan(list(dict.fromkeys(roots)), max_entries)[2]
+
+
+def settled_repositories(roots: Iterable[str]) -> list[str] | None:
+    """The folders under *roots* that hold a ``.git`` as the last walk found them, if no name was made,
+    moved or removed beneath them since (the walk's inotify watches are quiet); None when that cannot be
+    told without a walk: something changed, or a folder is not on a local file system (no watch), and
+    :func:`repositories` walks. Only reads the watches' queue, and None too while a walk holds the lock:
+    it never waits on a file system, nor on a thread that does."""
+    if not _lock.acquire(blocking=False):
+        return None
+    try:
+        quiet = _quiet_of(tuple(dict.fromkeys(roots)))
+        return quiet.repositories if quiet is not None and quiet.passed() else None
+    finally:
+        _lock.release()
+
+
+def _scan(
+    roots: list[str], max_entries: int
+) -> tuple[dict[tuple[int, int], list[str]], dict[tuple[int, int], int], list[str]]:
     with _lock:
         quiet = _quiet_of(tuple(roots))
         if quiet is not None and quiet.passed():
             # No name made, moved or removed since a walk passed: its linked files are all there is to
             # look at, and their link counts are read afresh (a name made for one outside shows only there).
             names, counts = _counted(quiet.linked)
-        else:
-            linked, complete = _walk(roots, max_entries, quiet)
-            names, counts = _counted(linked)
-            if quiet is not None:
-                passed = all(len(found) == counts[key] for key, found in names.items())
-                quiet.settle(linked if complete and passed else None)
-    refused = [
-        (found[0], len(found), counts[key]) for key, found in names.items() if len(found) < counts[key]
-    ]
-    if refused:
-        raise HardLinkRefused(refusal(refused, config))
+            return names, counts, quiet.repositories
+        linked, repositories, complete = _walk(roots, max_entries, quiet)
+        names, counts = _counted(linked)
+        if quiet is not None:
+            passed = all(len(found) == counts[key] for key, found in names.items())
+            quiet.settle(linked if complete and passed else None, repositories)
+    return names, counts, repositories
 
 
 def refusal(refused: list[tuple[str, int, int]], config: str | None = None) -> str:
@@ -147,10 +178,12 @@ def _made_by_uv(cfg: str) -> bool:
         return False
 
 
-def _walk(roots: list[str], max_entries: int, quiet: _Quiet | None) -> tuple[list[str], bool]:
-    """The regular files with more than one name under *roots*, and whether the walk reached every folder
-    (it stops after *max_entries* entries). Each folder is watched (*quiet*) before it is listed."""
+def _walk(roots: list[str], max_entries: int, quiet: _Quiet | None) -> tuple[list[str], list[str], bool]:
+    """The regular files with more than one name under *roots*, the folders holding a ``.git``, and whether
+    the walk reached every folder (it stops after *max_entries* entries). Each folder is watched (*quiet*)
+    before it is listed."""
     linked: list[str] = []
+    repositories: list[str] = []
     left = max_entries
     stack = list(roots)
     while stack and left > 0:
@@ -163,7 +196,9 @@ def _walk(roots: list[str], max_entries: int, quiet: _Quiet | None) -> tuple[lis
         left -= folder.entries
         stack.extend(folder.subfolders)
         linked.extend(folder.linked)
-    return linked, not stack
+        if folder.repository:
+            repositories.append(path)
+    return linked, repositories, not stack
 
 
 def _counted(paths: Iterable[str]) -> tuple[dict[tuple[int, int], list[str]], dict[tuple[int, int], int]]:
@@ -202,7 +237,7 @@ def _folder(path: str) -> _Folder | None:
     cached = _walked.get(path)
     if cached is not None and cached.mtime == mtime:
         return cached
-    subfolders, linked, entries = [], [], 0
+    subfolders, linked, entries, repository = [], [], 0, False
     try:
         listing = os.scandir(path)
     except OSError:
@@ -210,6 +245,7 @@ def _folder(path: str) -> _Folder | None:
     with listing:
         for entry in listing:
             entries += 1
+            repository = repository or entry.name == ".git"
             try:
                 if entry.is_dir(follow_symlinks=False):
                     if not _git_objects(path, entry.name):
@@ -218,7 +254,7 @@ def _folder(path: str) -> _Folder | None:
                     linked.append(entry.path)
             except OSError:
                 continue
-    walked = _Folder(mtime, entries, tuple(subfolders), tuple(linked))
+    walked = _Folder(mtime, entries, tuple(subfolders), tuple(linked), repository)
     _walked[path] = walked
     return walked
 
@@ -259,6 +295,7 @@ class _Quiet:
     def __init__(self) -> None:
         self.settled = False
         self.linked: list[str] = []  # the files with more than one name the settled walk found
+        self.repositories: list[str] = []  # the folders holding a .git it found
         self.folders: dict[int, str] = {}  # watch descriptor → folder
         self.paths: set[str] = set()  # the folders watched under the path they had when added
         self.broken = inotify.LIBC is None
@@ -315,11 +352,13 @@ class _Quiet:
         self.folders[wd] = folder
         self.paths.add(folder)
 
-    def settle(self, linked: list[str] | None) -> None:
+    def settle(self, linked: list[str] | None, repositories: list[str]) -> None:
         """The walk ended: *linked* are the linked files it found if it reached every folder and passed (its
-        answer then stands until the next event, their link counts read at each check), None otherwise."""
+        answer then stands until the next event, their link counts read at each check), None otherwise;
+        *repositories* the folders holding a ``.git`` it found."""
         self.settled = linked is not None and not self.broken
         self.linked = linked or []
+        self.repositories = repositories
 
     def close(self) -> None:
         if self._fd >= 0:

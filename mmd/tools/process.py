@@ -81,7 +81,10 @@ def process_answer(result: ProcResult, ctx: ToolContext | None = None) -> ToolRe
 
     A failed process of a confined call whose output shows a refusal (EACCES,
     EXDEV...) gets a note saying the sandbox refused it and how a person allows
-    it (mmd/sandbox/explain.py), and ``data.sandbox``.
+    it (mmd/sandbox/explain.py), and ``data.sandbox``. A confined call that
+    changed git's own files gets a note naming what mm put back
+    (mmd/sandbox/gitguard.py), ``data.git_put_back``, and a ``warning`` event
+    for the person.
     """
     data: dict[str, Any] = {
         "exit_code": result.exit_code,
@@ -104,7 +107,30 @@ def process_answer(result: ProcResult, ctx: ToolContext | None = None) -> ToolRe
             note, refused = found
             status = f"{status}\n{note}"
             data["sandbox"] = {"mode": box.label, "refused": refused}
+    if result.git_put_back:
+        status = f"{status}\n{git_note(result.git_put_back)}"
+        data["git_put_back"] = list(result.git_put_back)
+        if ctx is not None:
+            ctx.emit("warning", {"message": git_note(result.git_put_back, to_person=True)})
     return ToolResult(ok=ok, content=f"{body}{status}", data=data)
+
+
+# What a note names of the git files put back, at most.
+_SHOWN_PUT_BACK = 5
+
+
+def git_note(put_back: tuple[str, ...], *, to_person: bool = False) -> str:
+    """What the model (or, *to_person*, the person) reads of git's files a confined call changed and mm
+    put back: git would run them with the person's rights, outside the sandbox, and no diff shows them."""
+    shown = "; ".join(put_back[:_SHOWN_PUT_BACK]) + (" …" if len(put_back) > _SHOWN_PUT_BACK else "")
+    why = "git would run them with your rights, outside the sandbox, and no diff shows them"
+    if to_person:
+        return f"a sandboxed command changed git's own files, and mm put them back ({why}): {shown}"
+    return (
+        f"[mm: this command changed git's own files, which git runs with the user's rights outside the "
+        f"sandbox; mm put them back: {shown}. Do not try again; if the repository needs it, tell the user "
+        "what to run themselves.]"
+    )
 
 
 def _status(result: ProcResult) -> str:

@@ -136,6 +136,48 @@ def test_a_confined_process_cannot_link_a_file_from_outside_into_the_project(hom
     assert "[mm: the sandbox refused writing" in answer
 
 
+def test_git_files_a_confined_turn_changes_are_put_back_and_both_the_model_and_the_person_told(
+    home, scripted
+):
+    """A hook or a config entry that names a program runs with the person's rights outside every sandbox the
+    next time they run git (or their shell prompt does), and no diff shows it: such a change is put back."""
+    work, ran = home / "work", home / "home" / "ran"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    server = scripted(
+        [
+            bash(
+                f"printf '#!/bin/sh\\ntouch {ran}\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"
+            ),
+            bash(f"git config core.fsmonitor 'touch {ran}'"),
+            bash("git config user.email model@example.com"),  # a setting stands
+            call("write_file", {"path": ".git/hooks/post-commit", "content": f"#!/bin/sh\ntouch {ran}\n"}),
+            {"text": "done"},
+        ]
+    )
+    result = prompt(work)
+    assert result.returncode == 0, result.stderr
+    # The person's git afterwards, unconfined: nothing the turn wrote runs.
+    subprocess.run(["git", "status"], cwd=work, check=True, capture_output=True, env=env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=work, check=True, env=env)
+    assert not ran.exists()
+    assert {p.name for p in (work / ".git" / "hooks").iterdir() if not p.name.endswith(".sample")} == {
+        "pre-commit.mm-refused"
+    }
+    assert "fsmonitor" in (work / ".git" / "config.mm-refused").read_text()
+    assert "fsmonitor" not in (work / ".git" / "config").read_text()
+    assert "model@example.com" in (work / ".git" / "config").read_text()
+    answers = tool_messages(server.requests()[-1])
+    assert "[mm: this command changed git's own files" in answers[0]
+    assert ".git/hooks/pre-commit: a hook made" in answers[0]
+    assert ".git/config: core.fsmonitor set" in answers[1]
+    assert "[mm:" not in answers[2]
+    assert "git's own files (in .git)" in answers[3]
+    # The person reads it too, as a warning of the turn.
+    assert result.stderr.count("a sandboxed command changed git's own files, and mm put them back") == 2
+
+
 def test_read_only_refuses_a_write_inside_the_project_but_not_the_temp_dir(home, scripted):
     work = home / "work"
     server = scripted([bash("echo x > inside.txt"), bash(f"echo x > {home}/tmp/scratch.txt"), {"text": "ok"}])

@@ -44,6 +44,22 @@ def resolve(ctx: ToolContext, path: str) -> Path:
     return p if p.is_absolute() else ctx.cwd / p
 
 
+def refuse_git_internals(ctx: ToolContext, p: Path, shown: str) -> None:
+    """Under a sandbox, refuse a write to *p* when it is, links resolved, in a ``.git`` or one: git runs
+    hooks and config entries from there with the person's rights, outside the sandbox, and no diff shows
+    them (a confined command's changes there are put back: mmd/sandbox/gitguard.py)."""
+    if ctx.sandbox is None or not ctx.sandbox.confined or ".git" not in Path(os.path.realpath(p)).parts:
+        return
+    raise ToolError(
+        "git_internals",
+        f"{shown} is one of git's own files (in .git): git runs hooks and config entries from there with "
+        "the user's rights, outside the sandbox, so mm does not change them while the sandbox is on.",
+        field="path",
+        cls="terminal",
+        fix="Tell the user what to change there; a command that changes it is put back too.",
+    )
+
+
 def not_found(ctx: ToolContext, shown: str) -> ToolError:
     """Say which part of *shown* is missing and what exists beside it."""
     chain = [*reversed(Path(shown).parents), Path(shown)]

@@ -27,6 +27,7 @@ from mmd.tools.builtin._fs import (
     count_lines,
     numbered,
     os_errors,
+    refuse_git_internals,
     resolve,
     text_file,
 )
@@ -148,10 +149,11 @@ class WriteFile(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         shown = args["path"]
         with os_errors(shown):
-            return await trio.to_thread.run_sync(_write, resolve(ctx, shown), shown, args["content"])
+            return await trio.to_thread.run_sync(_write, ctx, resolve(ctx, shown), shown, args["content"])
 
 
-def _write(p: Path, shown: str, content: str) -> ToolResult:
+def _write(ctx: ToolContext, p: Path, shown: str, content: str) -> ToolResult:
+    refuse_git_internals(ctx, p, shown)
     if p.is_dir():
         raise ToolError("is_directory", f"{shown} is a folder; write_file writes a file.", field="path")
     before = p.stat().st_size if p.exists() else None
@@ -217,6 +219,7 @@ class EditFile(Tool):
 
 def _edit(ctx: ToolContext, p: Path, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
     text_file(ctx, p, shown)
+    refuse_git_internals(ctx, p, shown)
     try:
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
