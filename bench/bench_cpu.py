@@ -21,6 +21,10 @@ work (comma-separated: ``nosql``, ``notranscript``, ``nospawnhop``; bench/ablate
 each does), and prints the share of the CPU they cost, round by round. Such a daemon breaks a guarantee on
 purpose: it exists to be measured.
 
+The project folder is a git repository (``git init``), as most projects are: a confined call's guard of
+git's own files (mmd/sandbox/gitguard.py) looks at its ``.git`` on both sides of every call. ``--plain``
+leaves it a plain folder, as the figures before that guard were measured.
+
 The same run also prints the CPU of spawning ``true`` with ``subprocess.run`` in this process: the
 floor of a tool call's spawn, for a ratio that does not move with the machine as much.
 """
@@ -51,11 +55,16 @@ ABLATE = Path(__file__).resolve().parent / "ablate"  # its sitecustomize.py take
 Daemon = tuple[str, Path | None, str]
 
 
-def measure(tree: Path | None, mode: list[str], turns: int, calls: int, ablate: str = "") -> dict[str, float]:
+def measure(
+    tree: Path | None, mode: list[str], turns: int, calls: int, ablate: str = "", *, plain: bool = False
+) -> dict[str, float]:
     """One daemon (this checkout's, or *tree*'s; without the *ablate* pieces), one warm-up turn, then *turns*
-    measured: per call, or per prompt where *calls* is 0 (each turn a prompt answered with no tool call)."""
+    measured: per call, or per prompt where *calls* is 0 (each turn a prompt answered with no tool call).
+    The project is a git repository unless *plain*."""
     env = Env()
     try:
+        if not plain:
+            subprocess.run(["git", "init", "-q", str(env.work)], check=True)
         script = bash_turns(calls, turns + 1) if calls else [{"text": "done"}] * (turns + 1)
         env.start_servers({"chat": [{"text": "hi"}], "s": script}, default="chat")
         child_env = dict(os.environ)
@@ -111,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prompts", type=int, default=25, help="prompts with no tool call measured (default 25)"
     )
+    parser.add_argument(
+        "--plain", action="store_true", help="the project is a plain folder, not a git repository"
+    )
     args = parser.parse_args(argv)
     against = args.against.resolve() if args.against else None
     if against is not None and not (against / "mmd" / "__init__.py").exists():
@@ -123,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         daemons.append(("ablated", None, args.ablate))
     print(
         f"mm daemon CPU per tool call: {args.rounds} rounds, {args.turns} turns of {args.tool_calls} `bash true`"
+        f" in {'a plain folder' if args.plain else 'a git repository'}"
     )
     if against:
         print(f"  against: {against}")
@@ -136,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             rows: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in daemons}
             for _ in range(args.rounds):
                 for name, tree, ablate in daemons:
-                    rows[name].append(measure(tree, mode, turns, calls, ablate))
+                    rows[name].append(measure(tree, mode, turns, calls, ablate, plain=args.plain))
             unit = "prompt" if per_prompt else "call"
             print(f"\n  {label} (ms per {unit}; median of {args.rounds} rounds)")
             print(f"    {'':<12}{'user+sys':>9}{'loop':>8}{'switches':>10}{'/ floor':>9}")
