@@ -44,10 +44,15 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 ASIDE = ".mm-refused"
-# Bounds: what one repository's guard reads at most (paths, bytes of one file), how deep it looks into
-# ``modules`` (a submodule named a/b/c is modules/a/b/c), and how many repositories are kept.
-MAX_PATHS = 256
+# Bounds, none of which a command can use to get round the guard: the bytes kept of one file and of one
+# repository (a file past them is known by its inode, size and change time instead: changed, it is set
+# aside, but cannot be written back), the names read of one folder (a folder with more is set aside whole
+# and made again empty), how deep the guard looks into ``modules`` (a submodule named a/b/c is
+# modules/a/b/c: deeper, its git dir is not guarded, and no ``.git`` file may lead to it), and how many
+# repositories' states are kept between calls.
 MAX_FILE = 1 << 20
+MAX_KEPT = 8 << 20
+MAX_NAMES = 4096
 MAX_MODULE_DEPTH = 4
 MAX_REPOS = 64
 CONFIGS = ("config", "config.worktree")
@@ -183,9 +188,10 @@ def refused_entry(old: bytes | None, new: bytes, *, module: bool = False) -> str
 class _Item(NamedTuple):
     """What a guarded path holds: its kind, its permission bits, its bytes (a file's, a link's target)."""
 
-    kind: str  # "file", "link", "dir", "other"
+    kind: str  # "file", "link", "dir", "crowded" (a folder of more than MAX_NAMES names), "other"
     mode: int
-    data: bytes | None  # None: a folder, or a file larger than MAX_FILE
+    data: bytes | None  # None: a folder, or a file past the bounds, known by its stamp
+    stamp: tuple[int, int, int] = (0, 0, 0)  # inode, size, ctime of what is not read
 
 
 class _Repo:
@@ -254,7 +260,7 @@ def after(
             paths = _paths(folder)
             if _marks(paths) == repo.marks:
                 continue
-            guarded = {os.path.join(folder, ".git")} | {g for f in folders for g in _gitdirs(f)}
+            guarded = _guarded_gitdirs((folder, *folders))
             notes += _put_back(repo, _read(paths), guarded, base or folder)
             paths = _paths(folder)
             repo.kept, repo.marks = _read(paths), _marks(paths)
@@ -280,20 +286,28 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _paths(folder: str) -> list[tuple[str, os.stat_result | None]]:
-    """Every path guarded in *folder*'s repository, with its lstat (None: absent), shallow first."""
+def _paths(folder: str, gitdirs: list[str] | None = None) -> list[tuple[str, os.stat_result | None]]:
+    """Every path guarded in *folder*'s repository, with its lstat (None: absent), shallow first; the git
+    dirs whose config and hooks are among them are added to *gitdirs*."""
     dot = f"{folder}/.git"
     st = _lstat(dot)
     found = [(dot, st)]
     if st is not None and stat.S_ISDIR(st.st_mode):
-        _gitdir(dot, st, found, 0)
-    return found[:MAX_PATHS]
+        _gitdir(dot, st, found, 0, [] if gitdirs is None else gitdirs)
+    return found
 
 
 def _gitdir(
-    gitdir: str, st: os.stat_result, found: list[tuple[str, os.stat_result | None]], depth: int
+    gitdir: str,
+    st: os.stat_result,
+    found: list[tuple[str, os.stat_result | None]],
+    depth: int,
+    gitdirs: list[str],
 ) -> None:
+    gitdirs.append(gitdir)
     names = _names(gitdir, st)
+    if gitdir in _crowded:  # its listing stopped short: look for each name instead
+        names = frozenset((*CONFIGS, "commondir", "hooks", "modules", "worktrees"))
     for name in (*CONFIGS, "commondir"):
         if name in names:  # an absent one is no path: made, it is a new one, and the folder changed
             found.append((f"{gitdir}/{name}", _lstat(f"{gitdir}/{name}")))
@@ -303,25 +317,29 @@ def _gitdir(
         path = f"{gitdir}/{name}"
         st = _lstat(path)
         found.append((path, st))
-        if st is None or not stat.S_ISDIR(st.st_mode) or len(found) >= MAX_PATHS:
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            continue
+        listed = _names(path, st)
+        if path in _crowded:  # the folder is judged whole (_refused): its names are not looked through
             continue
         if name == "hooks":
             # A sample is not run, nor what this guard set aside (git runs only its hooks' exact names).
-            hooks = sorted(h for h in _names(path, st) if not h.endswith(".sample") and ASIDE not in h)
+            hooks = sorted(h for h in listed if not h.endswith(".sample") and ASIDE not in h)
             found += [(f"{path}/{hook}", _lstat(f"{path}/{hook}")) for hook in hooks]
         elif depth < MAX_MODULE_DEPTH:
-            for sub in sorted(_names(path, st)):
+            for sub in sorted(listed):
                 below = f"{path}/{sub}"
                 st_below = _lstat(below)
                 if st_below is not None and stat.S_ISDIR(st_below.st_mode):
                     found.append((below, st_below))
-                    _gitdir(below, st_below, found, depth + 1)
+                    _gitdir(below, st_below, found, depth + 1, gitdirs)
 
 
 # A folder's names by its path, with the (inode, ctime) they were listed at: a name made, removed or
 # renamed in it changes its ctime, which no unprivileged process can set back. Most calls change
 # nothing in .git: they then cost an lstat of .git, its config and its hooks folder, and no listing.
 _listed: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
+_crowded: set[str] = set()  # folders whose last listing stopped at MAX_NAMES
 MAX_LISTED = 1024
 
 
@@ -330,10 +348,17 @@ def _names(folder: str, st: os.stat_result) -> frozenset[str]:
     kept = _listed.get(folder)
     if kept is not None and kept[0] == key:
         return kept[1]
+    found: list[str] = []
     try:
-        names = frozenset(os.listdir(folder))
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                if len(found) == MAX_NAMES:
+                    break
+                found.append(entry.name)
     except OSError:
-        names = frozenset()
+        pass
+    (_crowded.add if len(found) == MAX_NAMES else _crowded.discard)(folder)
+    names = frozenset(found)
     if len(_listed) >= MAX_LISTED:
         _listed.clear()
     _listed[folder] = (key, names)  # listed after the lstat: a name made meanwhile changes the key again
@@ -348,41 +373,49 @@ def _marks(paths: list[tuple[str, os.stat_result | None]]) -> tuple[tuple[object
         (path,)
         if st is None
         else (path, st.st_ino, st.st_mode)
-        if stat.S_ISDIR(st.st_mode)
+        if stat.S_ISDIR(st.st_mode) and path not in _crowded
         else (path, st.st_ino, st.st_size, st.st_mode, st.st_ctime_ns)
         for path, st in paths
     )
 
 
 def _read(paths: list[tuple[str, os.stat_result | None]]) -> dict[str, _Item]:
-    return {path: _item(path, st) for path, st in paths if st is not None}
+    """What each present path holds; files read while they fit MAX_FILE and, together, MAX_KEPT."""
+    items, left = {}, MAX_KEPT
+    for path, st in paths:
+        if st is not None:
+            items[path] = item = _item(path, st, left)
+            left -= len(item.data or b"")
+    return items
 
 
-def _item(path: str, st: os.stat_result) -> _Item:
-    mode = stat.S_IMODE(st.st_mode)
+def _item(path: str, st: os.stat_result, left: int) -> _Item:
+    mode, stamp = stat.S_IMODE(st.st_mode), (st.st_ino, st.st_size, st.st_ctime_ns)
     if stat.S_ISDIR(st.st_mode):
-        return _Item("dir", mode, None)
+        return _Item("crowded", mode, None, stamp) if path in _crowded else _Item("dir", mode, None)
     if stat.S_ISLNK(st.st_mode):
         try:
             return _Item("link", mode, os.fsencode(os.readlink(path)))
         except OSError:
-            return _Item("link", mode, None)
-    if not stat.S_ISREG(st.st_mode):
-        return _Item("other", mode, None)
-    if st.st_size > MAX_FILE:
-        return _Item("file", mode, None)
+            return _Item("link", mode, None, stamp)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > min(MAX_FILE, left):
+        return _Item("file" if stat.S_ISREG(st.st_mode) else "other", mode, None, stamp)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return _Item("file", mode, None)
+        return _Item("file", mode, None, stamp)
     with os.fdopen(fd, "rb") as f:
-        return _Item("file", mode, f.read(MAX_FILE + 1))
+        data = f.read(min(MAX_FILE, left) + 1)
+    return _Item("file", mode, data) if len(data) <= min(MAX_FILE, left) else _Item("file", mode, None, stamp)
 
 
-def _gitdirs(folder: str) -> list[str]:
-    """The git dirs of *folder*'s repository a pointer may lead into: its ``.git`` if that is a folder."""
-    dot = os.path.join(folder, ".git")
-    return [dot] if os.path.isdir(dot) and not os.path.islink(dot) else []
+def _guarded_gitdirs(folders: Iterable[str]) -> set[str]:
+    """The git dirs whose config and hooks the guard looks at in *folders*' repositories (a ``.git``, a
+    submodule's and a worktree's beneath it), links resolved: the only ones a ``.git`` file may lead to."""
+    gitdirs: list[str] = []
+    for folder in dict.fromkeys(folders):
+        _paths(folder, gitdirs)
+    return {os.path.realpath(g) for g in gitdirs}
 
 
 # -- putting back --------------------------------------------------------------------------------------
@@ -391,24 +424,44 @@ def _gitdirs(folder: str) -> list[str]:
 def _put_back(repo: _Repo, now: dict[str, _Item], guarded: set[str], base: str) -> list[str]:
     """Make *repo*'s guarded paths hold what was kept again, where what they hold now is not allowed."""
     notes: list[str] = []
-    gone: list[str] = []  # set aside and not made again: nothing beneath is looked at
-    remade: list[str] = []  # made again as kept: what was kept beneath is written back
+    moved: list[tuple[str, str | None]] = []  # folders set aside, and where (None: the move failed)
     for path in sorted(set(repo.kept) | set(now), key=lambda p: (p.count(os.sep), p)):
-        if any(path.startswith(g + os.sep) for g in gone):
-            continue
         old, new = repo.kept.get(path), now.get(path)
-        if new is None and old is not None and any(path.startswith(r + os.sep) for r in remade):
-            why: str | None = "set aside with its folder"
-        else:
-            why = _refused(path, old, new, guarded, repo.folder)
+        folder = next((m for m in moved if path.startswith(m[0] + os.sep)), None)
+        if folder is not None:  # what it held went aside with it; what was kept there is brought back
+            if old is not None and (failed := _bring_back(path, old, folder)):
+                notes.append(f"{_shown(path, base)}: {failed}")
+            continue
+        why = _refused(path, old, new, guarded, repo.folder)
         if why is None:
             continue
-        notes.append(f"{_shown(path, base)}: {why}{_restore(path, old, new, base)}")
-        if old is not None and old.kind == "dir" and os.path.basename(path) != ".git":
-            remade.append(path)
-        else:
-            gone.append(path)
+        note, aside = _restore(path, old, new, base)
+        notes.append(f"{_shown(path, base)}: {why}{note}")
+        remade = old is not None and old.kind in ("dir", "crowded") and path != f"{repo.folder}/.git"
+        if remade or (new is not None and new.kind in ("dir", "crowded")):
+            moved.append((path, aside))
     return notes
+
+
+def _bring_back(path: str, old: _Item, folder: tuple[str, str | None]) -> str:
+    """Write *old* back at *path*, whose folder was set aside; a file not kept (past the bounds) is moved back
+    from the set-aside folder if it is unchanged there. What went wrong, or ""."""
+    inside, aside = folder
+    if old.data is not None or old.kind in ("dir", "crowded"):
+        return _restore(path, old, None, "")[0]
+    there = aside + path[len(inside) :] if aside is not None else None
+    found = _lstat(there) if there is not None else None
+    if (
+        there is not None
+        and found is not None
+        and (found.st_ino, found.st_size, found.st_ctime_ns) == old.stamp
+    ):
+        try:
+            os.rename(there, path)
+            return ""
+        except OSError as exc:
+            return f"putting it back failed: {exc.strerror}"
+    return f"changed by the command, and larger than mm keeps: not written back (see {aside or 'the set-aside folder'})"
 
 
 def _refused(path: str, old: _Item | None, new: _Item | None, guarded: set[str], folder: str) -> str | None:
@@ -418,12 +471,11 @@ def _refused(path: str, old: _Item | None, new: _Item | None, guarded: set[str],
         return None
     name, parent = os.path.basename(path), os.path.dirname(path)
     if path == os.path.join(folder, ".git"):
-        if new.kind == "dir" or (
-            new.kind == "file" and new.data is not None and _leads_into(new.data, parent, guarded)
+        # A repository made (its files are judged one by one), or a pointer to a guarded git dir, stands.
+        if new.kind in ("dir", "crowded") or (
+            new.data is not None and _leads_into(new.data, parent, guarded)
         ):
-            return (
-                None  # a repository made (its files are judged one by one), or a pointer into a guarded one
-            )
+            return None
         return "a .git that leads git elsewhere for its config and hooks"
     if os.path.basename(parent) == "hooks":
         return "a hook made" if old is None else "a hook changed"
@@ -435,6 +487,8 @@ def _refused(path: str, old: _Item | None, new: _Item | None, guarded: set[str],
         return f"{why} set" if why is not None and not why.startswith("a config") else why
     if name == "commondir":
         return None if _common_home(path, new) else "a commondir that leads git elsewhere"
+    if new.kind == "crowded":
+        return f"a folder of more than {MAX_NAMES} names, more than mm looks through"
     if new.kind != "dir":
         return "a link or file where git keeps a folder"
     return None
@@ -451,26 +505,26 @@ def _common_home(path: str, item: _Item) -> bool:
 
 
 def _leads_into(text: bytes, folder: str, guarded: set[str]) -> bool:
-    """Whether a ``.git`` file's ``gitdir:`` line leads into one of the *guarded* git dirs."""
+    """Whether a ``.git`` file's ``gitdir:`` line leads to one of the *guarded* git dirs (any other folder,
+    even one inside a ``.git``, may hold a config and hooks no guard looks at)."""
     line = text.split(b"\n", 1)[0].strip()
     if not line.startswith(b"gitdir:"):
         return False
-    target = os.path.realpath(os.path.join(folder, os.fsdecode(line[7:].strip())))
-    return any(target.startswith(os.path.realpath(g) + os.sep) for g in guarded)
+    return os.path.realpath(os.path.join(folder, os.fsdecode(line[7:].strip()))) in guarded
 
 
-def _restore(path: str, old: _Item | None, new: _Item | None, base: str) -> str:
+def _restore(path: str, old: _Item | None, new: _Item | None, base: str) -> tuple[str, str | None]:
     """Set *path*'s *new* content aside and write *old* back (not a ``.git`` folder: the repository is
-    wherever the command put it); what the note adds."""
-    said = ""
+    wherever the command put it); what the note adds, and where the new content went."""
+    said, aside = "", None
     try:
         if new is not None:
             aside = _aside(path)
             os.rename(path, aside)
             said = f" (what the command wrote is kept as {_shown(aside, base)})"
         if old is None or os.path.basename(path) == ".git":
-            return said
-        if old.kind == "dir":
+            return said, aside
+        if old.kind in ("dir", "crowded"):
             os.mkdir(path, old.mode)
         elif old.kind == "link" and old.data is not None:
             os.symlink(old.data, path)
@@ -480,10 +534,10 @@ def _restore(path: str, old: _Item | None, new: _Item | None, base: str) -> str:
                 f.write(old.data)
             os.chmod(path, old.mode)  # the umask took bits from the one asked for
         else:
-            return f"{said}; the old one could not be written back (larger than {MAX_FILE >> 20} MiB)"
+            return f"{said}; the old one, larger than mm keeps, could not be written back", aside
     except OSError as exc:
-        return f"{said}; putting it back failed: {exc.strerror}"
-    return said
+        return f"{said}; putting it back failed: {exc.strerror}", aside
+    return said, aside
 
 
 def _aside(path: str) -> str:

