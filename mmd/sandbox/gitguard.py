@@ -50,11 +50,11 @@ ASIDE = ".mm-refused"
 # and made again empty), how deep the guard looks into ``modules`` (a submodule named a/b/c is
 # modules/a/b/c: deeper, its git dir is not guarded, and no ``.git`` file may lead to it), and how many
 # repositories' states are kept between calls.
-MAX_FILE = 1 << 20
-MAX_KEPT = 8 << 20
+MAX_FILE = 256 << 10
+MAX_KEPT = 512 << 10
 MAX_NAMES = 4096
 MAX_MODULE_DEPTH = 4
-MAX_REPOS = 64
+MAX_REPOS = 32
 CONFIGS = ("config", "config.worktree")
 
 # Config entries a confined command may add or change: names, remotes, branches, settings of git's own
@@ -223,12 +223,16 @@ def before(folders: Iterable[str]) -> tuple[str, ...]:
                 if marks != repo.marks:
                     repo.kept, repo.marks = _read(paths), marks
             repo.running += 1
-        while len(_repos) > MAX_REPOS:
-            oldest = next((f for f, r in _repos.items() if r.running == 0), None)
-            if oldest is None:
-                break
-            del _repos[oldest]
+        _evict()
     return taken
+
+
+def _evict() -> None:
+    """Forget the least recently used repositories no call runs in, past MAX_REPOS (under _lock): at most
+    MAX_REPOS × MAX_KEPT bytes stay kept between calls. A forgotten one is taken afresh by its next call."""
+    idle = [folder for folder, repo in _repos.items() if repo.running == 0]
+    for folder in idle[: max(0, len(_repos) - MAX_REPOS)]:
+        del _repos[folder]
 
 
 def release(taken: Sequence[str]) -> None:
@@ -249,6 +253,8 @@ def after(
     if not _lock.acquire(blocking=wait):
         return None
     notes: list[str] = []
+    folders = tuple(folders)
+    guarded: set[str] | None = None  # the git dirs a .git file may lead to, found once a change is seen
     try:
         for folder in dict.fromkeys((*taken, *folders)):
             repo = _repos.get(folder)
@@ -260,10 +266,12 @@ def after(
             paths = _paths(folder)
             if _marks(paths) == repo.marks:
                 continue
-            guarded = _guarded_gitdirs((folder, *folders))
+            if guarded is None:
+                guarded = _guarded_gitdirs((*taken, *folders))
             notes += _put_back(repo, _read(paths), guarded, base or folder)
             paths = _paths(folder)
             repo.kept, repo.marks = _read(paths), _marks(paths)
+        _evict()
     finally:
         _lock.release()
     return notes
@@ -380,7 +388,7 @@ def _marks(paths: list[tuple[str, os.stat_result | None]]) -> tuple[tuple[object
 
 
 def _read(paths: list[tuple[str, os.stat_result | None]]) -> dict[str, _Item]:
-    """What each present path holds; files read while they fit MAX_FILE and, together, MAX_KEPT."""
+    """What each present path holds; files read while each fits MAX_FILE and all together MAX_KEPT."""
     items, left = {}, MAX_KEPT
     for path, st in paths:
         if st is not None:

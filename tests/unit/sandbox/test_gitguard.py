@@ -286,6 +286,21 @@ def test_a_folder_too_crowded_to_look_through_or_a_file_too_large_to_keep_is_sti
 
 
 @needs_landlock
+def test_what_the_guard_keeps_between_calls_is_bounded_however_many_repositories_a_command_makes(
+    repo, monkeypatch
+) -> None:
+    work, box = repo
+    monkeypatch.setattr(gitguard, "MAX_REPOS", 8)
+    made = sh("for i in $(seq 30); do git init -q r$i; done", work, box)
+    assert made.git_put_back == ()
+    assert len(gitguard._repos) <= 8
+    # Those forgotten are still guarded: their next call takes them afresh.
+    ran = work.parent / "ran"
+    result = sh(f"git -C r1 config core.fsmonitor 'touch {ran}'", work, box)
+    assert result.git_put_back[0].startswith("r1/.git/config: core.fsmonitor set")
+
+
+@needs_landlock
 def test_what_the_person_changes_between_calls_is_theirs(repo) -> None:
     work, box = repo
     assert sh("true", work, box).git_put_back == ()
