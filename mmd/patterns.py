@@ -99,6 +99,10 @@ class Deadline:
     def left(self) -> float:
         return self.at - self._now()
 
+    def spend(self) -> None:
+        """A match ran out of it: nothing is left for the check's next matches."""
+        self.at = self._now()
+
 
 class Pattern:
     """A compiled untrusted pattern; each match returns whether it matched, or raises TooSlow.
@@ -136,7 +140,13 @@ class Pattern:
                 return method(text, timeout=timeout, concurrent=True) is not None  # concurrent: GIL released
             except TimeoutError:
                 if time.thread_time() - spent >= timeout / 2:  # it had the CPU: the pattern backtracks
+                    if seconds == deadline.seconds:
+                        # Stopped with CPU time left on a loaded machine (the timeout is the clock's): still
+                        # too slow for the whole check, however easy its next matches.
+                        deadline.spend()
                     raise TooSlow(self.pattern, seconds) from None
+        if seconds == deadline.seconds:
+            deadline.spend()
         raise TooSlow(self.pattern, seconds)
 
 
