@@ -540,7 +540,9 @@ def _restore(path: str, old: _Item | None, new: _Item | None, base: str) -> tupl
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, old.mode)
             with os.fdopen(fd, "wb") as f:
                 f.write(old.data)
-            os.chmod(path, old.mode)  # the umask took bits from the one asked for
+                os.fchmod(
+                    f.fileno(), old.mode
+                )  # the umask took bits; by the descriptor: the path may be swapped
         else:
             return f"{said}; the old one, larger than mm keeps, could not be written back", aside
     except OSError as exc:
