@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import tempfile
 from typing import Literal
 
@@ -24,7 +25,7 @@ import msgspec
 from mmd import paths
 from mmd.rpc import trust
 
-from . import landlock
+from . import landlock, seccomp
 
 Mode = Literal["workspace", "read-only", "off"]
 MODES: tuple[Mode, ...] = ("workspace", "read-only", "off")
@@ -86,7 +87,7 @@ class Sandbox(msgspec.Struct, frozen=True):
         if not self.confined:
             return "the sandbox is off"
         where = ", ".join(self.writable()) if self.roots else f"the temp dir {self.temp}"
-        net = "" if self.network else "; no network (TCP)"
+        net = "" if self.network else "; no network (no internet socket, TCP or UDP; Unix sockets only)"
         return f"sandbox {self.mode}: processes may write only under {where}{net}"
 
 
@@ -133,16 +134,21 @@ def unavailable_reason(box: Sandbox) -> str | None:
         return found.reason
     if not box.network and found.abi < 4:
         return f"network: off needs Landlock ABI 4 (Linux 6.7); this kernel offers ABI {found.abi}"
+    if not box.network and platform.machine() not in seccomp.ARCHES:
+        return f"network: off has no socket filter for this architecture ({platform.machine()})"
     return None
 
 
 def confine_thread(box: Sandbox) -> None:
-    """Confine the calling thread (one made for this spawn) to *box*; see :func:`landlock.restrict_thread`.
+    """Confine the calling thread (one made for this spawn) to *box*; see :func:`landlock.restrict_thread`,
+    and under ``network: off`` :func:`seccomp.restrict_thread` (no internet socket, UDP included).
 
     Errors: landlock.Unavailable, OSError.
     """
     folders = (*box.writable(), *DEVICE_FOLDERS)
     landlock.restrict_thread(support().abi, folders, DEVICE_FILES, network=box.network)
+    if not box.network:  # Landlock refuses TCP only: UDP and the rest of the internet families too
+        seccomp.restrict_thread()
 
 
 def no_new_privs(pid: int) -> bool:

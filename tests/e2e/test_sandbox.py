@@ -238,7 +238,10 @@ def test_network_off_refuses_a_loopback_connection_to_a_server_of_the_test(home,
             "[mm: the sandbox may have refused this (sandbox workspace: processes may write only under"
             in answer
         )
-        assert "no network (TCP)" in answer and "removing sandbox.network: off" in answer
+        assert (
+            "no network (no internet socket, TCP or UDP" in answer
+            and "removing sandbox.network: off" in answer
+        )
         listener.setblocking(False)
         with pytest.raises(BlockingIOError):  # nothing connected
             listener.accept()

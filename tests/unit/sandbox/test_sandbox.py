@@ -107,6 +107,60 @@ def test_network_off_refuses_tcp_to_a_listening_loopback_server(dirs) -> None:
     assert allowed.exit_code == 0
 
 
+UDP_AND_LOCAL = """
+import ctypes, socket, sys
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"leak", ("127.0.0.1", int(sys.argv[1])))
+    print("udp sent")
+except OSError as e:
+    print("udp", e.errno)
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    print("udp6 made")
+except OSError as e:
+    print("udp6", e.errno)
+a, b = socket.socketpair()
+a.send(b"x")
+print("pair", b.recv(1).decode(), "unix", socket.socket(socket.AF_UNIX).family == socket.AF_UNIX)
+libc = ctypes.CDLL(None, use_errno=True)
+print("io_uring", libc.syscall(425, 8, ctypes.create_string_buffer(120)), ctypes.get_errno())
+"""
+
+
+@needs_landlock
+def test_network_off_makes_no_internet_socket_udp_included_but_local_ones_stay(dirs) -> None:
+    """Landlock refuses TCP only: a datagram would carry what a command read to any resolver or host."""
+    project, _, temp = dirs
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(("127.0.0.1", 0))
+        receiver.settimeout(0.5)
+        port = receiver.getsockname()[1]
+        script = project / "udp.py"
+        script.write_text(UDP_AND_LOCAL)
+        refused = sh(f"{sys.executable} {script} {port}", project, box_for(project, temp, network=False))
+        assert refused.output.splitlines() == [
+            "udp 13",  # EACCES, as Landlock's TCP refusal: the model's note reads it the same way
+            "udp6 13",
+            "pair x unix True",
+            "io_uring -1 38",  # ENOSYS: its socket operation would make one without socket()
+        ], refused.output
+        with pytest.raises(socket.timeout):
+            receiver.recvfrom(16)
+        allowed = sh(f"{sys.executable} {script} {port}", project, box_for(project, temp))
+        assert allowed.output.splitlines()[0] == "udp sent"
+        assert receiver.recvfrom(16)[0] == b"leak"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32's numbers are x86-64's")
+@needs_landlock
+def test_network_off_refuses_a_system_call_of_another_abi(dirs) -> None:
+    # The filter reads the native numbers: x32's socket (41 | 0x40000000) must not get past it.
+    project, _, temp = dirs
+    x32 = "import ctypes; c = ctypes.CDLL(None, use_errno=True); print(c.syscall(0x40000029, 2, 2, 0), ctypes.get_errno())"
+    refused = sh(f"{sys.executable} -c '{x32}'", project, box_for(project, temp, network=False))
+    assert refused.output.strip() == "-1 13"
+
+
 needs_scopes = pytest.mark.skipif(
     support().abi < 6, reason="the kernel's Landlock has no scopes (ABI 6, Linux 6.12)"
 )
