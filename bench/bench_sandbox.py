@@ -8,6 +8,8 @@ confined and unconfined runs interleaved in the same process so that both see th
   spawn thread, the Landlock ruleset and no_new_privs;
 - confined with ``--project`` (default: this repository) as the project: the walk that looks for
   hard links Landlock could not confine (mmd/sandbox/links.py), warm, and its first, cold walk;
+- the git guard's look at the project's repositories on both sides of a call that changed nothing
+  (mmd/sandbox/gitguard.py), in CPU time of the calling thread;
 - what the alternatives would add: an exec shim (``python -I -S`` started before the command, the
   least any Python shim costs) and ``preexec_fn`` (subprocess then forks instead of vforking).
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 import trio
 
 from mmd.procs import run_tool_process
-from mmd.sandbox import Sandbox, links, support
+from mmd.sandbox import Sandbox, gitguard, links, support
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +67,20 @@ def walk_ms(project: Path) -> tuple[float, float, float, int]:
     check()  # the walk that settles the watch
     quiet = statistics.median(check() for _ in range(20))
     return cold, warm, quiet, entries
+
+
+def guard_us(project: Path, calls: int = 2000) -> tuple[float, int]:
+    """The git guard's before and after of one call that changes nothing, in µs of this thread's CPU
+    (median of 5 rounds of *calls*), and the repositories it looks at in *project*."""
+    found = links.repositories([str(project)])
+    gitguard.forget()
+    rounds = []
+    for _ in range(5):
+        start = time.thread_time()
+        for _ in range(calls):
+            gitguard.after(gitguard.before(found), found)
+        rounds.append((time.thread_time() - start) / calls * 1e6)
+    return statistics.median(rounds), len(found)
 
 
 async def main(runs: int, project: Path) -> None:
@@ -110,6 +126,11 @@ async def main(runs: int, project: Path) -> None:
         f"   {warm:.2f} ms warm, when only the folders' mtimes are read; {quiet:.3f} ms while the walk's inotify"
     )
     print("   watch saw no change, as in the figure above)")
+    guard, repositories = guard_us(project)
+    print(
+        f"  the git guard, before and after a call that changed nothing: {guard:.1f} µs of CPU "
+        f"({repositories} repositories in the project)"
+    )
     print("what the alternatives would add per spawn (ms)")
     shim = medians["exec shim (unconfined)"]
     print(f"  {'an exec shim: python -I -S':<30}{shim:8.2f}   +{shim - base:.2f}")
