@@ -119,7 +119,9 @@ ALLOWED = frozenset(
 ALLOWED_IN_MODULE = frozenset([("core", False, "worktree")])
 
 _SECTION = re.compile(r'[ \t]*\[([A-Za-z0-9.-]+)(?:[ \t]+"((?:[^"\\\n]|\\.)*)")?\][ \t]*(?:[#;].*)?')
-_ENTRY = re.compile(r"[ \t]*([A-Za-z][A-Za-z0-9-]*)[ \t]*(?:=[ \t]*(.*?))?[ \t]*")
+# No lazy quantifier before the line's end: "k=x" then 200,000 blanks and a "y" cost it time quadratic in the
+# line (minutes for a config the guard reads whole); the value's blanks are stripped in Python instead.
+_ENTRY = re.compile(r"[ \t]*([A-Za-z][A-Za-z0-9-]*)[ \t]*(?:=(.*))?")
 _BLANK = re.compile(r"[ \t]*(?:[#;].*)?")
 
 
@@ -161,7 +163,7 @@ def config_entries(text: bytes) -> list[tuple[tuple[str, bool, str], str, str]]:
         found = _ENTRY.fullmatch(line)
         if found is None or section is None:
             raise Unreadable(f"line {number}: not an entry git's plain form writes")
-        value = found.group(2) or ""
+        value = (found.group(2) or "").strip(" \t")
         if value.endswith("\\"):
             raise Unreadable(f"line {number}: a value continued on the next line")
         name, has_sub, sub = section

@@ -110,6 +110,12 @@ def test_a_config_not_in_gits_plain_form_is_refused_whole_never_guessed(text: by
     assert refused_entry(INIT, INIT + text) is not None
 
 
+def test_a_value_is_read_without_its_blanks_however_many() -> None:
+    # 200,000 blanks inside a value once cost the reader minutes (a lazy match before the line's end).
+    [(key, _, value)] = config_entries(b"[core]\nbare = x" + b" " * 200_000 + b"y \t\n")
+    assert key == ("core", False, "bare") and value.startswith("x ") and value.endswith(" y")
+
+
 def test_a_key_the_repository_had_already_is_no_change_of_the_command() -> None:
     husky = INIT + b"[core]\n\thooksPath = .husky\n"
     assert refused_entry(husky, husky + b"[user]\n\temail = a@b\n") is None
