@@ -291,6 +291,23 @@ def test_refusals_are_read_from_the_output_with_their_paths(output: str, refused
     assert "config.yaml (every project" in text
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Permission denied '" + "/a" * 12_000,  # a quote that never closes, and slashes
+        "Permission denied " + "-a." * 8_000,
+        "x" * 24_000 + " Permission denied",
+        "x: Permission denied " * 1_200,
+    ],
+)
+def test_a_commands_output_shaped_against_the_reader_is_read_whole_and_still_answered(line: str) -> None:
+    # A pattern of three alternatives once took 3.7 s of the event loop on the second line (quadratic in it).
+    box = Sandbox(roots=("/p",), temp="/t")
+    note = refusal_note(line + "\ntouch: cannot touch '/etc/x': Permission denied", box, "/p", None)
+    assert note is not None
+    assert "/etc/x" in note[1]
+
+
 def test_the_note_names_the_daemons_own_config_yaml(tmp_path: Path) -> None:
     # mmd --config elsewhere: the file to add a folder to is that one, not the default's.
     agent = load(tmp_path, "model: a/b\n")
