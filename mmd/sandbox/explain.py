@@ -44,8 +44,8 @@ _MAX_PATHS = 5
 def refusal_note(output: str, box: Sandbox, cwd: str, agent_file: str | None) -> tuple[str, list[str]] | None:
     """The note to add to a failed confined call's answer, and the refused paths; None if no refusal shows.
 
-    Only lines with a refusal's text are read (and npm's line naming its error's path); a path on them
-    that *box* does not allow is named as refused. A refusal with no path outside (a network
+    Only lines with a refusal's text are read (and npm's line naming its error's path; 64 lines at most);
+    a path on them (64 at most) that *box* does not allow is named as refused. A refusal with no path outside (a network
     connection, a path the tool did not print) still gets the note, worded as
     "may have". Errors: none.
     """
