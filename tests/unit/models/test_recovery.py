@@ -329,3 +329,26 @@ def test_a_long_held_step_is_not_rebuilt_at_every_delta(monkeypatch: pytest.Monk
     deltas = [Counted(start), *[Counted('"x": 1, ' if start == "{" else " \n")] * 3000]
     assert "".join(held(deltas, was_call=False)) == "".join(deltas)
     assert Counted.built <= 2 * len("".join(deltas))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>" + " " * 200_000,  # cubic before: 14 s at 3,200 blanks
+        "<tool_call>a" * 20_000,
+        "```" + " " * 100_000 + "\n" + " " * 100_000,  # cubic before: 7 s at 3,200
+        "```bash\n" + " " * 200_000,
+        "```" + "\n" * 200_000,
+    ],
+)
+def test_a_reply_shaped_against_the_readers_is_read_in_linear_time_and_stays_text(text: str) -> None:
+    """A reply is the model's (a server's, up to 2 MiB): no pattern may backtrack over what it repeats."""
+    assert recover(text, ["bash", "lookup"]) == (text, [])
+
+
+def test_the_blanks_around_a_call_are_still_no_part_of_it() -> None:
+    tagged = '<tool_call>\n  {"name": "lookup", "arguments": {"q": 1}}  \n\t</tool_call>'
+    fenced = '```json  \n{"name": "lookup", "arguments": {"q": 1}}\n   ```'
+    for text in (tagged, fenced):
+        left, [call] = recover(text, ["lookup"])
+        assert (call.name, call.arguments, left.strip()) == ("lookup", '{"q": 1}', "")
