@@ -38,7 +38,8 @@ CLAIMED = "says a tool was called, but no tool ran in this turn"
 ANSWER_NOW = "Do not call it again; give the user your answer now, in plain words."
 # Characters that make no answer on their own.
 _PUNCTUATION = set("{}[]()<>\"'`,:;.\\/|-_=* \t\r\n")
-_FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+# Possessive before the lazy body: "```a" and 16,000 line ends once cost 3.7 s (its group is stripped anyway).
+_FENCE = re.compile(r"^```[\w-]*+\s*+(.*?)```$", re.DOTALL)
 _CALL_TAG = re.compile(r"</?(tool_call|function_call|tools?)\b", re.IGNORECASE)
 # The first characters of a JSON object that names a call or an error, complete or cut short.
 _CALL_JSON = re.compile(r'^\s*[\[{]\s*"(name|function|tool|arguments|error|ok)"\s*:')

@@ -188,3 +188,10 @@ def test_a_loops_end_quotes_the_last_failure_mm_s_note_first() -> None:
         last_failure([("lookup", plain)]) == "\nThe last lookup call was answered: no such key second third"
     )
     assert last_failure(ran[:1]) == "" and last_failure([]) == ""
+
+
+@pytest.mark.parametrize("text", ["```a" + "\n" * 200_000 + "x", "```" + "a" * 200_000])
+def test_a_reply_shaped_against_the_fence_reader_is_judged_in_linear_time(text: str) -> None:
+    # "```a" and 16,000 line ends once cost 3.7 s of the event loop (a quadratic backtrack).
+    assert unusable(text) is None
+    assert unusable("```json\n" + "\n" * 200_000 + "```") == "only punctuation"
