@@ -30,6 +30,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -44,8 +45,23 @@ Transport = Literal["stdio", "http", "sse"]
 
 # A server's name: it goes into tool-name prefixes and log file names.
 SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
-# ${VAR} or ${VAR:-default}.
+# ${VAR} or ${VAR:-default}. Run it through references() and sub_references(), which stop at the text's last
+# "}": past it a default's scan can only fail, and "${a:-" repeated through a cloned repository's .mcp.json
+# (read before its trust is checked) once cost 5 s at 64 KiB, quadratic.
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def references(text: str) -> Iterator[re.Match[str]]:
+    """Each ``${VAR}`` / ``${VAR:-default}`` in *text*, in linear time."""
+    return REFERENCE.finditer(text, 0, text.rfind("}") + 1)
+
+
+def sub_references(repl: str | Callable[[re.Match[str]], str], text: str) -> str:
+    """*text* with each reference replaced by *repl*, in linear time."""
+    end = text.rfind("}") + 1
+    return REFERENCE.sub(repl, text[:end]) + text[end:]
+
+
 # The start of an http(s) URL with a host.
 _HTTP_URL = re.compile(r"https?://[^/\s]+")
 # Headers that carry credentials: their values must come from the environment.
@@ -226,12 +242,12 @@ def _check_references(doc: Document, here: tuple[Any, ...], spec: McpServerSpec)
     texts += [((*here, "headers", k), v) for k, v in spec.headers.items()]
     texts.append(((*here, "cwd"), spec.cwd or ""))
     for path, text in texts:
-        if "${" in REFERENCE.sub("", text):
+        if "${" in sub_references("", text):
             raise doc.error(
                 path, problem="a malformed ${...} reference", expected="${NAME} or ${NAME:-default}"
             )
     for header, value in spec.headers.items():
-        if header.lower() in SECRET_HEADERS and not REFERENCE.search(value):
+        if header.lower() in SECRET_HEADERS and next(references(value), None) is None:
             raise doc.error(
                 (*here, "headers", header),
                 problem="credentials never go in the file (the value is not shown)",
@@ -356,7 +372,7 @@ def expand(text: str, where: str, environ: dict[str, str] | None = None) -> str:
             "set it and restart the daemon (mm daemon stop), or give a default: ${" + name + ":-value}"
         )
 
-    return REFERENCE.sub(value, text)
+    return sub_references(value, text)
 
 
 def resolve(entry: ServerEntry, environ: dict[str, str] | None = None) -> ResolvedServer:

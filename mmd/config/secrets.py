@@ -8,7 +8,7 @@ agent file or config.yaml does not need.
 from __future__ import annotations
 
 from ..procs.environ import looks_secret
-from .mcp import REFERENCE, McpServerSpec
+from .mcp import McpServerSpec, references
 from .user import UserConfig
 
 
@@ -37,8 +37,8 @@ def credential_variables(servers: dict[str, McpServerSpec]) -> set[str]:
     names: set[str] = set()
     for spec in servers.values():
         for value in spec.headers.values():
-            names.update(m[1] for m in REFERENCE.finditer(value))
+            names.update(m[1] for m in references(value))
         for key, value in spec.env.items():
-            refs = [m[1] for m in REFERENCE.finditer(value)]
+            refs = [m[1] for m in references(value)]
             names.update(r for r in refs if looks_secret(key) or looks_secret(r))
     return names

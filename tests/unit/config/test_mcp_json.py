@@ -196,3 +196,13 @@ def test_claude_only_keys_under_mcp_get_a_hint(tmp_path):
         ConfigError, match=r"mm\.yaml:4: mcp\.files\.disabled: unknown key.*write enabled: false"
     ):
         load_agent_file(path)
+
+
+def test_references_are_read_in_linear_time_however_a_cloned_file_repeats_them(tmp_path) -> None:
+    # Read before its trust is checked: "${a:-" repeated once cost 5 s at 64 KiB (quadratic).
+    path = tmp_path / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"s": {"command": "x", "args": ["${a:-" * 150_000]}}}))
+    with pytest.raises(ConfigError, match="a malformed"):
+        read_servers(path, run_dir=tmp_path)
+    path.write_text(json.dumps({"mcpServers": {"s": {"command": "x", "args": ["${a:-" * 150_000 + "}"]}}}))
+    assert list(read_servers(path, run_dir=tmp_path)) == ["s"]
