@@ -141,3 +141,11 @@ def test_the_cannot_fit_error_says_what_takes_the_room_and_what_to_do() -> None:
     assert "about 9,000 tokens" in text and "context window of 4,096 tokens (1,024 kept" in text
     assert "alone take 5,000" in text
     assert "--model" in text and "fewer tools" in text and "new session" in text
+
+
+def test_a_spill_marker_is_found_in_linear_time_among_lookalikes() -> None:
+    # "is in " repeated without the marker's end once cost a quadratic scan each time outputs were stubbed.
+    assert budget.spill_named("is in " * 50_000) is None
+    marker = "is in /s/spill.log — read any range of it with read_file"
+    assert budget.spill_named("is in " * 50_000 + marker).endswith("is in /s/spill.log")  # type: ignore[union-attr]
+    assert budget.spill_named("x " + marker) == "/s/spill.log"
