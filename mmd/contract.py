@@ -489,9 +489,15 @@ def _wrong_type(name: str, kind: str, value: Any, sample: str | None) -> Problem
     )
 
 
+# The longest string a refused argument may be for the hint that it holds other parameters too.
+PACKED_HINT_CHARS = 4096
+
+
 def _packed_hint(problem: Problem, value: Any, props: dict[str, Any], name: str) -> Problem:
     """Say so when a refused string seems to carry other parameters too."""
-    if not isinstance(value, str):
+    # A short string only: the packing this hint names is a small model's, and each property's search of a
+    # long one cost its whole length (1 MiB × 2,000 properties of a server's schema: 44 s).
+    if not isinstance(value, str) or len(value) > PACKED_HINT_CHARS:
         return problem
     others = [p for p in props if p != name and re.search(rf"\b{re.escape(p)}\b", value, re.IGNORECASE)]
     if not others:
