@@ -30,7 +30,7 @@ _PATH_LINE = re.compile(r"^npm (?:error|ERR!) path ")
 # before the error's text ("bash: line 1: out.txt: Permission denied"). Each is found in time linear in the
 # line: the output is a command's, shaped as it likes (one pattern of three alternatives took 3.7 s of the
 # event loop on a 24 KB line of "-a." once).
-_QUOTED = re.compile(r"""['"‘`]([^'"’`\n]*)['"’`]""")
+_QUOTED = re.compile(r"""['"‘`]([^'"‘’`\n]*)['"’`]""")  # no quote inside: an opening one ends the scan
 _WORD = re.compile(r"""[^\s:'"‘’`]+""")
 _LEADING = re.compile(r"[^\w.~/-]*")  # what precedes a path in its word: "(/tmp/x" names /tmp/x
 _NAMED = re.compile(r": (?i:Permission denied|Operation not permitted|Read-only file system)")

@@ -298,6 +298,7 @@ def test_refusals_are_read_from_the_output_with_their_paths(output: str, refused
         "Permission denied " + "-a." * 8_000,
         "x" * 24_000 + " Permission denied",
         "x: Permission denied " * 1_200,
+        "Permission denied " + "\u2018" * 24_000,  # opening quotes that no closing one follows
     ],
 )
 def test_a_commands_output_shaped_against_the_reader_is_read_whole_and_still_answered(line: str) -> None:
