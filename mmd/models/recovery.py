@@ -29,9 +29,11 @@ its token limit) is run once.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import secrets
+import sys
 from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import urlsplit
@@ -107,8 +109,9 @@ def recover(text: str, tool_names: Collection[str]) -> tuple[str, list[ToolCall]
         if found:
             calls.extend(found)
             spans.append(match.span())
+    tags = list(spans)  # in the text's order, apart: a fence is looked up among them by bisection
     for match in _FENCE.finditer(text, 0, _until_last(text, "```")):
-        if _inside(match.start(), spans) or (match.group(1) or "").lower() not in _FENCE_LANGS:
+        if _inside(match.start(), tags) or (match.group(1) or "").lower() not in _FENCE_LANGS:
             continue
         found = _calls_in(_body(match.group(2)), names)
         if found:
@@ -342,7 +345,10 @@ def _deep_possible(text: str) -> bool:
 
 
 def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
-    return any(start <= pos < end for start, end in spans)
+    """Whether *pos* lies in one of *spans* (in the text's order, apart, as a pattern's matches are): a
+    bisection, since a reply may hold tens of thousands of each (a look at every span was quadratic)."""
+    i = bisect.bisect_right(spans, (pos, sys.maxsize)) - 1
+    return i >= 0 and spans[i][0] <= pos < spans[i][1]
 
 
 def _without(text: str, spans: list[tuple[int, int]]) -> str:
