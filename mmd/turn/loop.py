@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..contract import ToolResult
+from ..contract import ToolResult, canonical
 from ..models.base import Completion, Lead, Message, ModelError, ToolCall
 from ..models.recovery import HeldText, recover_completion
 from ..tools.base import Tool
@@ -77,6 +77,7 @@ class Progress(msgspec.Struct):
     ran: list[tuple[str, ToolResult]] = msgspec.field(default_factory=list)
     # Successful calls since the last successful write, by key; a repeat is not run again.
     succeeded: dict[Key, ToolResult] = msgspec.field(default_factory=dict)
+    ok_names: set[str] = msgspec.field(default_factory=set)  # tools that succeeded in this turn
     told: set[Key] = msgspec.field(default_factory=set)  # repeats answered "already succeeded"
     wrote: bool = False  # a write (not a read) succeeded in this turn
     acted: bool = False  # a declared or MCP tool succeeded in this turn
@@ -92,6 +93,7 @@ class Progress(msgspec.Struct):
     ) -> None:
         self.ran.append((name, result))
         if result.ok:
+            self.ok_names.add(name)
             if tool is not None and tool.tier != "read":
                 self.succeeded.clear()  # a write may change what a read returns
                 self.wrote = True
@@ -99,7 +101,7 @@ class Progress(msgspec.Struct):
             self.succeeded[key] = result
         elif error_code(result.ok, result.data) == "ungrounded_value":
             self.refused.add(key)
-        elif invalid and any(done == name and r.ok for done, r in self.ran):
+        elif invalid and name in self.ok_names:  # a set: a look through every call ran was quadratic
             # The contract refused it, and the same tool already succeeded in this turn: seen, the 0.5B
             # sent `pkgtest` its own past call and a made-up tool_response as arguments after `pkgtest
             # greet` ran, until stopped (status loop although the action had run).
@@ -124,13 +126,15 @@ class Progress(msgspec.Struct):
         given = {k: v for k, v in args.items() if k in props}
         if not added:
             return None
-        for (done_name, done_text), result in self.succeeded.items():
-            done = _object(done_text)
-            if done_name != name or done != given:
-                continue
-            content = result.content.lower()
-            if any(k.lower() in content or _scalar(v).lower() in content for k, v in added.items()):
-                return done_name, done_text
+        # The call it would repeat has the given arguments alone, and keys are canonical: one look-up (a look
+        # through every call that succeeded was quadratic in a turn's calls).
+        done_key = (name, canonical(given))
+        result = self.succeeded.get(done_key)
+        if result is None:
+            return None
+        content = result.content.lower()
+        if any(k.lower() in content or _scalar(v).lower() in content for k, v in added.items()):
+            return done_key
         return None
 
 

@@ -103,3 +103,23 @@ def test_error_code_of_results():
 
 
 # --- end to end -------------------------------------------------------------------------------
+
+
+def test_a_turn_of_many_calls_finds_its_repeats_by_look_up() -> None:
+    """Each call with an added field was weighed against every call that succeeded: quadratic in a turn's
+    calls (20,000 of each would have taken minutes). One look-up now, with the same answer."""
+    from mmd.contract import ToolResult
+    from mmd.tools.builtin.files import ReadFile
+    from mmd.turn.loop import Progress
+
+    tool, progress = ReadFile(), Progress(detector=LoopDetector())
+    for n in range(20_000):
+        key = call_key("read_file", json.dumps({"path": f"f{n}"}))
+        progress.record(key, "read_file", tool, ToolResult(ok=True, content=f"line of f{n}: ready"))
+    echoes = [call_key("read_file", json.dumps({"path": f"f{n}", "status": "ready"})) for n in range(20_000)]
+    assert all(
+        progress.repeats(key, tool) == call_key("read_file", json.dumps({"path": f"f{n}"}))
+        for n, key in enumerate(echoes)
+    )
+    other = call_key("read_file", json.dumps({"path": "f1", "status": "absent"}))
+    assert progress.repeats(other, tool) is None
