@@ -75,6 +75,10 @@ _FIRST_KEY = re.compile(r'\{\s*"(?:[^"\\]|\\.)*+"\s*:')
 # Characters scanned for nesting from braces inside strings, over one text (a crafted text
 # can make each such scan long); a text that needs more is left as text.
 _SCAN_BUDGET = 1_000_000
+# Characters the JSON decoder reads over one text, looking for bare calls: a value that is no call is
+# decoded again from each brace inside it, so a reply of 127 objects nested around a long list was read
+# 127 times (12 s for 2 MiB). About four readings of the largest answer (0.4 s); past it the rest stays text.
+_DECODE_BUDGET = 8_000_000
 
 
 def _until_last(text: str, mark: str) -> int:
@@ -310,7 +314,7 @@ def _bare_objects(text: str, names: set[str]) -> list[tuple[int, int, list[ToolC
     # A text with few brackets cannot nest deep anywhere; else the depth of the value at each
     # brace outside strings is known from one pass, and a brace inside a string is scanned alone.
     depths = bracket_depths(text) if _deep_possible(text) else None
-    scanned = 0
+    scanned = decoded = 0
     pos = text.find("{")
     while pos != -1:
         try:
@@ -328,13 +332,19 @@ def _bare_objects(text: str, names: set[str]) -> list[tuple[int, int, list[ToolC
                 if depth > MAX_DOCUMENT_DEPTH:
                     raise ValueError("nested too deep to be a clear call")
             value, end = _decoder.raw_decode(text, pos)
-        except ValueError:
+        except ValueError as exc:
+            decoded += max(0, getattr(exc, "pos", pos) - pos)
+            if decoded > _DECODE_BUDGET:
+                break
             pos = text.find("{", pos + 1)
             continue
+        decoded += end - pos
         call = _call(value, names)
         if call is not None:
             out.append((pos, end, [call]))
             pos = text.find("{", end)
+        elif decoded > _DECODE_BUDGET:
+            break
         else:
             pos = text.find("{", pos + 1)
     return out

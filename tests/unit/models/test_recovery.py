@@ -361,3 +361,11 @@ def test_many_calls_among_many_fences_are_sorted_out_in_linear_time() -> None:
     assert calls and all(call.name == "lookup" for call in calls)
     bare = '{"name": "lookup", "arguments": {}} ' * 8_000 + "```\n```\n" * 16_000
     assert recover(bare, ["lookup"])[1]
+
+
+def test_objects_nested_around_a_long_list_are_decoded_a_bounded_number_of_times() -> None:
+    # Each of 127 nested objects that is no call was decoded whole again: 12 s for a 2 MiB reply.
+    text = '{"a":' * 127 + "[" + "1.5," * 400_000 + "1]" + "}" * 127
+    assert recover(text, ["lookup"]) == (text, [])
+    call = '{"name": "lookup", "arguments": {"q": 1}}'
+    assert [c.name for c in recover(call + " " + text, ["lookup"])[1]] == ["lookup"]
