@@ -38,6 +38,10 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 # 512k characters. Kept under a quarter of the RPC frame limit (16 MiB), so the events
 # that carry an answer (even in 4-byte UTF-8) always reach the clients.
 MAX_ANSWER_CHARS = 2 * 1024 * 1024
+# What each tool call of an answer counts toward MAX_ANSWER_CHARS besides its arguments, its name and its id:
+# a call with empty arguments counted nothing, so one step could carry millions of them (each then checked,
+# stored and answered). At most about 100,000 calls a step.
+CALL_CHARS = 16
 # The largest token count kept from an answer's usage or timings: no model's window comes near 4 billion
 # tokens (the largest are a few million). A count past it, negative or not a whole number is no count: it is
 # dropped (the step's count stays what the server said before, 0 if nothing), never clamped to an invented
@@ -310,13 +314,14 @@ class Accumulator:
         if not isinstance(fallback, str):
             raise TypeError("a tool call's input is not a string")  # reported as an unexpected shape
         if (call := self._calls.get(key)) is None:
-            if fallback:
-                self._count(len(fallback))
+            self._count(len(fallback) + CALL_CHARS)
             call = self._calls[key] = _PartialCall(fallback=fallback)
         # Some servers repeat id and name on every fragment: the first wins.
-        if not call.id:
+        if not call.id and call_id:
+            self._count(len(call_id))
             call.id = call_id
-        if not call.name:
+        if not call.name and name:
+            self._count(len(name))
             call.name = name
 
     def add_arguments(self, key: int, fragment: str) -> None:
@@ -324,6 +329,7 @@ class Accumulator:
             raise TypeError("an arguments fragment is not a string")  # reported as an unexpected shape
         key = _call_key(key)
         if (call := self._calls.get(key)) is None:
+            self._count(CALL_CHARS)
             call = self._calls[key] = _PartialCall()
         self._count(len(fragment))
         call.parts.append(fragment)

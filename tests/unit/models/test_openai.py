@@ -455,6 +455,23 @@ async def test_an_answer_past_the_size_limits_is_refused_not_kept(start: Any) ->
         await complete(provider, Recorder())
 
 
+async def test_an_answer_of_countless_calls_is_refused_as_the_size_limit_says(start: Any) -> None:
+    # A call with empty arguments counted nothing toward the limit: one step could carry millions of them,
+    # each then checked, stored and answered. Each call now counts its name, id and 16 characters.
+    from mmd.models._http import CALL_CHARS, MAX_ANSWER_CHARS
+
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": ""}}
+        for i in range(MAX_ANSWER_CHARS // (CALL_CHARS + 8) + 1)
+    ]
+    body = json.dumps({"choices": [{"message": {"content": "", "tool_calls": calls}}]})
+    _, provider = await start({"raw": body})
+    with pytest.raises(ModelError, match=f"passed {MAX_ANSWER_CHARS:,} characters of text and tool-call"):
+        await complete(provider, Recorder())
+    _, provider = await start({"raw": json.dumps({"choices": [{"message": {"tool_calls": calls[:1000]}}]})})
+    assert len((await complete(provider, Recorder())).tool_calls) == 1000
+
+
 # -- each message's wire form, kept while the history grows ----------------------------------------
 
 _ROLES = st.sampled_from(["user", "assistant", "tool"])
