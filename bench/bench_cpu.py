@@ -3,11 +3,19 @@
 Run ``python bench/bench_cpu.py [--against DIR] [--rounds N] [--turns N] [--tool-calls N]``. Each round
 starts a daemon of its own (a private home, a scripted model server), runs one turn to warm up, then
 ``--turns`` turns of ``--tool-calls`` ``bash true`` calls, as a default prompt runs (undo checkpoint,
-sandbox) and with ``--sandbox off`` and no checkpoint, and prints the daemon's user and system CPU per
-call, its event-loop thread's (``/proc/PID/task/PID/schedstat``, in ns) and that thread's voluntary
+sandbox) and with ``--sandbox off`` and no checkpoint, and prints the daemon's CPU per call: its user and
+system time as the kernel counts it (in 10 ms ticks), its threads' run time (``/proc/PID/task/*/schedstat``,
+in ns: the figure the pairings compare), its event-loop thread's alone, and that thread's voluntary
 context switches (psutil reads the leader's /proc/PID/status: the other threads' are not counted). A third
 figure is per prompt: ``--prompts`` prompts the model answers with no tool call, what a prompt costs
 itself (its connection, session, setup, one model step), which a turn's calls share.
+
+The per-call figures divide all of a turn's CPU by its calls, so they carry a share of the prompt's own
+cost (about 5 ms a prompt: 0.13 ms a call at 40 calls a turn, more in shorter turns). The ``marginal``
+column leaves it out: each measured turn is followed, in the same daemon and mode, by a prompt answered
+with no tool call, and a call's marginal CPU is (the turn's CPU − that prompt's) / the turn's calls: one
+tool round trip (the model's step with the call, the call, its result), what the turn's length does not
+change.
 
 ``--against DIR``: a checkout of another revision (``git worktree add /tmp/old REV``). Each round then
 runs that tree's daemon right after this one's, and the figure to read is the ratio of the two within
@@ -32,6 +40,7 @@ floor of a tool call's spawn, for a ratio that does not move with the machine as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -65,7 +74,13 @@ def measure(
     try:
         if not plain:
             subprocess.run(["git", "init", "-q", str(env.work)], check=True)
-        script = bash_turns(calls, turns + 1) if calls else [{"text": "done"}] * (turns + 1)
+        if calls:  # each turn of calls, then a prompt answered with no call (the marginal column)
+            each = bash_turns(calls, turns + 1)  # turn t: steps t*(calls+1) to (t+1)*(calls+1), its text last
+            script = each[: calls + 1]
+            for t in range(1, turns + 1):
+                script += [*each[t * (calls + 1) : (t + 1) * (calls + 1)], {"text": "done"}]
+        else:
+            script = [{"text": "done"}] * (turns + 1)
         env.start_servers({"chat": [{"text": "hi"}], "s": script}, default="chat")
         child_env = dict(os.environ)
         if tree is not None:
@@ -79,24 +94,42 @@ def measure(
         argv = [*MM, "--yolo", *mode, "--output-format", "json", "--model", "s/scripted", "-p", "go"]
         run(argv, cwd=env.work)
         daemon = psutil.Process(env.daemon.pid)
-        before = daemon.cpu_times(), _loop_ns(daemon.pid), daemon.num_ctx_switches()
+        spent = {"user": 0.0, "sys": 0.0, "loop": 0.0, "switches": 0.0, "threads": 0.0, "bare": 0.0}
         for _ in range(turns):
+            before = daemon.cpu_times(), _threads_ns(daemon.pid), daemon.num_ctx_switches()
             run(argv, cwd=env.work)
-        after = daemon.cpu_times(), _loop_ns(daemon.pid), daemon.num_ctx_switches()
+            after = daemon.cpu_times(), _threads_ns(daemon.pid), daemon.num_ctx_switches()
+            spent["user"] += after[0].user - before[0].user
+            spent["sys"] += after[0].system - before[0].system
+            spent["loop"] += (after[1].get(daemon.pid, 0) - before[1].get(daemon.pid, 0)) / 1e9
+            spent["threads"] += _ran(before[1], after[1])
+            spent["switches"] += after[2].voluntary - before[2].voluntary
+            if calls:  # the prompt answered with no call that follows each turn of calls
+                run(argv, cwd=env.work)
+                spent["bare"] += _ran(after[1], _threads_ns(daemon.pid))
         n = turns * calls or turns
-        return {
-            "user": (after[0].user - before[0].user) / n,
-            "sys": (after[0].system - before[0].system) / n,
-            "loop": (after[1] - before[1]) / n / 1e9,
-            "switches": (after[2].voluntary - before[2].voluntary) / n,
-        }
+        figures = {key: value / n for key, value in spent.items() if key != "bare"}
+        figures["marginal"] = (spent["threads"] - spent["bare"]) / n if calls else 0.0
+        return figures
     finally:
         env.close()
 
 
-def _loop_ns(pid: int) -> int:
-    """The CPU time of the daemon's main (event-loop) thread, in ns."""
-    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
+def _threads_ns(pid: int) -> dict[int, int]:
+    """The CPU time of each of the daemon's threads, in ns (its main thread runs the event loop).
+
+    The kernel counts a process's user and system time in clock ticks (10 ms): a prompt answered with no
+    call (~5 ms) reads as 0 or 10 ms. A thread's run time (``schedstat``) is in ns."""
+    found = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError):  # the thread ended meanwhile
+            found[int(tid)] = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return found
+
+
+def _ran(before: dict[int, int], after: dict[int, int]) -> float:
+    """Seconds the threads ran between two readings (a thread that ended meanwhile is not counted)."""
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9
 
 
 def spawn_floor(n: int = 200) -> float:
@@ -152,13 +185,19 @@ def main(argv: list[str] | None = None) -> int:
                     rows[name].append(measure(tree, mode, turns, calls, ablate, plain=args.plain))
             unit = "prompt" if per_prompt else "call"
             print(f"\n  {label} (ms per {unit}; median of {args.rounds} rounds)")
-            print(f"    {'':<12}{'user+sys':>9}{'loop':>8}{'switches':>10}{'/ floor':>9}")
+            print(
+                f"    {'':<12}{'user+sys':>9}{'threads':>9}{'loop':>8}{'switches':>10}{'/ floor':>9}"
+                + (f"{'marginal':>10}" if calls else "")
+            )
             for name, _, _ in daemons:
                 total = statistics.median(r["user"] + r["sys"] for r in rows[name])
+                threads = statistics.median(r["threads"] for r in rows[name])
                 loop = statistics.median(r["loop"] for r in rows[name])
                 switches = statistics.median(r["switches"] for r in rows[name])
+                marginal = statistics.median(r["marginal"] for r in rows[name])
                 print(
-                    f"    {name:<12}{total * 1000:9.2f}{loop * 1000:8.2f}{switches:10.1f}{total / floor:8.1f}x"
+                    f"    {name:<12}{total * 1000:9.2f}{threads * 1000:9.2f}{loop * 1000:8.2f}{switches:10.1f}"
+                    f"{threads / floor:8.1f}x" + (f"{marginal * 1000:10.2f}" if calls else "")
                 )
             if len(daemons) > 1:
                 _pair(rows, daemons[1][0])
@@ -169,22 +208,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pair(rows: dict[str, list[dict[str, float]]], other: str) -> None:
-    """Print this tree's CPU against the other daemon's, round by round: a ratio for another tree, the
-    share of this tree's CPU the left-out pieces cost for an ablated one."""
-    # The kernel counts a process's CPU in clock ticks (10 ms): a round of a few calls may count none, and
-    # has no ratio.
-    pairs = [
-        (a["user"] + a["sys"], b["user"] + b["sys"])
-        for a, b in zip(rows["this tree"], rows[other], strict=True)
-        if a["user"] + a["sys"] > 0 and b["user"] + b["sys"] > 0
-    ]
+    """Print this tree's CPU (its threads' run time, in ns) against the other daemon's, round by round: a
+    ratio for another tree, the share of this tree's CPU the left-out pieces cost for an ablated one."""
+    pairs = [(a["threads"], b["threads"]) for a, b in zip(rows["this tree"], rows[other], strict=True)]
+    pairs = [(a, b) for a, b in pairs if a > 0 and b > 0]
     if other == "ablated":
         figures, what = [1 - b / a for a, b in pairs], "share of this tree's CPU the ablated pieces cost"
     else:
         figures, what = [a / b for a, b in pairs], "this tree / against"
     shown = ", ".join(f"{f:.2f}" for f in figures)
-    median = f"median {statistics.median(figures):.2f}" if figures else "no round counted a clock tick"
-    print(f"    {what}, round by round: {shown}; {median}")
+    median = f"median {statistics.median(figures):.2f}" if figures else "no round ran"
+    print(f"    {what} (threads), round by round: {shown}; {median}")
 
 
 if __name__ == "__main__":

@@ -68,5 +68,12 @@ def test_bench_calls_counts_every_stage_in_both_modes():
 def test_bench_cpu_pairs_two_trees_round_by_round():
     # Paired against this same checkout: the path that runs another tree's daemon is exercised.
     done = bench("bench_cpu.py", "--against", str(ROOT), "--rounds", "1", "--turns", "1", "--tool-calls", "3")
-    for line in ("floor: `true` by subprocess.run", "this tree", "against", "round by round"):
+    for line in ("floor: `true` by subprocess.run", "this tree", "against", "round by round", "marginal"):
         assert line in done.stdout, done.stdout
+    # Each per-call row ends with its marginal figure: the turn's CPU less the bare prompt's that followed it.
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("this tree  ")]
+    assert len(rows) == 3, done.stdout
+    for row in rows[:2]:
+        assert len(row) == 8, row  # "this tree", five figures, the marginal one
+        float(row[-1])
+    assert len(rows[2]) == 7, rows[2]  # per prompt: no marginal figure
