@@ -165,10 +165,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+# Made once: json.loads with any option builds a decoder at every call, and every tool call parses.
+_DECODER = json.JSONDecoder(object_pairs_hook=no_duplicate_keys, parse_constant=_refuse_constant)
+
+
 def _loads(text: str) -> Any:
     # Checked before decoding: json.loads recurses once per level (mmd/untrusted.py).
     check_json(text, what="the arguments are", max_depth=MAX_DEPTH, max_bytes=MAX_ARGUMENTS_BYTES)
-    return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_refuse_constant)
+    if text.startswith("\ufeff"):  # what json.loads refuses before it decodes
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
 
 
 def _limit_problem(e: TooDeep | TooLarge, field: str | None) -> Problem:
@@ -234,7 +240,7 @@ def parse_arguments(raw: str, *, example: dict[str, Any] | None = None) -> dict[
 
 def _one_object(example: dict[str, Any] | None) -> str:
     """How to send arguments that are not one JSON object: made for that error only (arguments are parsed
-    twice a call, and nearly always are one)."""
+    at every call, and nearly always are one)."""
     sample = _compact(example) if example else '{"name": "value"}'
     return f"Send the arguments as one JSON object, e.g. {sample}"
 

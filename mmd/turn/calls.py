@@ -154,11 +154,13 @@ class CallRunner:
             timeout=setup.limits.timeout,
         )
 
-    def open(self, call: ToolCall) -> None:
+    def open(self, call: ToolCall, parsed: dict[str, Any] | None = None) -> None:
         """Run *call*'s contract stage now (no await: within the caller's ``together()``), for :meth:`run`
-        to take it from there: the call's record and tool_call event then join the caller's commit."""
+        to take it from there: the call's record and tool_call event then join the caller's commit.
+        *parsed*: its arguments as ``contract.parse_arguments`` gave them already (loops.parsed_key), read
+        only; None parses them here."""
         c = Call(call=call, tool=self.setup.registry.get(call.name), started=time.monotonic())
-        self._contract(c)
+        self._contract(c, parsed)
         self._opened = c
 
     async def run(self, call: ToolCall) -> Finished:
@@ -195,13 +197,16 @@ class CallRunner:
         if not c.contracted:
             self._contract(c)
 
-    def _contract(self, c: Call) -> None:
+    def _contract(self, c: Call, parsed: dict[str, Any] | None = None) -> None:
         c.contracted = True
         try:
             if c.tool is None:
                 raise self._unknown_tool(c.call)
             example = _answer_example(c.tool)
-            raw = contract.parse_arguments(c.call.arguments, example=example)
+            # The example only words a refusal: arguments that parsed without it parse the same with it.
+            raw = (
+                parsed if parsed is not None else contract.parse_arguments(c.call.arguments, example=example)
+            )
             c.args = contract.validate(
                 c.tool.parameters, raw, example=example, full=getattr(c.tool, "full_check", None)
             )

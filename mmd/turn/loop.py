@@ -22,7 +22,7 @@ from ..tools.base import Tool
 from ..untrusted import MAX_ARGUMENTS_BYTES
 from . import answers, context, hookpoints, phases, skillpick
 from .calls import CallRunner, Conversation, StopTurn
-from .loops import Key, LoopDetector, call_key, error_code
+from .loops import Key, LoopDetector, call_key, error_code, parsed_key
 from .plan import TurnSetup
 
 __all__ = ["StopTurn", "model_step", "run_steps"]
@@ -161,12 +161,12 @@ def _open_first(runner: CallRunner, progress: Progress, completion: Completion) 
     if not completion.tool_calls:
         return
     call = completion.tool_calls[0]
-    key = call_key(call.name, call.arguments)
+    key, parsed = parsed_key(call.name, call.arguments)
     if (
         progress.repeats(key, runner.setup.registry.get(call.name)) is None
         and progress.detector.before(key) is None
     ):
-        runner.open(call)
+        runner.open(call, parsed)
         progress.opened = (call, key)
 
 

@@ -38,11 +38,17 @@ _PERIODS = (2, 3)
 
 def call_key(name: str, raw_arguments: str) -> Key:
     """The tool and its arguments as canonical JSON; a text that does not parse is kept stripped."""
+    return parsed_key(name, raw_arguments)[0]
+
+
+def parsed_key(name: str, raw_arguments: str) -> tuple[Key, dict[str, Any] | None]:
+    """:func:`call_key`, and the arguments as parsed (None when they do not parse), for the contract stage
+    to take instead of parsing them again (CallRunner.open, run): the dict is only read by both."""
     try:
-        args: Any = contract.parse_arguments(raw_arguments)
+        args = contract.parse_arguments(raw_arguments)
     except ToolError:
-        args = raw_arguments.strip()
-    return name, contract.canonical(args)
+        return (name, contract.canonical(raw_arguments.strip())), None
+    return (name, contract.canonical(args)), args
 
 
 class Loop(msgspec.Struct):

@@ -763,3 +763,33 @@ def test_canonical_json_is_json_dumps_with_sorted_keys_and_no_spaces(value: obje
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
     assert contract.canonical({"b": 2, "a": 1}) == '{"a":1,"b":2}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '\ufeff{"a": 1}',
+        '{"a": 1, "a": 2}',
+        '{"a": NaN}',
+        '{"a": -Infinity}',
+        '{"a": 1}',
+        "[1]",
+        "{bad",
+        '"{}"',
+    ],
+)
+def test_the_kept_decoder_reads_what_json_loads_with_the_same_hooks_reads(text: str) -> None:
+    # contract._loads decodes with one JSONDecoder made once: the same values, the same refusals.
+    def reference() -> Any:
+        hooks = {"object_pairs_hook": contract.no_duplicate_keys, "parse_constant": contract._refuse_constant}
+        return json.loads(text, **hooks)
+
+    try:
+        expected: Any = reference()
+    except Exception as exc:  # the kind and text are what is compared
+        expected = (type(exc), str(exc))
+    try:
+        got: Any = contract._loads(text)
+    except Exception as exc:
+        got = (type(exc), str(exc))
+    assert got == expected

@@ -20,6 +20,7 @@ import pytest
 import trio
 import trio.testing
 
+from mmd import contract
 from mmd.contract import ToolResult
 from mmd.models.base import Message, Timings
 from mmd.rpc.methods import ConsentAnswer
@@ -244,6 +245,26 @@ async def test_a_steps_message_and_its_first_calls_record_are_one_commit_sent_to
     turn.host.store._conn.set_trace_callback(None)
     assert batches == [["assistant", "tool_call"], ["tool_result"]] * 2 + [["assistant"]]
     assert [b - a for a, b in itertools.pairwise(begun)] == [1, 1, 1, 1]  # two commits a call
+
+
+async def test_a_steps_first_call_has_its_arguments_parsed_once(
+    turn: Turn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loop's key of the call and its contract stage share one parse (loops.parsed_key): the same
+    # arguments, converted and checked as before; a second call of the step parses on its own.
+    parsed: list[str] = []
+    real = contract.parse_arguments
+
+    def counted(raw: str, **kw: Any) -> dict[str, Any]:
+        parsed.append(raw)
+        return real(raw, **kw)
+
+    monkeypatch.setattr(contract, "parse_arguments", counted)
+    await turn.run(call("lookup", {"key": "b"}), answer("b is 2."))
+    assert parsed == ['{"key": "b"}'] and turn.lookup.ran == ["b"]
+    parsed.clear()
+    await turn.run(calls(("lookup", {"key": "a"}), ("lookup", {"key": "b"})), answer("done"))
+    assert parsed == ['{"key": "a"}', '{"key": "b"}', '{"key": "b"}'] and turn.lookup.ran == ["b", "a", "b"]
 
 
 async def test_each_step_records_the_timings_its_server_reported(turn: Turn) -> None:
