@@ -334,6 +334,26 @@ class Accumulator:
         self._count(len(fragment))
         call.parts.append(fragment)
 
+    def typed_part(self, key: int, call_id: str | None, name: str | None, fragment: str | None) -> None:
+        """:meth:`start_call` then :meth:`add_arguments`, for values a typed decoder checked already (the
+        msgspec Structs of openai.py): one call for each fragment of a call, as a local model streams one
+        a token, and no type checked again. The same counts toward the answer's size."""
+        call = self._calls.get(key)
+        chars = 0
+        if call is None:
+            chars = CALL_CHARS
+            call = self._calls[key] = _PartialCall()
+        if call_id and not call.id:  # some servers repeat id and name on every fragment: the first wins
+            chars += len(call_id)
+            call.id = call_id
+        if name and not call.name:
+            chars += len(name)
+            call.name = name
+        if fragment:
+            chars += len(fragment)
+            call.parts.append(fragment)
+        self._count(chars)
+
     def finish(self, reason: Any) -> None:
         """The answer's finish reason, when the provider sent one (None, "" or another empty value: not yet)."""
         if not reason:

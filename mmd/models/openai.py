@@ -252,7 +252,7 @@ class OpenAIStream(Accumulator):
     """Parses chat.completion.chunk events (or one chat.completion body)."""
 
     def feed(self, event: str, data: str) -> bool:
-        if data.strip() == "[DONE]":
+        if data[:1] != "{" and data.strip() == "[DONE]":  # an event of the answer begins with its brace
             return True
         if data.count("[") + data.count("{") > MAX_DOCUMENT_DEPTH:  # check_depth's own first look
             check_depth(data, self.label)
@@ -270,22 +270,23 @@ class OpenAIStream(Accumulator):
             if choice.index == 0:
                 if (delta := choice.delta) is not None:
                     self._typed_delta(delta)
-                self.finish(choice.finish_reason)
+                if choice.finish_reason:  # a str: the struct's type (finish() checks the untyped reason)
+                    self.finish_reason = choice.finish_reason
         return False
 
     def _typed_delta(self, delta: _Delta) -> None:
-        # What _choice does with a delta's dict, read from its struct.
+        # What _choice does with a delta's dict, read from its struct: its types are checked (msgspec).
         if delta.content:
             self.add_text(delta.content)
-        for position, call in enumerate(delta.tool_calls or ()):
+        if not delta.tool_calls:
+            return
+        for position, call in enumerate(delta.tool_calls):
             key = position if call.index is msgspec.UNSET or call.index is None else call.index
             function = call.function
-            self.start_call(key, call.id, function.name if function is not None else None)
             arguments = function.arguments if function is not None else None
             if isinstance(arguments, dict):
                 arguments = msgspec.json.encode(arguments).decode()
-            if arguments:
-                self.add_arguments(key, arguments)
+            self.typed_part(key, call.id, function.name if function is not None else None, arguments)
 
     def _feed_any(self, data: str) -> bool:
         chunk = self.checked(decode_json(data, self.label))

@@ -608,7 +608,7 @@ def _fed(stream: Any, events: list[str], feed: Any) -> list[Any]:
         ) as exc:  # as HttpModel._parse reads
             outcomes.append(type(exc).__name__)
     calls = [(key, c.id, c.name, c.parts, c.fallback) for key, c in sorted(stream._calls.items(), key=repr)]
-    state = (stream._text, calls, stream.finish_reason, stream.input_tokens, stream.timings)
+    state = (stream._text, calls, stream.finish_reason, stream.input_tokens, stream.timings, stream.chars)
     return [outcomes, state]
 
 
@@ -623,6 +623,24 @@ def test_events_read_into_structs_do_what_they_did_read_as_any_json(events: list
     typed = _fed(OpenAIStream(None, "m"), texts, lambda s, d: s.feed("message", d))
     as_any = _fed(OpenAIStream(None, "m"), texts, lambda s, d: s._feed_any(d))
     assert typed == as_any
+
+
+def test_a_calls_fragments_count_the_same_toward_the_size_read_either_way() -> None:
+    # The struct path takes each fragment in one call (Accumulator.typed_part): id, name and arguments
+    # count toward the answer's size as start_call and add_arguments count them; a repeated id does not.
+    from mmd.models.openai import OpenAIStream
+
+    first = {"index": 0, "id": "call_7", "function": {"name": "read_file", "arguments": '{"pa'}}
+    again = {"index": 0, "id": "call_7", "function": {"name": "read_file", "arguments": 'th": "a"}'}}
+    other = {"index": 1, "id": "x", "function": {"arguments": {"k": 1}}}  # arguments as an object
+    events = [msgspec.json.encode(_calls(c, finish=None)).decode() for c in (first, again, other)]
+    typed, as_any = OpenAIStream(None, "m"), OpenAIStream(None, "m")
+    for data in events:
+        typed.feed("message", data)
+        as_any._feed_any(data)
+    # each call 16, then its id, its name and its arguments' characters
+    assert typed.chars == as_any.chars == (16 + 6 + 9 + 4 + 9) + (16 + 1 + 7)
+    assert typed.completion() == as_any.completion()
 
 
 def _sse(*chunks: Any) -> dict[str, Any]:
