@@ -14,6 +14,7 @@ consent read them directly, never by ``getattr`` with a fallback.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -40,7 +41,7 @@ class Limits(msgspec.Struct, kw_only=True):
     max_lines: int = 400  # lines of output the model reads (head + tail)
 
 
-class ToolContext(msgspec.Struct, kw_only=True):
+class ToolContext(msgspec.Struct, kw_only=True, dict=True):  # a __dict__ for the cached spill_path
     session_id: str
     call_id: str
     cwd: Path
@@ -67,9 +68,10 @@ class ToolContext(msgspec.Struct, kw_only=True):
             env["MM_IDEMPOTENCY_KEY"] = self.idempotency_key
         return env
 
-    @property
+    @functools.cached_property
     def spill_path(self) -> Path:
-        """The file that keeps this call's whole output when the model reads only part of it."""
+        """The file that keeps this call's whole output when the model reads only part of it (made once: the
+        tool and the output's cap both name it, and a path join is a dozen Python calls)."""
         return spill_path(self.session_dir, self.call_id)
 
 

@@ -182,9 +182,8 @@ class CallRunner:
             if c.call.name != READ_SKILL:
                 self._told += "\n" + c.result.content.lower()
         # Within its share of the model's window (the whole in the spill file), as the model reads it.
-        result = await cap_output(
-            result, self.setup.budget, self.setup.limits, spill_path(self.session.dir, c.call.id)
-        )
+        spill = c.ctx.spill_path if c.ctx is not None else spill_path(self.session.dir, c.call.id)
+        result = await cap_output(result, self.setup.budget, self.setup.limits, spill)
         return Finished(c.call, result, c.started)
 
     def publish(self, done: Finished) -> None:

@@ -40,6 +40,14 @@ async def test_a_tool_has_no_capability_unless_it_says_so(tmp_path: Path) -> Non
     assert ctx.spill_path == tmp_path / "session" / "output-c.log"
 
 
+def test_a_calls_spill_file_is_named_once_for_the_tool_and_the_outputs_cap(tmp_path: Path) -> None:
+    # The tool that spills and the cap of its output (turn/calls.py) read the same path, made once.
+    ctx = ToolContext(session_id="s", call_id="c", cwd=tmp_path, session_dir=tmp_path / "session")
+    assert ctx.spill_path is ctx.spill_path
+    other = ToolContext(session_id="s", call_id="c-verify", cwd=tmp_path, session_dir=tmp_path / "session")
+    assert other.spill_path == tmp_path / "session" / "output-c-verify.log"
+
+
 def test_a_tool_without_run_cannot_be_made() -> None:
     class NoRun(Tool):
         name = "no_run"
