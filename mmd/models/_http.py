@@ -719,8 +719,10 @@ class HttpModel:
             raise ModelError(
                 f"{self.label}: the provider sent an answer of an unexpected shape: {excerpt(data)}"
             ) from None
-        # on_text runs outside the guard so its own errors propagate unchanged.
-        parser.flush()
+        # on_text runs outside the guard so its own errors propagate unchanged. Most events of a tool call
+        # carry no text: no call to flush for them (one an event, a token of a local model's stream).
+        if parser._unsent:
+            parser.flush()
         return result
 
     def _broken(self, parser: Accumulator, reason: str, hint: str) -> Exception:
