@@ -43,7 +43,7 @@ def call_key(name: str, raw_arguments: str) -> Key:
 
 def parsed_key(name: str, raw_arguments: str) -> tuple[Key, dict[str, Any] | None]:
     """:func:`call_key`, and the arguments as parsed (None when they do not parse), for the contract stage
-    to take instead of parsing them again (CallRunner.open, run): the dict is only read by both."""
+    to take instead of parsing them again (CallRunner.open): the dict is only read by both."""
     try:
         args = contract.parse_arguments(raw_arguments)
     except ToolError:
