@@ -272,12 +272,17 @@ class LoopbackResponse:
         while True:  # pos: the start of the next chunk's size line
             if self._next is not None:  # at the buffer's start: its size line was read
                 start, size = self._next
-            elif (end := _find(conn, b"\r\n", pos)) < 0:
-                break
-            elif (size := _chunk_size(bytes(buffer[pos:end]))) == 0:
-                pos, ended = end + 2, True
-                break
             else:
+                # The first search may go on where the last read's stopped (_find); the next ones start
+                # past a chunk just taken, where none searched: a find each, no call (a chunk a token).
+                end = _find(conn, b"\r\n", pos) if pos == 0 else buffer.find(b"\r\n", pos)
+                if end < 0:
+                    if pos:  # what _find keeps of a search that found nothing
+                        conn.unfound = (b"\r\n", pos, len(buffer))
+                    break
+                if (size := _chunk_size(buffer[pos:end])) == 0:
+                    pos, ended = end + 2, True
+                    break
                 start = end + 2
             stop = start + size
             if len(buffer) < stop + 2:
@@ -344,13 +349,13 @@ def _take(conn: _Conn, n: int) -> None:
         conn.unfound = (what, begun - n, searched - n) if begun >= n else (b"", -1, 0)
 
 
-def _chunk_size(line: bytes) -> int:
+def _chunk_size(line: bytes | bytearray) -> int:
     try:
         size = int(line.split(b";", 1)[0].strip(), 16)
     except ValueError:
         size = -1
     if size < 0:
-        raise TransportError("protocol", f"a chunk of the body has no size: {line[:40]!r}")
+        raise TransportError("protocol", f"a chunk of the body has no size: {bytes(line[:40])!r}")
     return size
 
 
