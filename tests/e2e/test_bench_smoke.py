@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from ..paths import ROOT
 
@@ -77,3 +80,12 @@ def test_bench_cpu_pairs_two_trees_round_by_round():
         assert len(row) == 8, row  # "this tree", five figures, the marginal one
         float(row[-1])
     assert len(rows[2]) == 7, rows[2]  # per prompt: no marginal figure
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None, reason="valgrind is not installed (.ci/run installs it)"
+)
+def test_bench_instructions_counts_a_daemon_under_callgrind():
+    done = bench("bench_instructions.py", "--turns", "1", "--tool-calls", "3")
+    [row] = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("this tree")]
+    assert row[-1] == "M" and float(row[-2]) > 0.1, done.stdout  # millions of instructions a call
