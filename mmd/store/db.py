@@ -43,6 +43,13 @@ _BUSY_TIMEOUT_MS = 5000
 _TITLE_MAX = 200
 # Sessions named when a prefix is ambiguous; more are summarised as "…".
 _AMBIGUOUS_SHOWN = 5
+
+# sqlite3 binds int, float, str and bytearray as they are, but looks for an adapter for any other value,
+# bytes included: finding none, it raised and cleared an AttributeError on its protocol (a formatted
+# message each time), ~1,500 instructions for every blob bound, five a tool call (each event's and
+# message's data). An adapter for bytes that is bytes itself (``bytes(b)`` is ``b``) is found at once and
+# binds the same BLOB. It is the process's own table: this module is the daemon's only user of sqlite3.
+sqlite3.register_adapter(bytes, bytes)
 # Bytes of stored events in one page of ``session.show``: a frame well within the 16 MiB a client reads.
 EVENTS_PAGE_BYTES = 4 * 1024 * 1024
 

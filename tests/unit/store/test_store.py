@@ -166,6 +166,23 @@ def test_events_after(store):
     assert all(e.session_id == row.id and e.ts > 0 for e in events)
 
 
+def test_an_events_and_a_messages_data_are_stored_as_blobs_and_read_back_whole(store):
+    # Bytes are bound through the adapter mmd.store.db registers (bytes itself, found at once where
+    # sqlite3 raised and cleared an AttributeError looking for one): still BLOBs, byte for byte.
+    s = store.create_session(cwd="/tmp/p", agent=None, model="m")
+    data = {"text": "\x00\u2028 é", "n": [1, 2.5, None]}
+    store.append_event(s.id, "text", data)
+    store.append_message(s.id, Message(role="user", content="\x00 hi"))
+    conn = sqlite3.connect(store.path)
+    kinds = conn.execute(
+        "SELECT typeof(data) FROM events UNION ALL SELECT typeof(data) FROM messages"
+    ).fetchall()
+    conn.close()
+    assert kinds == [("blob",), ("blob",)]
+    assert store.events_after(s.id)[0].data == data
+    assert store.messages(s.id)[0].content == "\x00 hi"
+
+
 def test_events_come_in_pages_of_a_bounded_size_that_together_hold_every_event_once(store):
     row = new_session(store)
     for i in range(10):
