@@ -9,10 +9,11 @@ revision, ``git worktree add /tmp/old REV``) the same for that tree's daemon, an
 Why: this machine's CPU time per call moves by a third between minutes and single paired rounds spread
 ±20 % (bench_cpu.py), so a change of a few per cent never shows in it; bench_calls.py counts Python calls,
 which are not equal work. callgrind counts the instructions executed in user space — the interpreter, mm's
-code, SQLite, msgspec, libc — the same to a few tenths of a per cent run after run, whatever else the
-machine does. It does not count the kernel's work (system calls, context switches: about 30 % of the
-daemon's CPU here, see docs/performance.md) nor the commands the calls run (valgrind does not follow
-children).
+code, SQLite, msgspec, libc — back to back the same within a few tenths of a per cent, over hours within
+1.5 % (the daemon's path depends a little on timing: how often its loop waits, how a read splits an
+answer), whatever else the machine does; compare trees in one run (``--against``). It does not count the
+kernel's work (system calls, context switches: about 30 % of the daemon's CPU here, see
+docs/performance.md) nor the commands the calls run (valgrind does not follow children).
 
 The daemon runs with ``--sandbox off`` and no undo checkpoint: valgrind does not know Landlock's system
 calls, so a confined prompt would find no sandbox. Each turn's commands run as they do without valgrind;
