@@ -88,7 +88,7 @@ def os_errors(shown: str) -> Iterator[None]:
 
 
 def is_binary(head: bytes) -> bool:
-    if b"\0" in head:
+    if head.find(b"\0") >= 0:  # not `in`, which raises and clears a TypeError first (see models/_http.py)
         return True
     try:  # a multi-byte character cut by the sniff window is not an error
         codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < SNIFF_BYTES)
