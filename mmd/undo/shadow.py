@@ -345,7 +345,9 @@ class Shadow(msgspec.Struct):
     async def entries(self, tree: str) -> dict[bytes, bytes]:
         """Every file of *tree*: path → its ``mode sha\\tpath`` line of ``ls-tree``."""
         out = await self.git("ls-tree", "-r", "-z", "--full-tree", tree)
-        return {line.split(b"\t", 1)[1]: line for line in out.split(b"\0") if b"\t" in line}
+        # find, not `in`: a bytes `in` raises and clears a TypeError before it searches (see models/_http.py),
+        # once a file of the tree here.
+        return {line.split(b"\t", 1)[1]: line for line in out.split(b"\0") if line.find(b"\t") >= 0}
 
     async def restore(self, tree: str, paths: list[bytes]) -> None:
         """Make each of *paths* in the work tree what it is in *tree*: written, or removed when absent.
