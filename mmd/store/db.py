@@ -50,6 +50,7 @@ _AMBIGUOUS_SHOWN = 5
 # message's data). An adapter for bytes that is bytes itself (``bytes(b)`` is ``b``) is found at once and
 # binds the same BLOB. It is the process's own table: this module is the daemon's only user of sqlite3.
 sqlite3.register_adapter(bytes, bytes)
+
 # Bytes of stored events in one page of ``session.show``: a frame well within the 16 MiB a client reads.
 EVENTS_PAGE_BYTES = 4 * 1024 * 1024
 
