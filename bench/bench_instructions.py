@@ -42,8 +42,9 @@ START_TIMEOUT = 300.0
 def counted(tree: Path | None, turns: int, calls: int) -> int:
     """Instructions the daemon of *tree* (None: this checkout) executed over *turns* turns of *calls* calls."""
     env = Env()
-    log = open(env.home / "valgrind.log", "w")  # noqa: SIM115 (closed below, before the env's folder goes)
+    log = None
     try:
+        log = open(env.home / "valgrind.log", "w")  # noqa: SIM115 (closed below, before the env's folder goes)
         subprocess.run(["git", "init", "-q", str(env.work)], check=True)
         env.start_servers({"chat": [{"text": "hi"}], "s": bash_turns(calls, turns + 1)}, default="chat")
         env.set_daemon_option("snapshot_max_files", 0)
@@ -82,7 +83,8 @@ def counted(tree: Path | None, turns: int, calls: int) -> int:
         _control(env, "-d")
         return _totals(out)
     finally:
-        log.close()
+        if log is not None:
+            log.close()
         env.close()
 
 
