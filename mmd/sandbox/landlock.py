@@ -88,8 +88,8 @@ class _PathBeneathAttr(ctypes.Structure):
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
-_prctl = _libc.prctl
-_prctl.restype = ctypes.c_int
+prctl = _libc.prctl  # the C library's prctl(2), seccomp.py's too
+prctl.restype = ctypes.c_int
 
 
 def _check(result: int, what: str) -> int:
@@ -171,7 +171,7 @@ def restrict_thread(version: int, folders: Iterable[str], files: Iterable[str], 
             _allow(ruleset, path, handled)
         for path in files:
             _allow(ruleset, path, handled & FILE_RIGHTS)
-        _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        _check(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
         _check(
             _syscall(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)), "landlock_restrict_self"
         )

@@ -25,7 +25,7 @@ import ctypes
 import errno
 import platform
 
-from .landlock import Unavailable
+from .landlock import Unavailable, prctl
 
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -85,9 +85,6 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     return steps
 
 
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
 def restrict_thread() -> None:
     """Install the filter on the calling thread, for good; it and all it starts from now on make no socket
     but a local one. ``no_new_privs`` must be set already (landlock.restrict_thread sets it).
@@ -97,7 +94,7 @@ def restrict_thread() -> None:
     steps = program(platform.machine())
     instructions = (_Instruction * len(steps))(*(_Instruction(*step) for step in steps))
     prog = _Program(len(steps), instructions)
-    if _LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         code = ctypes.get_errno()
         raise Unavailable(
             f"network: off needs a seccomp filter, which this kernel refused ({errno.errorcode.get(code, code)})"
