@@ -19,7 +19,7 @@ from . import loader
 from .declared import DeclaredToolSpec
 from .declared_check import check_tool_count, check_tools
 from .hooks import HooksSpec, check_hooks, hook_commands
-from .loader import ConfigError, Document, parse
+from .loader import ConfigError, Document
 from .mcp import KEY_HINTS, McpServerSpec, check_servers, server_commands
 from .sandbox import SandboxSpec, absolute, normalise
 from .trust import capped, command_text, listing
@@ -31,7 +31,7 @@ BuiltinName = Literal[BUILTIN_TOOLS]  # type: ignore[valid-type]
 _DISCOVERED = ("mm.yaml", ".mm/agent.yaml")
 
 
-class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     model: Annotated[str | None, msgspec.Meta(description='a string like "provider/model"')] = None
     system: Annotated[str | None, msgspec.Meta(description="a string: what the model is told first")] = None
     yolo: bool = False  # run write tools without asking (destructive ones still ask)
@@ -151,7 +151,10 @@ def load_agent_file(path: Path) -> AgentFile:
     """
     path = Path(path).absolute()
     check_link(path)
-    doc = parse(path)
+    return loader.remembered(path, _load)
+
+
+def _load(path: Path, doc: Document) -> AgentFile:
     check_tool_count(doc)
     normalise_sandboxes(doc)
     agent = doc.convert(AgentFile)

@@ -43,7 +43,7 @@ Effects = Literal["read", "write", "destructive"]
 Cost = Literal["fast", "seconds", "minutes"]
 
 
-class ParamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class ParamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     type: ParamType = "string"  # "array" is an array of strings
     description: str | None = None
     required: bool = False
@@ -57,13 +57,13 @@ class ParamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allow_dash: bool = False
 
 
-class VerifySpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class VerifySpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     tool: str
     # String values may hold {{param}} placeholders filled from the write's arguments.
     args: dict[str, Any] = {}
 
 
-class DeclaredToolSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class DeclaredToolSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     name: Annotated[str, msgspec.Meta(pattern=_TOOL_NAME, description="a tool name: letters, digits, _ or -")]
     description: Annotated[str, msgspec.Meta(description="a one-line purpose")]
     command: Annotated[

@@ -68,7 +68,7 @@ class HandlerSpec(
     status_message: str | None = None  # Claude Code's spinner text; mm shows none
 
 
-class HookSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class HookSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     # mm's shape: glob(s) on tool names, "|" between alternatives, case-insensitive: "bash|write_*".
     # Claude Code's shape (with hooks:): a regex, case-sensitive, "Edit|Write" or "mcp__.*".
     matcher: Annotated[str, msgspec.Meta(description='tool names like "bash|write_*" or "Edit|Write"')] = "*"
@@ -86,7 +86,7 @@ def _event(name: str) -> Any:
     return msgspec.field(default_factory=list, name=name)
 
 
-class HooksSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class HooksSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     pre_tool_call: list[HookSpec] = _event("preToolCall")  # mm's alias of PreToolUse
     post_tool_call: list[HookSpec] = _event("postToolCall")  # mm's alias of PostToolUse
     session_start: list[HookSpec] = _event("SessionStart")
@@ -175,7 +175,7 @@ def _check_regex(doc: Document, here: tuple[Any, ...], matcher: str) -> None:
 # --- Claude Code's settings files --------------------------------------------------------------
 
 
-class _Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class _Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     hooks: HooksSpec = msgspec.field(default_factory=HooksSpec)
 
 

@@ -23,7 +23,7 @@ import os
 import re
 import threading
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -274,6 +274,38 @@ def _compose(text: str) -> yaml.Node | None:
             while kept > COMPOSED_BUDGET:
                 kept -= len(_COMPOSED.popitem(last=False)[0])
     return node
+
+
+# What the loaders built from the texts read last (config.yaml, agent files), by loader, path, $HOME and
+# text: a prompt reads both files again, and building their values and checking them against the Structs
+# was the rest of that (~1,100 Python calls a prompt for a 250-byte config.yaml, the nodes above kept). The
+# path and $HOME are in the key because a loader makes relative paths absolute from the file's folder and
+# expands ``~``; the whole text is, so an edit is always seen; a text that fails is not kept (its error is
+# raised again). What a loader returns is shared by every prompt that read the same text: mmd/config's
+# Structs are frozen, and nothing changes their lists or maps. Bounded as the nodes are.
+_LOADED: collections.OrderedDict[tuple[Any, str, str, str], Any] = collections.OrderedDict()
+_LOADED_LOCK = threading.Lock()
+
+
+def remembered(path: Path, load: Callable[[Path, Document], T]) -> T:
+    """``load(path, parse(path))``, or what it returned for the same *load*, path and text before.
+
+    Errors: those of :func:`parse` and of *load*.
+    """
+    text = _read(path)
+    key = (load, str(path), os.environ.get("HOME", ""), text)
+    with _LOADED_LOCK:
+        if (value := _LOADED.get(key, _LOADED)) is not _LOADED:
+            _LOADED.move_to_end(key)
+            return value  # type: ignore[no-any-return]
+    value = load(path, parse(path, text))
+    if len(text) <= COMPOSED_MAX_TEXT:
+        with _LOADED_LOCK:
+            _LOADED[key] = value
+            kept = sum(len(k[3]) for k in _LOADED)
+            while kept > COMPOSED_BUDGET:
+                kept -= len(_LOADED.popitem(last=False)[0][3])
+    return value
 
 
 # -- reading ----------------------------------------------------------------

@@ -93,7 +93,7 @@ MCP_JSON_HINT = (
 KEY_HINTS = {"mcpServers": MCP_JSON_HINT, "mcp_servers": MCP_JSON_HINT}
 
 
-class McpToolsFilter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class McpToolsFilter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """Which of a server's tools the model is offered."""
 
     # None: every tool the server offers. A list: exactly these (by the server's names).
@@ -105,7 +105,7 @@ class McpToolsFilter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prompts: bool = False  # offer <server>_list_prompts and <server>_get_prompt
 
 
-class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     # The transport, as Claude Code's .mcp.json says it; None: http with url:, stdio with command:.
     type: Annotated[Transport | None, msgspec.Meta(description='one of "stdio", "http", "sse"')] = None
     # Streamable HTTP (or SSE with type: sse): the endpoint, and headers (values may hold ${VAR}).

@@ -61,7 +61,7 @@ LOCAL_FILE = "mcp-local.json"
 SCOPES = ("local", "project", "user")
 
 
-class JsonServer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class JsonServer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """One entry of ``mcpServers``: Claude Code's keys (docs/mcp.md says which it follows)."""
 
     type: Annotated[Transport | None, msgspec.Meta(description='one of "stdio", "http", "sse"')] = None
@@ -72,11 +72,11 @@ class JsonServer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     headers: dict[str, str] = {}
 
 
-class JsonServers(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class JsonServers(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     mcpServers: dict[str, JsonServer] = {}  # Claude Code's key
 
 
-class JsonProjects(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class JsonProjects(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     projects: dict[str, JsonServers] = {}
 
 

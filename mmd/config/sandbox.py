@@ -29,7 +29,7 @@ MODES: tuple[str, ...] = ("workspace", "read-only", "off")
 _EXPECTED = '"workspace", "read-only" or "off" (or a map with mode:, writable:, network:)'
 
 
-class SandboxSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class SandboxSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     # None: the default of where it is written (workspace for an agent, off for an MCP server).
     mode: Annotated[SandboxMode | None, msgspec.Meta(description='"workspace", "read-only" or "off"')] = None
     # Folders processes may write besides the session's directory and the temp dir; absolute once loaded.

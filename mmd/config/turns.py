@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 _PHASE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 
 
-class LoopLimits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class LoopLimits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     enabled: bool = True
     # The same tool with the same arguments this many times in a turn.
     repeat: Annotated[int, msgspec.Meta(ge=2)] = 3
@@ -28,7 +28,7 @@ class LoopLimits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cycle: Annotated[int, msgspec.Meta(ge=2)] = 2
 
 
-class PhaseSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class PhaseSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     name: Annotated[str, msgspec.Meta(pattern=_PHASE_NAME, description="a phase name like plan or act")]
     # Tool names offered in this phase; shell-style globs allowed ("git_*").
     tools: Annotated[

@@ -17,7 +17,7 @@ from mmd import paths
 
 from ..models import PROVIDER_KINDS
 from .hooks import HooksSpec, check_hooks
-from .loader import ConfigError, Document, did_you_mean, one_of, parse
+from .loader import ConfigError, Document, did_you_mean, one_of, remembered
 from .mcp import KEY_HINTS, McpServerSpec, check_servers
 from .sandbox import SandboxSpec, absolute, normalise
 
@@ -29,7 +29,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
 
 
-class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     kind: ProviderKind  # the API it speaks
     base_url: Annotated[str, msgspec.Meta(description='a URL like "http://127.0.0.1:8080/v1"')]
     api_key_env: Annotated[
@@ -53,14 +53,14 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     context_window: Annotated[int, msgspec.Meta(ge=256)] | None = None
 
 
-class ModelAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class ModelAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     provider: str  # a key of providers:
     model: str  # the model id that provider knows
     # This model's context window in tokens, over its provider's context_window.
     context_window: Annotated[int, msgspec.Meta(ge=256)] | None = None
 
 
-class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     max_steps: Annotated[int, msgspec.Meta(ge=1)] = 50  # model steps per turn
     tool_timeout: Annotated[float, msgspec.Meta(gt=0)] = 120.0  # seconds per tool call
     grace: Annotated[float, msgspec.Meta(ge=0)] = 3.0  # seconds between SIGTERM and SIGKILL
@@ -76,7 +76,7 @@ class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     snapshot_watch: bool = True
 
 
-class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class UserConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelAlias] = {}  # alias -> provider and model id
     default_model: Annotated[str | None, msgspec.Meta(description='a model alias or "provider/model"')] = None
@@ -106,7 +106,10 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     path = path if path is not None else paths.config_dir() / "config.yaml"
     if not path.exists():
         return UserConfig(path=str(path))
-    doc = parse(path)
+    return remembered(path, _load)
+
+
+def _load(path: Path, doc: Document) -> UserConfig:
     _refuse_secrets(doc)
     servers = doc.data.get("mcp") if isinstance(doc.data, dict) else None
     for name in servers if isinstance(servers, dict) else ():

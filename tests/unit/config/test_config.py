@@ -586,6 +586,65 @@ def test_the_yaml_kept_between_prompts_stays_within_its_budget():
     assert f"n: 199\npad: {'p' * 900}\n" in loader._COMPOSED  # the latest is kept
 
 
+def test_a_file_read_again_unchanged_is_not_built_again_and_any_change_is_seen(tmp_path, monkeypatch):
+    # Every prompt reads config.yaml and the agent file: the same text at the same path (and $HOME: `~` is
+    # expanded) gives the same Structs, built once; anything else is built anew.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = write(tmp_path / "a" / "config.yaml", "sandbox:\n  writable: [~/cache, out]\n")
+    first = load_user_config(path)
+    assert load_user_config(path) is first
+    write(path, "sandbox:\n  writable: [~/cache, out2]\n")  # an edit
+    edited = load_user_config(path)
+    assert edited is not first and edited.sandbox.writable[1] == str(tmp_path / "a" / "out2")
+    moved = load_user_config(
+        write(tmp_path / "b" / "config.yaml", path.read_text())
+    )  # the same text elsewhere
+    assert moved.sandbox.writable[1] == str(tmp_path / "b" / "out2")
+    monkeypatch.setenv("HOME", str(tmp_path / "other"))
+    assert load_user_config(path).sandbox.writable[0] == str(tmp_path / "other" / "cache")
+    # A text that fails is refused every time, and is read afresh once fixed.
+    write(path, "sandbox: sideways\n")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="sandbox"):
+            load_user_config(path)
+    write(path, "sandbox: off\n")
+    assert load_user_config(path).sandbox.mode == "off"
+    # What is shared between prompts cannot be changed by one of them.
+    with pytest.raises(AttributeError):
+        first.sandbox = edited.sandbox  # type: ignore[misc]
+    agent = write(tmp_path / "repo" / "mm.yaml", "model: a/b\nskills: [~/skills]\n")
+    loaded = load_agent_file(agent)
+    assert load_agent_file(agent) is loaded and loaded.skills == [str(tmp_path / "other" / "skills")]
+    with pytest.raises(AttributeError):
+        loaded.model = "c/d"  # type: ignore[misc]
+
+
+def test_an_agent_file_read_before_is_still_refused_once_it_is_a_link_out_of_its_project(
+    tmp_path, monkeypatch
+):
+    # The link is looked at before the text is: the same text, now behind a link out of the project.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    project = tmp_path / "repo"
+    (project / ".git").mkdir(parents=True)
+    agent = write(project / "mm.yaml", "model: a/b\n")
+    assert load_agent_file(agent).model == "a/b"
+    outside = write(tmp_path / "elsewhere" / "agent.yaml", "model: a/b\n")
+    agent.unlink()
+    agent.symlink_to(outside)
+    with pytest.raises(ConfigError, match="a symbolic link to"):
+        load_agent_file(agent)
+
+
+def test_the_files_loaded_and_kept_between_prompts_stay_within_their_budget(tmp_path):
+    long = write(tmp_path / "long.yaml", "model: a/b\nsystem: " + "y" * loader.COMPOSED_MAX_TEXT + "\n")
+    assert load_agent_file(long) is not load_agent_file(long)  # too long to keep: loaded every time
+    for i in range(100):
+        load_agent_file(write(tmp_path / f"a{i}.yaml", f"model: a/b\nsystem: {'p' * 900} {i}\n"))
+    assert sum(len(key[3]) for key in loader._LOADED) <= loader.COMPOSED_BUDGET
+    latest = load_agent_file(tmp_path / "a99.yaml")
+    assert load_agent_file(tmp_path / "a99.yaml") is latest
+
+
 def test_the_sandbox_of_config_yaml_short_or_whole_with_its_folders_made_absolute(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert (
