@@ -50,13 +50,22 @@ def skill_dirs(
 
 
 def _once(dirs: list[SkillDir]) -> list[SkillDir]:
-    """The first of the folders that are one (a symlink, or the home folder as the project)."""
-    seen: set[str] = set()
+    """The first of the folders that are one (a symlink, or the home folder as the project).
+
+    A folder that exists is known by its device and inode: one stat, where resolving its path cost ~70
+    Python calls, for each of the five or more folders every prompt looks at (most of them missing). A
+    missing one by its path as written: two missing paths that would be one folder through a link are
+    both listed (``mm skills list``), and hold no skill either way."""
+    seen: set[object] = set()
     kept = []
     for d in dirs:
-        real = os.path.realpath(d.path)
-        if real not in seen:
-            seen.add(real)
+        try:
+            st = os.stat(d.path)
+            key: object = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = os.path.normpath(d.path)
+        if key not in seen:
+            seen.add(key)
             kept.append(d)
     return kept
 

@@ -186,10 +186,10 @@ def load_skills(dirs: Iterable[Path | SkillDir]) -> tuple[Catalogue, list[str]]:
 
 
 def _skill_folders(d: Path, warnings: list[str]) -> list[Path]:
+    if not d.is_dir():  # most of the folders looked in: one stat
+        return []
     if (d / "SKILL.md").is_file():
         return [d.absolute()]
-    if not d.is_dir():
-        return []
     out = []
     subs = sorted(d.iterdir())
     if len(subs) > MAX_FOLDERS:

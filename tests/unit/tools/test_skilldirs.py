@@ -114,6 +114,23 @@ def test_one_folder_reached_twice_is_read_once(tmp_path: Path) -> None:
     assert catalogue.get("mine").source == "user"
 
 
+def test_a_folder_reached_through_a_link_is_read_once_and_missing_folders_are_still_listed(
+    tmp_path: Path,
+) -> None:
+    home, config, repo, cwd = tree(tmp_path)
+    skill(repo / ".claude" / "skills" / "a", "shared")
+    (repo / ".mm").mkdir()
+    (repo / ".mm" / "skills").symlink_to(repo / ".claude" / "skills")  # one folder, two names
+    dirs = skill_dirs(cwd, config_dir=config, home=home)
+    catalogue, warnings = load_skills(dirs)
+    assert (catalogue.names(), warnings) == (["shared"], [])  # no "defined twice" warning
+    listed = [str(d.path) for d in dirs]
+    assert str(repo / ".mm" / "skills") in listed and str(repo / ".claude" / "skills") not in listed
+    # The folders that do not exist are still the places to put skills (mm skills list shows them).
+    assert str(cwd / ".mm" / "skills") in listed and str(config / "skills") in listed
+    assert len(listed) == len(set(listed)) == 2 + 3 * 3 - 1
+
+
 def test_a_project_skill_that_resolves_outside_the_repository_is_skipped(tmp_path: Path) -> None:
     home, config, repo, cwd = tree(tmp_path)
     secret = skill(tmp_path / "elsewhere" / "secret", "secret", "Outside the repository.")
