@@ -107,6 +107,11 @@ class HooksSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen
                 out += [(key, spec) for spec in getattr(self, name)]
         return sorted(out, key=lambda pair: pair[0] == event)  # the alias's entries first
 
+    def events(self) -> set[str]:
+        """The events (names of EVENTS) this spec has entries for: one look at its fields, where
+        :meth:`entries` of every event looked at all of them for each (most files have no hooks)."""
+        return {_ALIASES.get(key, key) for key, name in _event_fields() if getattr(self, name)}
+
 
 @functools.cache
 def _event_fields() -> tuple[tuple[str, str], ...]:

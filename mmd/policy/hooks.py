@@ -178,7 +178,10 @@ def claude_argv(command: str) -> list[str]:
 
 def _resolve(spec: HooksSpec, base_dir: Path, pass_env: tuple[str, ...]) -> dict[str, list[Hook]]:
     out: dict[str, list[Hook]] = {}
+    present = spec.events()
     for event in EVENTS:
+        if event not in present:
+            continue
         for _key, entry in spec.entries(event):
             out.setdefault(event, []).extend(_entry_hooks(event, entry, base_dir, pass_env))
     return out
