@@ -281,15 +281,16 @@ class Session:
 
     def _begin(self, prompt: str, setup: TurnSetup) -> None:
         started = {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)}
-        self.emit("turn_started", {**started, **_offered(setup)})
-        for warning in setup.warnings:
-            self.emit("warning", {"message": warning})
-        if setup.sandbox is not None and setup.sandbox_missing is not None and not self.sandbox_warned:
-            self.sandbox_warned = True  # said once per session; `mm daemon status` says it too
-            self.emit("warning", {"message": sandbox_warning(setup.sandbox.mode, setup.sandbox_missing)})
-        if not self.row.title:
-            self.store.set_title(self.id, prompt)
-            self.row.title = self.store.get_session(self.id).title
+        with self.together():  # the turn's start, its warnings and the session's title: one commit
+            self.emit("turn_started", {**started, **_offered(setup)})
+            for warning in setup.warnings:
+                self.emit("warning", {"message": warning})
+            if setup.sandbox is not None and setup.sandbox_missing is not None and not self.sandbox_warned:
+                self.sandbox_warned = True  # said once per session; `mm daemon status` says it too
+                self.emit("warning", {"message": sandbox_warning(setup.sandbox.mode, setup.sandbox_missing)})
+            if not self.row.title:
+                self.store.set_title(self.id, prompt)
+                self.row.title = self.store.get_session(self.id).title
         self._setup = setup
         self._transcript_fd = transcript.open_for_turn(self.transcript)  # the last step: _end closes it
 
@@ -304,8 +305,9 @@ class Session:
             self._transcript_fd = None
         self.running = False
         self.idle_since = trio.current_time()
-        self.store.touch_session(self.id)
-        self.emit("turn_ended", {"status": status, "text": text, "error": error})
+        with self.together():  # one commit
+            self.store.touch_session(self.id)
+            self.emit("turn_ended", {"status": status, "text": text, "error": error})
         self.turn_done.set()
         if not self.subscribers:
             self._end_hooks()

@@ -243,8 +243,11 @@ async def test_a_steps_message_and_its_first_calls_record_are_one_commit_sent_to
     turn.session.subscribe(Batches(), interactive=False)
     await turn.run(call("lookup", {"key": "b"}), call("lookup", {"key": "c"}), answer("done."))
     turn.host.store._conn.set_trace_callback(None)
-    assert batches == [["assistant", "tool_call"], ["tool_result"]] * 2 + [["assistant"]]
-    assert [b - a for a, b in itertools.pairwise(begun)] == [1, 1, 1, 1]  # two commits a call
+    # The turn's start and end are a commit each too (with the session's title, and its time).
+    steps = [["assistant", "tool_call"], ["tool_result"]] * 2 + [["assistant"]]
+    assert batches == [["turn_started"], *steps, ["turn_ended"]]
+    # The user's message is a commit of its own (after the prompt's hooks), then two commits a call.
+    assert [b - a for a, b in itertools.pairwise(begun)] == [2, 1, 1, 1, 1, 1]
 
 
 async def test_a_steps_first_call_has_its_arguments_parsed_once(
