@@ -4,7 +4,9 @@ Run ``python bench/bench_instructions.py [--against DIR] [--turns N] [--tool-cal
 package, on PATH). It starts this checkout's daemon under ``valgrind --tool=callgrind`` with counting off,
 runs one turn to warm up, counts the instructions of all its threads over ``--turns`` turns of
 ``--tool-calls`` ``bash true`` calls, and prints them per call; with ``--against DIR`` (a checkout of another
-revision, ``git worktree add /tmp/old REV``) the same for that tree's daemon, and the ratio.
+revision, ``git worktree add /tmp/old REV``) the same for that tree's daemon, and the ratio. ``--prompts N``
+counts N prompts the model answers in words instead (no tool call), per prompt: what a prompt itself costs
+(its connection, session, the files it reads, one model step), which every ``mm -p`` pays.
 
 Why: this machine's CPU time per call moves by a third between minutes and single paired rounds spread
 ±20 % (bench_cpu.py), so a change of a few per cent never shows in it; bench_calls.py counts Python calls,
@@ -40,7 +42,8 @@ START_TIMEOUT = 300.0
 
 
 def counted(tree: Path | None, turns: int, calls: int) -> int:
-    """Instructions the daemon of *tree* (None: this checkout) executed over *turns* turns of *calls* calls."""
+    """Instructions the daemon of *tree* (None: this checkout) executed over *turns* turns of *calls* calls
+    (of no call: *turns* prompts answered in words)."""
     env = Env()
     log = None
     try:
@@ -126,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--turns", type=int, default=3, help="counted turns (default 3)")
     parser.add_argument("--tool-calls", type=int, default=40, help="bash calls per turn (default 40)")
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        default=0,
+        help="count N prompts the model answers with no tool call instead, per prompt",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print(
@@ -138,16 +147,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_instructions: {against} is not a checkout of mm (no mmd/__init__.py)", file=sys.stderr)
         return 1
     bench_client.TIMEOUT = 600.0  # a turn's commands wait on a daemon 50× slower
-    calls = args.turns * args.tool_calls
+    # A prompt answered with no tool call is a turn of no calls: its connection, session, setup, one step.
+    turns, tool_calls = (args.prompts, 0) if args.prompts else (args.turns, args.tool_calls)
+    units = turns * tool_calls or turns
     print(
-        f"mm daemon instructions per tool call (callgrind, user space, all threads): {args.turns} turns of "
-        f"{args.tool_calls} `bash true`, --sandbox off, no checkpoint"
+        f"mm daemon instructions per prompt answered with no tool call (callgrind, user space, all threads): "
+        f"{turns} prompts, --sandbox off"
+        if args.prompts
+        else f"mm daemon instructions per tool call (callgrind, user space, all threads): {turns} turns of "
+        f"{tool_calls} `bash true`, --sandbox off, no checkpoint"
     )
     try:
-        mine = counted(None, args.turns, args.tool_calls) / calls
+        mine = counted(None, turns, tool_calls) / units
         print(f"  this tree  {mine / 1e6:8.3f} M")
         if against is not None:
-            theirs = counted(against, args.turns, args.tool_calls) / calls
+            theirs = counted(against, turns, tool_calls) / units
             print(f"  against    {theirs / 1e6:8.3f} M   ({against})")
             print(f"  this tree / against: {mine / theirs:.3f}")
     except BenchError as exc:

@@ -85,7 +85,11 @@ def test_bench_cpu_pairs_two_trees_round_by_round():
 @pytest.mark.skipif(
     shutil.which("valgrind") is None, reason="valgrind is not installed (.ci/run installs it)"
 )
-def test_bench_instructions_counts_a_daemon_under_callgrind():
-    done = bench("bench_instructions.py", "--turns", "1", "--tool-calls", "3")
+@pytest.mark.parametrize(
+    "args", [("--turns", "1", "--tool-calls", "3"), ("--prompts", "2")], ids=["calls", "prompts"]
+)
+def test_bench_instructions_counts_a_daemon_under_callgrind(args):
+    done = bench("bench_instructions.py", *args)
     [row] = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("this tree")]
-    assert row[-1] == "M" and float(row[-2]) > 0.1, done.stdout  # millions of instructions a call
+    assert row[-1] == "M" and float(row[-2]) > 0.1, done.stdout  # millions of instructions a call or prompt
+    assert ("per prompt" in done.stdout) == (args[0] == "--prompts"), done.stdout
