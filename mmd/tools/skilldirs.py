@@ -63,7 +63,7 @@ def _once(dirs: list[SkillDir]) -> list[SkillDir]:
             st = os.stat(d.path)
             key: object = (st.st_dev, st.st_ino)
         except (OSError, ValueError):
-            key = os.path.normpath(d.path)
+            key = str(d.path)
         if key not in seen:
             seen.add(key)
             kept.append(d)
