@@ -69,7 +69,7 @@ class Client:
             another version (restart it with ``mm daemon stop``).
         """
         path = paths.socket_path()
-        sock = spawn.try_connect(path)
+        sock = spawn.preconnected(path) or spawn.try_connect(path)
         if sock is None:
             if not autostart:
                 raise DaemonError(

@@ -82,13 +82,17 @@ class _Started:
 
 # The daemon started by prestart(), for the connect that follows in this process.
 _prestarted: dict[Path, _Started] = {}
+# The connection prestart() made to a daemon that answered (its peer checked), for that connect too: a
+# second connection cost the daemon an accept, a connection's set-up and its end, each `mm -p`.
+_preconnected: dict[Path, socket.socket] = {}
 
 
 def prestart() -> None:
     """Start mmd now if none answers, without waiting: the client's own imports then overlap the daemon's.
 
     The console script calls it first thing for a prompt (mm/entry.py); ``Client.connect``
-    waits for this daemon instead of starting another. Errors: none here: whatever is wrong
+    waits for this daemon instead of starting another, or takes the connection made to the one that
+    answered. Errors: none here: whatever is wrong
     (another user's socket, a daemon that fails) is raised by the connect that follows.
     """
     try:
@@ -97,10 +101,15 @@ def prestart() -> None:
     except (DaemonError, OSError):
         return
     if sock is not None:
-        sock.close()
+        _preconnected[path] = sock
         return
     with contextlib.suppress(DaemonError, OSError):
         _prestarted[path] = _spawn_daemon(path)
+
+
+def preconnected(path: Path) -> socket.socket | None:
+    """The connection :func:`prestart` made to the daemon on *path*, once (None: it made none)."""
+    return _preconnected.pop(path, None)
 
 
 def start_daemon(path: Path) -> socket.socket:

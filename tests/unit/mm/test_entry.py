@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
 
 import click
 from click.testing import CliRunner
-from mm import cli
+from mm import cli, spawn
+from mm.connection import Client
+
+from mmd import __version__
+from mmd.rpc.messages import decode_message, response
 
 
 def _run_entry(*args: str) -> tuple[str, list[str]]:
@@ -72,3 +79,40 @@ def test_a_lazy_command_runs_and_its_typo_is_caught() -> None:
     assert result.exit_code == 0 and "list" in result.output
     typo = CliRunner().invoke(cli.main, ["skils", "list"])
     assert typo.exit_code == 2 and "Did you mean 'skills'" in typo.output
+
+
+def test_a_prompts_early_look_for_the_daemon_is_the_connection_it_then_uses(tmp_path, monkeypatch) -> None:
+    # `mm -p` looks for a daemon before its imports (spawn.prestart); when one answers, that connection is
+    # the one the prompt goes on with: the daemon accepts, sets up and ends one connection a prompt, not two.
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "mmd.sock"
+    monkeypatch.setenv("MM_SOCKET", str(path))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:  # a daemon as far as a handshake goes
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            if frame := conn.recv(65536):
+                msgid = decode_message(frame).msgid  # type: ignore[union-attr]
+                conn.sendall(response(msgid, None, {"daemon_version": __version__, "pid": os.getpid()}))
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        spawn.prestart()
+        client = Client.connect(autostart=False)
+        assert client.daemon["daemon_version"] == __version__
+        assert len(accepted) == 1
+        assert spawn.preconnected(path) is None  # taken once
+        client.close()
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
