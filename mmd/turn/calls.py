@@ -26,6 +26,7 @@ publishes their events and ends the turn (:class:`StopTurn`) when one says so.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import time
@@ -133,17 +134,36 @@ class CallRunner:
         self._invalid: dict[str, int] = {}  # tool → telemetry row of its last invalid call
         # Where a value may come from (grounding.py): the session so far, then each result that really ran;
         # the system message too for grounding. A skill's example values count only where someone other than
-        # the skill said them (_told: no read_skill result; skill_commands, grounding).
-        self._said = grounding.corpus(session.messages)
-        self._told = grounding.corpus(session.messages, skip=(READ_SKILL,))
-        self._system = setup.system.lower()
+        # the skill said them (_told: no read_skill result; skill_commands, grounding). Both are made by the
+        # turn's first call that needs them (most prompts make no call), from the history as the turn began:
+        # the list and its length now (the session appends to that list; a compaction makes a new one).
+        self._began = (session.messages, len(session.messages))
         self.invalid: set[str] = set()  # ids of the calls the contract refused (loop.py reads it)
         self._resolved_roots: list[str] | None = None  # _roots
         self._turn_site: Site | None = None  # _site
         self._opened: Call | None = None  # the call open() ran the contract stage of, for run() to go on
         self.request = next((m.content for m in reversed(session.messages) if m.role == "user"), "")
-        # Snapshots around each write call (mmd/undo), in the state folder beside the sessions.
-        self.checkpoints = Recorder(
+
+    @functools.cached_property
+    def _said(self) -> str:
+        messages, count = self._began
+        return grounding.corpus(messages[:count])
+
+    @functools.cached_property
+    def _told(self) -> str:
+        messages, count = self._began
+        return grounding.corpus(messages[:count], skip=(READ_SKILL,))
+
+    @functools.cached_property
+    def _system(self) -> str:
+        return self.setup.system.lower()
+
+    @functools.cached_property
+    def checkpoints(self) -> Recorder:
+        """Snapshots around each write call (mmd/undo), in the state folder beside the sessions: made by the
+        turn's first write call."""
+        session, setup = self.session, self.setup
+        return Recorder(
             store=session.store,
             session_id=session.id,
             project=session.cwd,

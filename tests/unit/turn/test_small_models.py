@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from mmd.contract import ToolResult
+from mmd.models.base import Message
 from mmd.tools.base import Tool, ToolContext
 from mmd.tools.builtin.skill import ReadSkill
 from mmd.tools.registry import Registry
 from mmd.tools.skills import Catalogue, Skill
 from mmd.turn import grounding, skillpick
+from mmd.turn.calls import CallRunner
 from mmd.turn.plan import TurnSetup
 
 from ..scripted_provider import ScriptedProvider, Step, answer, call
@@ -97,6 +99,27 @@ async def test_a_value_from_nowhere_is_answered_not_run_and_the_right_call_then_
     refused = provider.requests[1].messages[-1].content
     assert refused.startswith('status was not run: service "search" appears nowhere')
     assert turn.ended() == {"status": "ok", "text": "billing is up.", "error": None}
+
+
+async def test_what_grounds_a_value_is_the_history_as_the_turn_began_read_by_the_first_call(
+    turn: Turn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The corpus of what was said, the system text in lower case and the undo recorder are made by the
+    # turn's first call that needs them (a prompt answered in words makes none), from the history as the
+    # turn began: a compaction meanwhile (a new list) does not change what the user said.
+    made: list[str] = []
+    real = grounding.corpus
+    monkeypatch.setattr(grounding, "corpus", lambda *a, **kw: made.append("corpus") or real(*a, **kw))
+    await run(turn, [Status()], answer("Nothing to check."), prompt="How is billing?", ground_values=True)
+    assert made == []
+    turn.session.add_message(Message(role="user", content="Check the Billing service."))
+    setup = TurnSetup(
+        provider=ScriptedProvider(), model_name="m", system="You ARE a test.", registry=Registry([])
+    )
+    runner = CallRunner(turn.session, setup)
+    turn.session.replace_messages([Message(role="user", content="(a summary)")])
+    assert "check the billing service." in runner._said and "(a summary)" not in runner._said
+    assert runner._system == "you are a test." and made == ["corpus"]
 
 
 async def test_a_refused_value_stays_refused_although_the_answer_quoted_it(turn: Turn) -> None:
