@@ -13,6 +13,7 @@ package: the config loader reads the kinds from here and stays light.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ PROVIDERS: dict[str, str] = {
 PROVIDER_KINDS: tuple[str, ...] = tuple(PROVIDERS)
 
 
+@functools.cache  # the module is imported on first use; import_module again cost ~7 Python calls a provider a prompt
 def provider_class(kind: str) -> type[Provider]:
     """The Provider class of *kind* (a key of PROVIDERS)."""
     module, _, cls = PROVIDERS[kind].partition(":")

@@ -16,6 +16,7 @@ catalogue would make it a tool that can only fail.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ TABLE: dict[str, str] = {
 BUILTIN_TOOLS: tuple[str, ...] = tuple(TABLE)
 
 
+@functools.cache  # the module is imported on first use; import_module again cost ~7 Python calls a built-in a prompt
 def tool_class(name: str) -> type[Tool]:
     """The class of the built-in *name* (a key of TABLE)."""
     module, _, cls = TABLE[name].partition(":")
