@@ -108,8 +108,20 @@ def prestart() -> None:
 
 
 def preconnected(path: Path) -> socket.socket | None:
-    """The connection :func:`prestart` made to the daemon on *path*, once (None: it made none)."""
-    return _preconnected.pop(path, None)
+    """The connection :func:`prestart` made to the daemon on *path*, once; None when it made none, or when
+    that daemon hung up since (stopped while the prompt was read from a pipe): connect anew."""
+    sock = _preconnected.pop(path, None)
+    if sock is None:
+        return None
+    try:
+        if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+            return sock  # a daemon says nothing before the handshake; whatever it is, the handshake will tell
+    except BlockingIOError:
+        return sock  # open, and nothing said: as a connection is before its handshake
+    except OSError:
+        pass
+    sock.close()  # an end of file, or an error: that daemon is gone
+    return None
 
 
 def start_daemon(path: Path) -> socket.socket:

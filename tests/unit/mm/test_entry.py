@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import click
 from click.testing import CliRunner
@@ -111,6 +112,15 @@ def test_a_prompts_early_look_for_the_daemon_is_the_connection_it_then_uses(tmp_
         assert client.daemon["daemon_version"] == __version__
         assert len(accepted) == 1
         assert spawn.preconnected(path) is None  # taken once
+        client.close()
+        # A daemon that hung up between the look and the prompt (stopped while stdin was read): a new one.
+        spawn.prestart()
+        deadline = time.monotonic() + 5
+        while len(accepted) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        accepted[1].shutdown(socket.SHUT_RDWR)  # the daemon hangs up
+        client = Client.connect(autostart=False)
+        assert client.daemon["daemon_version"] == __version__ and len(accepted) == 3
         client.close()
     finally:
         server.close()
