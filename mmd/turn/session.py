@@ -281,6 +281,7 @@ class Session:
 
     def _begin(self, prompt: str, setup: TurnSetup) -> None:
         started = {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)}
+        title = None
         with self.together():  # the turn's start, its warnings and the session's title: one commit
             self.emit("turn_started", {**started, **_offered(setup)})
             for warning in setup.warnings:
@@ -290,7 +291,9 @@ class Session:
                 self.emit("warning", {"message": sandbox_warning(setup.sandbox.mode, setup.sandbox_missing)})
             if not self.row.title:
                 self.store.set_title(self.id, prompt)
-                self.row.title = self.store.get_session(self.id).title
+                title = self.store.get_session(self.id).title
+        if title is not None:  # once committed: a commit that failed leaves the row as the store has it
+            self.row.title = title
         self._setup = setup
         self._transcript_fd = transcript.open_for_turn(self.transcript)  # the last step: _end closes it
 
