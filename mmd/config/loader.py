@@ -23,7 +23,7 @@ import os
 import re
 import threading
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -276,35 +276,44 @@ def _compose(text: str) -> yaml.Node | None:
     return node
 
 
-# What the loaders built from the texts read last (config.yaml, agent files), by loader, path, $HOME and
-# text: a prompt reads both files again, and building their values and checking them against the Structs
-# was the rest of that (~1,100 Python calls a prompt for a 250-byte config.yaml, the nodes above kept). The
-# path and $HOME are in the key because a loader makes relative paths absolute from the file's folder and
-# expands ``~``; the whole text is, so an edit is always seen; a text that fails is not kept (its error is
-# raised again). What a loader returns is shared by every prompt that read the same text: mmd/config's
-# Structs are frozen, and nothing changes their lists or maps. Bounded as the nodes are.
-_LOADED: collections.OrderedDict[tuple[Any, str, str, str], Any] = collections.OrderedDict()
+# What the loaders built from the texts read last (config.yaml, agent files, MCP JSON files), by loader,
+# path, $HOME, the loader's other arguments and text: a prompt reads them all again, and building their
+# values and checking them against the Structs was the rest of that (~1,100 Python calls a prompt for a
+# 250-byte config.yaml, the nodes above kept). The path and $HOME are in the key because a loader makes
+# relative paths absolute from the file's folder and expands ``~``; the whole text is, so an edit is always
+# seen; a text that fails is not kept (its error is raised again). What a loader returns is shared by every
+# prompt that read the same text: mmd/config's Structs are frozen, and nothing changes their lists or maps
+# (a caller given a map to change gets a copy). Bounded as the nodes are.
+_LOADED: collections.OrderedDict[tuple[Any, str, str, tuple[Hashable, ...], str], Any] = (
+    collections.OrderedDict()
+)
 _LOADED_LOCK = threading.Lock()
 
 
-def remembered(path: Path, load: Callable[[Path, Document], T]) -> T:
-    """``load(path, parse(path))``, or what it returned for the same *load*, path and text before.
+def remembered(
+    path: Path,
+    load: Callable[..., T],
+    *args: Hashable,
+    reader: Callable[[str | os.PathLike[str], str], Document] | None = None,
+) -> T:
+    """``load(path, reader(path, text), *args)`` (*reader*: :func:`parse`), or what it returned for the same
+    *load*, path, *args* and text before.
 
-    Errors: those of :func:`parse` and of *load*.
+    Errors: those of *reader* and of *load*.
     """
     text = _read(path)
-    key = (load, str(path), os.environ.get("HOME", ""), text)
+    key = (load, str(path), os.environ.get("HOME", ""), args, text)
     with _LOADED_LOCK:
         if (value := _LOADED.get(key, _LOADED)) is not _LOADED:
             _LOADED.move_to_end(key)
             return value  # type: ignore[no-any-return]
-    value = load(path, parse(path, text))
+    value = load(path, (reader or parse)(path, text), *args)
     if len(text) <= COMPOSED_MAX_TEXT:
         with _LOADED_LOCK:
             _LOADED[key] = value
-            kept = sum(len(k[3]) for k in _LOADED)
+            kept = sum(len(k[-1]) for k in _LOADED)
             while kept > COMPOSED_BUDGET:
-                kept -= len(_LOADED.popitem(last=False)[0][3])
+                kept -= len(_LOADED.popitem(last=False)[0][-1])
     return value
 
 

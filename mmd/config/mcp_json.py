@@ -48,7 +48,7 @@ from ..untrusted import (
     line_of,
     no_duplicate_keys,
 )
-from .loader import MAX_FILE_BYTES, ConfigError, Document, _read, check_link, parse, text_digest
+from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, remembered, text_digest
 from .mcp import McpServerSpec, Transport, check_servers, server_commands
 from .trust import Trust, capped
 
@@ -130,13 +130,28 @@ def read_servers(
         check_link(
             path.absolute(), what="a project's .mcp.json", hint="copy the file here instead of linking it"
         )
-    doc = read_document(path)
+    specs, digest = remembered(
+        path,
+        _servers,
+        str(run_dir) if run_dir else None,
+        str(project) if project else None,
+        reader=json_document,
+    )
+    if shipped and trust is not None and not trust.admits(path, digest, capped(server_commands(specs))):
+        return {}
+    return dict(specs)  # the kept map stays as it was read
+
+
+def _servers(
+    path: Path, doc: Document, run_dir: str | None, project: str | None
+) -> tuple[dict[str, McpServerSpec], str]:
+    """The servers of a JSON file's *doc* (of *project*'s section), checked, and the text's digest."""
     if project is None:
         at: tuple[Any, ...] = ("mcpServers",)
         servers = doc.convert(JsonServers).mcpServers
     else:
-        at = ("projects", str(project), "mcpServers")
-        section = doc.convert(JsonProjects).projects.get(str(project))
+        at = ("projects", project, "mcpServers")
+        section = doc.convert(JsonProjects).projects.get(project)
         servers = section.mcpServers if section else {}
     origin = str(path.absolute())
     specs = {
@@ -148,23 +163,21 @@ def read_servers(
             url=entry.url,
             headers=entry.headers,
             origin=origin,
-            run_dir=str(run_dir) if run_dir else None,
+            run_dir=run_dir,
         )
         for name, entry in servers.items()
     }
     check_servers(doc, specs, at)
-    if shipped and trust is not None and not trust.admits(path, doc.digest, capped(server_commands(specs))):
-        return {}
-    return specs
+    return specs, doc.digest
 
 
-def read_document(path: Path) -> Document:
-    """A JSON file as a :class:`Document`: its values, and the line of each field where it can tell.
+def json_document(path: str | os.PathLike[str], text: str) -> Document:
+    """The JSON *text* of the file at *path* (read by the loader: a regular file, at most MAX_FILE_BYTES,
+    UTF-8) as a :class:`Document`: its values, and the line of each field where it can tell.
 
     Errors: ConfigError (see read_servers).
     """
     name = str(path)
-    text = _read(path)  # the loader's: a regular file, at most MAX_FILE_BYTES, UTF-8
     try:
         check_json(text, what="it is", max_depth=MAX_DEPTH, max_bytes=MAX_FILE_BYTES)
         data = json.loads(text, object_pairs_hook=no_duplicate_keys, parse_int=bounded_int)

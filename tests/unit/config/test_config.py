@@ -640,7 +640,7 @@ def test_the_files_loaded_and_kept_between_prompts_stay_within_their_budget(tmp_
     assert load_agent_file(long) is not load_agent_file(long)  # too long to keep: loaded every time
     for i in range(100):
         load_agent_file(write(tmp_path / f"a{i}.yaml", f"model: a/b\nsystem: {'p' * 900} {i}\n"))
-    assert sum(len(key[3]) for key in loader._LOADED) <= loader.COMPOSED_BUDGET
+    assert sum(len(key[-1]) for key in loader._LOADED) <= loader.COMPOSED_BUDGET
     latest = load_agent_file(tmp_path / "a99.yaml")
     assert load_agent_file(tmp_path / "a99.yaml") is latest
 

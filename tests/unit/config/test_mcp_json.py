@@ -12,7 +12,7 @@ import pytest
 from mmd.config import AgentFile, ConfigError, UserConfig, load_agent_file, load_user_config
 from mmd.config.mcp import ExpansionError, resolve, servers_for
 from mmd.config.mcp_json import add_mcp_files, read_servers, scope_file
-from mmd.config.trust import everything
+from mmd.config.trust import Trust, everything
 
 STDIO = {"type": "stdio", "command": "npx", "args": ["-y", "server"], "env": {"TOKEN": "${GH_TOKEN}"}}
 
@@ -206,3 +206,24 @@ def test_references_are_read_in_linear_time_however_a_cloned_file_repeats_them(t
         read_servers(path, run_dir=tmp_path)
     path.write_text(json.dumps({"mcpServers": {"s": {"command": "x", "args": ["${a:-" * 150_000 + "}"]}}}))
     assert list(read_servers(path, run_dir=tmp_path)) == ["s"]
+
+
+def test_a_file_read_again_unchanged_is_not_built_again_and_is_still_trusted_or_not_each_time(tmp_path):
+    # A prompt reads the JSON files every time: the same text at the same path, for the same folder,
+    # gives the same checked specs, built once; whether a project's file may be used is asked every time.
+    path = write(tmp_path / ".mcp.json", {"mcpServers": {"files": STDIO}})
+    first = read_servers(path, run_dir=tmp_path)
+    again = read_servers(path, run_dir=tmp_path)
+    assert again == first and again["files"] is first["files"]
+    again.pop("files")  # a caller's map is its own: the kept one is not changed
+    assert list(read_servers(path, run_dir=tmp_path)) == ["files"]
+    assert read_servers(path, run_dir=tmp_path / "elsewhere")["files"].run_dir == str(tmp_path / "elsewhere")
+    nobody = Trust({})  # trusts no file
+    assert read_servers(path, run_dir=tmp_path, shipped=True, trust=nobody) == {}
+    assert [u.path for u in nobody.untrusted] == [str(path)]
+    digest = nobody.untrusted[0].digest
+    assert list(read_servers(path, run_dir=tmp_path, shipped=True, trust=Trust({str(path): digest}))) == [
+        "files"
+    ]
+    write(path, {"mcpServers": {"web": {"type": "http", "url": "https://mcp.example.com/mcp"}}})  # an edit
+    assert list(read_servers(path, run_dir=tmp_path)) == ["web"]
