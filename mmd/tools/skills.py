@@ -15,15 +15,17 @@ matter parsed with mm's limited YAML loader (no tags, no aliases past a limit).
 
 from __future__ import annotations
 
+import collections
 import os
 import re
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
 import yaml
 
-from ..untrusted import YamlLimitError, open_regular, safe_load
+from ..untrusted import YamlLimitError, open_regular, read_at_most, safe_load
 
 # Largest front matter read: it holds a name, a description and keywords (a few hundred bytes; a description
 # is at most 1,024 characters in Claude's format). YAML is read in Python, ~4 ms a kilobyte here.
@@ -45,6 +47,13 @@ _CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 MAX_FOLDERS = 500
 # Folders without SKILL.md warned about one by one in one skills folder; the rest in one line.
 MAX_SKIPPED_WARNINGS = 20
+# The skills read last, by folder, source and whole SKILL.md text: every prompt reads every skill again, and
+# its front matter's YAML (~4 ms a kilobyte) was most of a prompt's CPU for a user of twenty skills. An edit
+# is always seen (the text is the key); a file that fails is not kept. Bounded by the texts' characters (a
+# Skill keeps its body: about twice that in memory), the skills used last kept first.
+KEPT_TEXT = 1024 * 1024
+_kept: collections.OrderedDict[tuple[str, str, str], Skill] = collections.OrderedDict()
+_kept_lock = threading.Lock()  # skills are loaded in worker threads, several prompts at once
 # Folders of a skills directory that are not attempted skills.
 _IGNORED = ("__pycache__", "node_modules")
 
@@ -244,9 +253,14 @@ def parse_skill(folder: Path, source: str = "", budget: _Budget | None = None) -
     if len(front) <= MAX_FRONT_MATTER and budget is not None and not budget.take(len(text), len(front)):
         budget.skipped += 1  # one too big is refused by _front_matter, unread and uncounted
         return None
+    key = (str(folder), source, text)
+    with _kept_lock:
+        if (skill := _kept.get(key)) is not None:
+            _kept.move_to_end(key)
+            return skill
     meta = _front_matter(front)
     body = text[close.end() :].lstrip("\r\n")
-    return Skill(
+    skill = Skill(
         name=_name(meta, folder),
         description=_text_field(meta, "description"),
         keywords=_keywords(meta),
@@ -255,12 +269,18 @@ def parse_skill(folder: Path, source: str = "", budget: _Budget | None = None) -
         allowed_tools=_allowed_tools(meta),
         source=source,
     )
+    with _kept_lock:
+        _kept[key] = skill
+        kept = sum(len(k[2]) for k in _kept)
+        while kept > KEPT_TEXT:
+            kept -= len(_kept.popitem(last=False)[0][2])
+    return skill
 
 
 def _read(path: Path) -> str:
     try:
         with open_regular(path) as f:  # a FIFO put there since the listing is refused, not waited on
-            raw = f.read(MAX_SKILL_BYTES + 1)
+            raw = read_at_most(f, MAX_SKILL_BYTES)
         if len(raw) > MAX_SKILL_BYTES:
             raise SkillError(
                 f"is over {MAX_SKILL_BYTES:,} bytes, the most read: keep the instructions short "

@@ -161,6 +161,31 @@ def test_a_load_reads_at_most_its_budget_the_first_dirs_first_and_says_what_it_s
     assert catalogue.names() == ["mine"]  # front matter counts apart: ~330 characters each
 
 
+def test_a_skill_read_again_unchanged_is_not_parsed_again_and_an_edit_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every prompt reads every skill: the same text in the same folder, found the same way, is the same
+    # Skill, its YAML read once; the load's budget still counts it each time (the test above).
+    parsed: list[str] = []
+    real = skills._front_matter
+    monkeypatch.setattr(skills, "_front_matter", lambda text: parsed.append(text) or real(text))
+    folder = skill(tmp_path / "user", "s", front("s"))
+    first, _ = load_skills([tmp_path / "user"])
+    again, _ = load_skills([tmp_path / "user"])
+    assert again.get("s") is first.get("s") and len(parsed) == 1
+    (folder / "SKILL.md").write_text(front("s", "Does another thing."))
+    edited, _ = load_skills([tmp_path / "user"])
+    assert edited.get("s").description == "Does another thing." and len(parsed) == 2
+    project, _ = load_skills([skills.SkillDir(tmp_path / "user", "project")])
+    assert project.get("s").source == "project" and len(parsed) == 3  # found another way: its own
+    monkeypatch.setattr(skills, "KEPT_TEXT", 2000)  # what is kept is bounded, the latest kept
+    for i in range(20):
+        skill(tmp_path / "many", f"m{i:02d}", front(f"m{i:02d}", "z" * 200))
+    load_skills([tmp_path / "many"])
+    assert sum(len(key[2]) for key in skills._kept) <= 2000
+    assert str(tmp_path / "many" / "m19") in [key[0] for key in skills._kept]
+
+
 def test_front_matter_past_its_bound_is_refused_unread_and_a_flood_of_errors_is_cut(tmp_path: Path) -> None:
     big = "keywords: [" + ", ".join(f"w{i}" for i in range(3000)) + "]\n"  # 20 KB: ~80 ms of YAML each
     for i in range(25):
