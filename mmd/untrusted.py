@@ -480,6 +480,22 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def read_at_most(f: BinaryIO, limit: int) -> bytes:
+    """The bytes of the open file *f*, *limit* + 1 at most (one past the limit tells the caller the file is
+    too big), read into a buffer of the file's size: ``f.read(limit + 1)`` allocates limit + 1 bytes whatever
+    the file holds (256 KiB for each 3 KB SKILL.md a prompt reads, 16 MiB for each edit), an mmap and an
+    munmap in a process of several threads. A file that grew since it was looked at, or one that says it
+    holds nothing (those of /proc), is read on to the limit.
+
+    Errors: OSError from the read.
+    """
+    size = os.fstat(f.fileno()).st_size
+    raw = f.read(min(size, limit) + 1)
+    if size < len(raw) <= limit:  # more than it said it held: read on, to one past the limit
+        raw += f.read(limit + 1 - len(raw))
+    return raw
+
+
 # UTF-8 continuation bytes: a line's characters are its bytes less these.
 _CONTINUATION = bytes(range(0x80, 0xC0))
 _SKIP_CHUNK = 1 << 16

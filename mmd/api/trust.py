@@ -14,7 +14,7 @@ from ..rpc import RPCError
 from ..rpc.methods import Empty, TrustAdd, TrustCheck, TrustForget
 from ..rpc.results import Done, Forgotten, TrustChecked, TrustEntry, TrustListed, UntrustedFile
 from ..turn import plan
-from ..untrusted import open_regular
+from ..untrusted import open_regular, read_at_most
 
 # Why a client with no_new_privs (a sandboxed command, most likely) may not trust a file.
 CONFINED_TRUST = (
@@ -70,7 +70,7 @@ async def forget(daemon: Daemon, conn: Connection, p: TrustForget) -> Forgotten:
 def _state(path: str, digest: str) -> str:
     try:
         with open_regular(Path(path)) as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+            raw = read_at_most(f, MAX_FILE_BYTES)
     except FileNotFoundError:
         return "gone"
     except OSError:  # a folder, a FIFO, no permission: nothing mm would read as the file trusted

@@ -34,6 +34,7 @@ from ..untrusted import (
     check_json,
     line_of,
     open_regular,
+    read_at_most,
 )
 from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, text_digest
 from .trust import Trust, capped, command_text
@@ -245,7 +246,7 @@ def _read_json_text(path: Path) -> str:
     # symbolic link to /dev/zero or a FIFO.
     try:
         with open_regular(path) as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+            raw = read_at_most(f, MAX_FILE_BYTES)
     except OSError as exc:
         raise ConfigError(file=path, line=None, field="", problem=f"cannot read it: {exc.strerror}") from None
     if len(raw) > MAX_FILE_BYTES:

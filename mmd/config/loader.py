@@ -31,7 +31,7 @@ import msgspec
 import yaml
 
 from .. import paths
-from ..untrusted import LimitedLoader, NotRegularFile, YamlLimitError, open_regular
+from ..untrusted import LimitedLoader, NotRegularFile, YamlLimitError, open_regular, read_at_most
 
 T = TypeVar("T")
 # Where a value sits in a document: keys and list indexes from the top.
@@ -354,7 +354,7 @@ def _read(path: Path) -> str:
     try:
         with open_regular(path) as f:  # never waits on a FIFO put in a file's place
             size = os.fstat(f.fileno()).st_size
-            raw = f.read(MAX_FILE_BYTES + 1)  # never more than the limit, whatever the file's size
+            raw = read_at_most(f, MAX_FILE_BYTES)  # never more than the limit, whatever the file's size
     except NotRegularFile:
         raise ConfigError(
             file=path,

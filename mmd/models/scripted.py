@@ -48,7 +48,14 @@ import msgspec
 import trio
 import yaml
 
-from mmd.untrusted import MAX_DOCUMENT_DEPTH, YamlLimitError, check_json, open_regular, safe_load
+from mmd.untrusted import (
+    MAX_DOCUMENT_DEPTH,
+    YamlLimitError,
+    check_json,
+    open_regular,
+    read_at_most,
+    safe_load,
+)
 
 log = logging.getLogger("mmd.scripted")
 
@@ -192,7 +199,7 @@ def load_script(path: str | os.PathLike[str]) -> Script:
     large, not UTF-8, does not parse or is not a valid script.
     """
     with open_regular(path) as f:
-        raw = f.read(MAX_SCRIPT_BYTES + 1)
+        raw = read_at_most(f, MAX_SCRIPT_BYTES)
     if len(raw) > MAX_SCRIPT_BYTES:
         raise ScriptError(f"{path}: over {MAX_SCRIPT_BYTES:,} bytes, the most a script may hold")
     try:

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import random
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ from mmd.untrusted import (
     first_value_depth,
     json_depth,
     open_regular,
+    read_at_most,
     value_depth,
 )
 
@@ -210,3 +212,34 @@ def test_open_regular_opens_a_file_and_refuses_anything_else_without_waiting(tmp
             open_regular(path)
         assert (err.value.strerror, err.value.filename) == (f"not a regular file but {kind}", str(path))
     assert set(os.listdir("/proc/self/fd")) == before  # each refused descriptor was closed
+
+
+def test_a_bounded_read_asks_for_what_the_file_holds_and_still_tells_a_file_past_the_limit(
+    tmp_path, monkeypatch
+) -> None:
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 3000)
+    asked: list[int] = []
+
+    def reads(path: Path) -> bytes:
+        with open_regular(path) as f:
+            real = f.read
+            monkeypatch.setattr(f, "read", lambda n=-1: asked.append(n) or real(n), raising=False)
+            return read_at_most(f, 256 * 1024)
+
+    assert reads(small) == b"x" * 3000 and asked == [3001]  # not a 256 KiB buffer for 3 KB
+    big = tmp_path / "big"
+    big.write_bytes(b"y" * 5000)
+    with open_regular(big) as f:
+        assert read_at_most(f, 4096) == b"y" * 4097  # one past the limit: too big, as before
+    # A file that holds more than it said (one of /proc, or one grown since): read on to the limit.
+    with open_regular("/proc/self/status") as f:
+        assert b"\nPid:" in read_at_most(f, 1 << 20)
+    real_fstat = os.fstat
+    monkeypatch.setattr(
+        os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 100, *real_fstat(fd)[7:]))
+    )
+    with open_regular(small) as f:
+        assert read_at_most(f, 256 * 1024) == b"x" * 3000
+    with open_regular(big) as f:
+        assert read_at_most(f, 4096) == b"y" * 4097

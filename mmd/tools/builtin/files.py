@@ -31,7 +31,7 @@ from mmd.tools.builtin._fs import (
     resolve,
     text_file,
 )
-from mmd.untrusted import bounded_lines, open_regular
+from mmd.untrusted import bounded_lines, open_regular, read_at_most
 
 # Lines read_file shows at once by default (and at most).
 READ_LIMIT = 2000
@@ -223,7 +223,7 @@ def _edit(ctx: ToolContext, p: Path, shown: str, old: str, new: str, replace_all
     try:
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
-            data = f.read(MAX_EDIT_BYTES + 1) if size <= MAX_EDIT_BYTES else b""
+            data = read_at_most(f, MAX_EDIT_BYTES) if size <= MAX_EDIT_BYTES else b""
             if size > MAX_EDIT_BYTES or len(data) > MAX_EDIT_BYTES:  # grown since the look: never cut it
                 raise ToolError(
                     "file_too_large",

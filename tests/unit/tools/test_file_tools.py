@@ -677,9 +677,13 @@ async def test_edit_file_never_cuts_a_file_that_grew_past_the_limit_after_its_si
         def fileno(self) -> int:
             return self.file.fileno()
 
+        grown = False
+
         def read(self, most: int) -> bytes:
-            with open(ctx.cwd / "log.txt", "a") as writer:  # another process appends meanwhile
-                writer.write("more\n" * 20)
+            if not self.grown:  # another process appends meanwhile
+                self.grown = True
+                with open(ctx.cwd / "log.txt", "a") as writer:
+                    writer.write("more\n" * 20)
             return self.file.read(most)
 
     monkeypatch.setattr(file_tools, "open_regular", GrowsBeforeTheRead)
