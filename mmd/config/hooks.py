@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,7 +37,7 @@ from ..untrusted import (
     open_regular,
     read_at_most,
 )
-from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, text_digest
+from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, remembered, text_digest
 from .trust import Trust, capped, command_text
 
 # Seconds an mm-shape hook may run when it names no timeout.
@@ -220,13 +221,31 @@ def claude_settings_hooks(
             hint="copy the file here instead of linking it",
             also=(claude,),
         )
-    text = _read_json_text(path)
+    # Built again only when the text changed (loader.remembered); whether a project's file is trusted is
+    # asked every time.
+    hooks, warnings, said, digest = remembered(path, _settings, reader=_text, read=_read_json_text)
+    if (
+        hooks is not None
+        and project is not None
+        and trust is not None
+        and not trust.admits(path, digest, list(said))
+    ):
+        return None, list(warnings)
+    return hooks, list(warnings)
+
+
+def _text(path: str | os.PathLike[str], text: str) -> str:
+    return text
+
+
+def _settings(path: Path, text: str) -> tuple[HooksSpec | None, tuple[str, ...], tuple[str, ...], str]:
+    """The hooks of a settings file's *text* (None: it has none), warnings, what they run, the text's digest."""
     data = _decode(path, text)
     if not isinstance(data, dict):
         raise ConfigError(file=path, line=1, field="", expected="a JSON object", found=type(data).__name__)
     hooks = data.get("hooks")
     if hooks is None:
-        return None, []
+        return None, (), (), ""
     if not isinstance(hooks, dict):
         raise _lines(path, text, data).error(
             ("hooks",), expected="a map of event names to lists", found=type(hooks).__name__
@@ -235,10 +254,7 @@ def claude_settings_hooks(
     doc = _lines(path, text, {"hooks": kept})
     settings = doc.convert(_Settings)
     check_hooks(doc, settings.hooks)
-    said = capped(hook_commands(settings.hooks))
-    if project is not None and trust is not None and not trust.admits(path, text_digest(text), said):
-        return None, warnings
-    return settings.hooks, warnings
+    return settings.hooks, tuple(warnings), tuple(capped(hook_commands(settings.hooks))), text_digest(text)
 
 
 def _read_json_text(path: Path) -> str:

@@ -294,14 +294,16 @@ def remembered(
     path: Path,
     load: Callable[..., T],
     *args: Hashable,
-    reader: Callable[[str | os.PathLike[str], str], Document] | None = None,
+    reader: Callable[[str | os.PathLike[str], str], Any] | None = None,
+    read: Callable[[Path], str] | None = None,
 ) -> T:
-    """``load(path, reader(path, text), *args)`` (*reader*: :func:`parse`), or what it returned for the same
-    *load*, path, *args* and text before.
+    """``load(path, reader(path, text), *args)``, or what it returned for the same *load*, path, *args* and
+    text before. *read* reads the text (the loader's own: a regular file, UTF-8, within MAX_FILE_BYTES);
+    *reader* makes it what *load* takes (:func:`parse`: a Document).
 
-    Errors: those of *reader* and of *load*.
+    Errors: those of *read*, *reader* and *load*.
     """
-    text = _read(path)
+    text = (read or _read)(path)
     key = (load, str(path), os.environ.get("HOME", ""), args, text)
     with _LOADED_LOCK:
         if (value := _LOADED.get(key, _LOADED)) is not _LOADED:

@@ -16,6 +16,7 @@ from mmd.config import hooks as config_hooks
 from mmd.config import load_agent_file
 from mmd.config.hooks import HooksSpec, claude_settings_files, claude_settings_hooks
 from mmd.config.loader import ConfigError
+from mmd.config.trust import Trust
 from mmd.models.base import ToolCall
 from mmd.policy import hooks_claude
 from mmd.policy.hooks import Hook, Site, merged_hooks, run_event_hooks, run_pre_hooks
@@ -211,6 +212,34 @@ def test_a_settings_file_is_read_with_what_mm_does_not_run_skipped(tmp_path):
         "PostToolUse, Notification, Stop, SessionEnd)",
         f"{path}: a prompt hook of Stop is not run by mm (command hooks only)",
     ]
+
+
+def test_a_settings_file_read_again_unchanged_is_not_built_again_and_is_still_trusted_or_not(
+    tmp_path, monkeypatch
+):
+    # Every prompt of an agent with `import: claude` reads the settings files: the same text gives the
+    # same hooks, built once; whether a project's file may run them is asked every time; an edit is seen.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    project = tmp_path / "p"
+    path = project / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "y"}]}]}}))
+    built: list[str] = []
+    real = config_hooks._runnable
+    monkeypatch.setattr(config_hooks, "_runnable", lambda p, h: built.append(str(p)) or real(p, h))
+    first, _ = claude_settings_hooks(path)
+    again, _ = claude_settings_hooks(path)
+    assert first is not None and again is first and len(built) == 1
+    nobody = Trust({})
+    assert claude_settings_hooks(path, project=project, home=tmp_path, trust=nobody) == (None, [])
+    assert [u.path for u in nobody.untrusted] == [str(path)] and nobody.untrusted[0].powers == [
+        "hook at Stop: runs y"
+    ]
+    trusted = Trust({str(path): nobody.untrusted[0].digest})
+    assert claude_settings_hooks(path, project=project, home=tmp_path, trust=trusted)[0] is first
+    path.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "z"}]}]}}))
+    edited, _ = claude_settings_hooks(path)
+    assert edited is not None and edited.stop[0].hooks[0].command == "z" and len(built) == 2
 
 
 @pytest.mark.parametrize(
