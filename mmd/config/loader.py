@@ -235,7 +235,7 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
         raw = text.encode("utf-8", "surrogatepass")
         _check_size(name, raw, len(raw))
     try:
-        node = _compose(text)
+        node = yaml.compose(text, Loader=LimitedLoader)
     except YamlLimitError as e:
         line = e.problem_mark.line + 1 if e.problem_mark else None
         raise ConfigError(file=name, line=line, field="", problem=e.problem, hint=e.hint) from None
@@ -249,41 +249,17 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
     return Document(name, data, builder.lines, text_digest(text))
 
 
-# The YAML nodes of the texts parsed last, by text: every prompt reads config.yaml and the agent file
-# again, and composing was three quarters of that (about 1 ms for a 250-byte config.yaml). Keyed by the
-# whole text, so an edit is always seen; only nodes are kept (each parse builds its values afresh: the
-# loaders change what they get); a text that fails is not kept. Nodes are only read once composed. They
-# take about 70 bytes per character of text, so the texts kept are bounded in all (COMPOSED_BUDGET, about
-# 2.3 MB of nodes) and a long one is composed every time: a hostile agent file costs the daemon no memory.
-_COMPOSED: collections.OrderedDict[str, yaml.Node | None] = collections.OrderedDict()
-_COMPOSED_LOCK = threading.Lock()  # agent files are parsed in worker threads, several at once
-COMPOSED_MAX_TEXT = 16 * 1024  # characters: a longer text is composed every time
-COMPOSED_BUDGET = 32 * 1024  # characters of all the texts kept
-
-
-def _compose(text: str) -> yaml.Node | None:
-    with _COMPOSED_LOCK:
-        if (node := _COMPOSED.get(text, _COMPOSED)) is not _COMPOSED:
-            _COMPOSED.move_to_end(text)
-            return node  # type: ignore[return-value]
-    node = yaml.compose(text, Loader=LimitedLoader)
-    if len(text) <= COMPOSED_MAX_TEXT:
-        with _COMPOSED_LOCK:
-            _COMPOSED[text] = node
-            kept = sum(map(len, _COMPOSED))
-            while kept > COMPOSED_BUDGET:
-                kept -= len(_COMPOSED.popitem(last=False)[0])
-    return node
-
-
-# What the loaders built from the texts read last (config.yaml, agent files, MCP JSON files), by loader,
-# path, $HOME, the loader's other arguments and text: a prompt reads them all again, and building their
-# values and checking them against the Structs was the rest of that (~1,100 Python calls a prompt for a
-# 250-byte config.yaml, the nodes above kept). The path and $HOME are in the key because a loader makes
-# relative paths absolute from the file's folder and expands ``~``; the whole text is, so an edit is always
-# seen; a text that fails is not kept (its error is raised again). What a loader returns is shared by every
-# prompt that read the same text: mmd/config's Structs are frozen, and nothing changes their lists or maps
-# (a caller given a map to change gets a copy). Bounded as the nodes are.
+# What the loaders built from the texts read last (config.yaml, agent files, MCP JSON and Claude settings
+# files), by loader, path, $HOME, the loader's other arguments and text: a prompt reads them all again, and
+# composing the YAML, building the values and checking them against the Structs cost ~2 ms of CPU a prompt
+# for a 250-byte config.yaml. The path and $HOME are in the key because a loader makes relative paths
+# absolute from the file's folder and expands ``~``; the whole text is, so an edit is always seen; a text
+# that fails is not kept (its error is raised again). What a loader returns is shared by every prompt that
+# read the same text: mmd/config's Structs are frozen, and nothing changes their lists or maps (a caller
+# given a map to change gets a copy). Bounded: a long text is loaded every time, and the texts kept are
+# few, so a cloned repository's agent files cost the daemon little memory.
+LOADED_MAX_TEXT = 16 * 1024  # characters: a longer text is loaded every time
+LOADED_BUDGET = 32 * 1024  # characters of all the texts kept
 _LOADED: collections.OrderedDict[tuple[Any, str, str, tuple[Hashable, ...], str], Any] = (
     collections.OrderedDict()
 )
@@ -310,11 +286,11 @@ def remembered(
             _LOADED.move_to_end(key)
             return value  # type: ignore[no-any-return]
     value = load(path, (reader or parse)(path, text), *args)
-    if len(text) <= COMPOSED_MAX_TEXT:
+    if len(text) <= LOADED_MAX_TEXT:
         with _LOADED_LOCK:
             _LOADED[key] = value
             kept = sum(len(k[-1]) for k in _LOADED)
-            while kept > COMPOSED_BUDGET:
+            while kept > LOADED_BUDGET:
                 kept -= len(_LOADED.popitem(last=False)[0][-1])
     return value
 

@@ -574,18 +574,6 @@ def test_nesting_and_aliases_past_the_limits_name_their_line():
         parse("x.yaml", bomb)
 
 
-def test_the_yaml_kept_between_prompts_stays_within_its_budget():
-    # Nodes take ~70 bytes per character of text: a cloned repository's many or long agent files must not
-    # grow the daemon. A text past COMPOSED_MAX_TEXT is not kept; all kept texts fit COMPOSED_BUDGET.
-    long = "x: " + "y" * loader.COMPOSED_MAX_TEXT + "\n"
-    assert parse("long.yaml", long).data == {"x": "y" * loader.COMPOSED_MAX_TEXT}
-    assert long not in loader._COMPOSED
-    for i in range(200):
-        parse("x.yaml", f"n: {i}\npad: {'p' * 900}\n")
-    assert sum(map(len, loader._COMPOSED)) <= loader.COMPOSED_BUDGET
-    assert f"n: 199\npad: {'p' * 900}\n" in loader._COMPOSED  # the latest is kept
-
-
 def test_a_file_read_again_unchanged_is_not_built_again_and_any_change_is_seen(tmp_path, monkeypatch):
     # Every prompt reads config.yaml and the agent file: the same text at the same path (and $HOME: `~` is
     # expanded) gives the same Structs, built once; anything else is built anew.
@@ -636,11 +624,13 @@ def test_an_agent_file_read_before_is_still_refused_once_it_is_a_link_out_of_its
 
 
 def test_the_files_loaded_and_kept_between_prompts_stay_within_their_budget(tmp_path):
-    long = write(tmp_path / "long.yaml", "model: a/b\nsystem: " + "y" * loader.COMPOSED_MAX_TEXT + "\n")
+    # A cloned repository's many or long agent files must not grow the daemon: a text past LOADED_MAX_TEXT
+    # is not kept; all kept texts fit LOADED_BUDGET, the latest kept.
+    long = write(tmp_path / "long.yaml", "model: a/b\nsystem: " + "y" * loader.LOADED_MAX_TEXT + "\n")
     assert load_agent_file(long) is not load_agent_file(long)  # too long to keep: loaded every time
     for i in range(100):
         load_agent_file(write(tmp_path / f"a{i}.yaml", f"model: a/b\nsystem: {'p' * 900} {i}\n"))
-    assert sum(len(key[-1]) for key in loader._LOADED) <= loader.COMPOSED_BUDGET
+    assert sum(len(key[-1]) for key in loader._LOADED) <= loader.LOADED_BUDGET
     latest = load_agent_file(tmp_path / "a99.yaml")
     assert load_agent_file(tmp_path / "a99.yaml") is latest
 
