@@ -480,16 +480,18 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_at_most(f: BinaryIO, limit: int) -> bytes:
+def read_at_most(f: BinaryIO, limit: int, size: int | None = None) -> bytes:
     """The bytes of the open file *f*, *limit* + 1 at most (one past the limit tells the caller the file is
     too big), read into a buffer of the file's size: ``f.read(limit + 1)`` allocates limit + 1 bytes whatever
     the file holds (256 KiB for each 3 KB SKILL.md a prompt reads, 16 MiB for each edit), an mmap and an
     munmap in a process of several threads. A file that grew since it was looked at, or one that says it
-    holds nothing (those of /proc), is read on to the limit.
+    holds nothing (those of /proc), is read on to the limit. *size*: the file's size as the caller's own
+    fstat gave it (None: looked at here).
 
     Errors: OSError from the read.
     """
-    size = os.fstat(f.fileno()).st_size
+    if size is None:
+        size = os.fstat(f.fileno()).st_size
     raw = f.read(min(size, limit) + 1)
     if size < len(raw) <= limit:  # more than it said it held: read on, to one past the limit
         raw += f.read(limit + 1 - len(raw))

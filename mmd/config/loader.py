@@ -332,7 +332,7 @@ def _read(path: Path) -> str:
     try:
         with open_regular(path) as f:  # never waits on a FIFO put in a file's place
             size = os.fstat(f.fileno()).st_size
-            raw = read_at_most(f, MAX_FILE_BYTES)  # never more than the limit, whatever the file's size
+            raw = read_at_most(f, MAX_FILE_BYTES, size)  # never more than the limit, whatever the file's size
     except NotRegularFile:
         raise ConfigError(
             file=path,

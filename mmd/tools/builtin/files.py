@@ -223,7 +223,7 @@ def _edit(ctx: ToolContext, p: Path, shown: str, old: str, new: str, replace_all
     try:
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
-            data = read_at_most(f, MAX_EDIT_BYTES) if size <= MAX_EDIT_BYTES else b""
+            data = read_at_most(f, MAX_EDIT_BYTES, size) if size <= MAX_EDIT_BYTES else b""
             if size > MAX_EDIT_BYTES or len(data) > MAX_EDIT_BYTES:  # grown since the look: never cut it
                 raise ToolError(
                     "file_too_large",
