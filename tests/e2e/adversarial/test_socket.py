@@ -5,10 +5,10 @@ folder first, binds a socket there and records what it receives must get nothing
 before it sends a byte, and says what is wrong and what to do. The daemon refuses to start there, at
 once, naming MM_SOCKET. A symbolic link planted as ``mmd.sock.lock`` or ``mmd.log`` is not followed.
 
-A squatter of another uid needs root (``setuid`` to nobody); those cases are skipped otherwise, and the
-faked-owner cases check the same functions with an injected uid anywhere. A sticky world-writable
-folder stands in for ``/tmp`` (``XDG_RUNTIME_DIR`` points at it), so the real ``/tmp/mm-<uid>`` of
-whoever else uses this machine is left alone.
+A squatter of another uid needs root (``setuid`` to nobody) and an interpreter nobody may run; those
+cases are skipped otherwise, and the faked-owner cases check the same functions with an injected uid
+anywhere. A sticky world-writable folder stands in for ``/tmp`` (``XDG_RUNTIME_DIR`` points at it), so
+the real ``/tmp/mm-<uid>`` of whoever else uses this machine is left alone.
 """
 
 from __future__ import annotations
@@ -34,13 +34,25 @@ from .serves import assert_daemon_serves
 # The squatter's identity: nobody.
 OTHER_UID = OTHER_GID = 65534
 
-needs_other_uid = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="a squatter of another uid needs root and setpriv; the faked-owner cases cover the checks",
-)
-
 # Runs a command as the squatter (setpriv: a preexec_fn's setuid then exec is refused here).
 AS_OTHER = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_GID}", "--clear-groups"]
+
+
+def _other_uid_runs_python() -> bool:
+    """Whether the squatter can run this interpreter: root, setpriv, and an interpreter nobody may load (a
+    pyenv build under /root, mode 0700, keeps its libpython from other users: the squatter would die at
+    start, and every case fail for want of it, not for anything mm did)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return False
+    probe = subprocess.run([*AS_OTHER, sys.executable, "-I", "-c", "pass"], capture_output=True, cwd="/")
+    return probe.returncode == 0
+
+
+needs_other_uid = pytest.mark.skipif(
+    not _other_uid_runs_python(),
+    reason="a squatter of another uid needs root, setpriv and an interpreter uid 65534 can run; "
+    "the faked-owner cases cover the checks",
+)
 
 # Creates FOLDER (mode MODE), binds FOLDER/mmd.sock that anyone may connect to, then for each
 # connection, one after the other, appends to FOLDER/received "<bytes read> <first bytes>".
@@ -78,7 +90,11 @@ class Squatter:
             cwd="/",
         )
         assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready"
+        if (said := self.proc.stdout.readline().strip()) != "ready":  # ended, not left for a later test
+            self.proc.kill()
+            self.proc.wait(15)
+            self.proc.stdout.close()
+            raise AssertionError(f"the squatter did not start: {said!r}, exit {self.proc.returncode}")
 
     def received(self, reachable_at: Path | None = None) -> list[str]:
         """Every connection's record so far, the probe's last: connects itself and sends ``probe``."""
@@ -196,7 +212,11 @@ class Impostor(Squatter):
             cwd="/",
         )
         assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready"
+        if (said := self.proc.stdout.readline().strip()) != "ready":  # ended, not left for a later test
+            self.proc.kill()
+            self.proc.wait(15)
+            self.proc.stdout.close()
+            raise AssertionError(f"the squatter did not start: {said!r}, exit {self.proc.returncode}")
 
 
 @needs_setpriv

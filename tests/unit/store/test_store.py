@@ -522,7 +522,11 @@ def test_checkpoints_are_numbered_per_session_and_keep_their_files(store):
 def test_numbers_stay_consecutive_when_another_writer_took_the_next(tmp_path):
     # The store remembers each session's next seq and index; a second writer on the same file
     # (never the daemon's case, but a number must never be lost or doubled) is found by the key.
-    one, two = Store.open(tmp_path / "mm.db"), Store.open(tmp_path / "mm.db")
+    with Store.open(tmp_path / "mm.db") as one, Store.open(tmp_path / "mm.db") as two:
+        _numbers_of_two_writers(one, two)
+
+
+def _numbers_of_two_writers(one: Store, two: Store) -> None:
     s = one.create_session(cwd="/w", agent=None, model="m")
     assert one.append_event(s.id, "a", {}).seq == 1
     assert two.append_event(s.id, "b", {}).seq == 2
