@@ -33,8 +33,10 @@ The project folder is a git repository (``git init``), as most projects are: a c
 git's own files (mmd/sandbox/gitguard.py) looks at its ``.git`` on both sides of every call. ``--plain``
 leaves it a plain folder, as the figures before that guard were measured.
 
-The same run also prints the CPU of spawning ``true`` with ``subprocess.run`` in this process: the
-floor of a tool call's spawn, for a ratio that does not move with the machine as much.
+The same run also measures the CPU of spawning ``true`` with ``subprocess.run`` in this process, right
+after each daemon's figures: the floor of a tool call's spawn. The ``/ floor`` column is the median of each
+round's own ratio, so that the machine's phase (its speed moves by half within an hour) is the same on
+both sides of a ratio.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ from pathlib import Path
 import psutil
 from bench_client import MM, Env, bash_turns, run
 from mmd_child import BenchError, start_mmd
+
+# `true`s spawned beside each daemon's figures for the floor (~0.1 s).
+FLOOR_SPAWNS = 100
 
 # What is measured: its label, the prompt's options, and whether a unit is a prompt with no tool call (the
 # cost of a prompt itself: its connection, session, setup and one model step) instead of a tool call.
@@ -174,15 +179,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  against: {against}")
     if args.ablate:
         print(f"  ablated: this tree's daemon without {args.ablate} (bench/ablate/sitecustomize.py)")
-    floor = spawn_floor()
-    print(f"  floor: `true` by subprocess.run costs this process {floor * 1000:.2f} ms of CPU")
+    floors: list[float] = []
     try:
         for label, mode, per_prompt in MODES:
             turns, calls = (args.prompts, 0) if per_prompt else (args.turns, args.tool_calls)
             rows: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in daemons}
             for _ in range(args.rounds):
                 for name, tree, ablate in daemons:
-                    rows[name].append(measure(tree, mode, turns, calls, ablate, plain=args.plain))
+                    row = measure(tree, mode, turns, calls, ablate, plain=args.plain)
+                    # The floor beside each daemon's figures, so the ratio is of one phase of the machine.
+                    row["floor"] = spawn_floor(FLOOR_SPAWNS)
+                    floors.append(row["floor"])
+                    rows[name].append(row)
             unit = "prompt" if per_prompt else "call"
             print(f"\n  {label} (ms per {unit}; median of {args.rounds} rounds)")
             print(
@@ -195,15 +203,20 @@ def main(argv: list[str] | None = None) -> int:
                 loop = statistics.median(r["loop"] for r in rows[name])
                 switches = statistics.median(r["switches"] for r in rows[name])
                 marginal = statistics.median(r["marginal"] for r in rows[name])
+                ratio = statistics.median(r["threads"] / r["floor"] for r in rows[name])
                 print(
                     f"    {name:<12}{total * 1000:9.2f}{threads * 1000:9.2f}{loop * 1000:8.2f}{switches:10.1f}"
-                    f"{threads / floor:8.1f}x" + (f"{marginal * 1000:10.2f}" if calls else "")
+                    f"{ratio:8.1f}x" + (f"{marginal * 1000:10.2f}" if calls else "")
                 )
             if len(daemons) > 1:
                 _pair(rows, daemons[1][0])
     except BenchError as exc:
         print(f"bench_cpu: {exc}", file=sys.stderr)
         return 1
+    print(
+        f"\n  floor: `true` by subprocess.run cost this process {statistics.median(floors) * 1000:.2f} ms of CPU"
+        f" (median; {min(floors) * 1000:.2f}–{max(floors) * 1000:.2f} beside the {len(floors)} daemons)"
+    )
     return 0
 
 
