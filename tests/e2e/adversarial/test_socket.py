@@ -39,9 +39,9 @@ AS_OTHER = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_GID}", "--clear-
 
 
 def _other_uid_runs_python() -> bool:
-    """Whether the squatter can run this interpreter: root, setpriv, and an interpreter nobody may load (a
-    pyenv build under /root, mode 0700, keeps its libpython from other users: the squatter would die at
-    start, and every case fail for want of it, not for anything mm did)."""
+    """Whether the squatter can run this interpreter: it needs root, setpriv, and an interpreter uid 65534
+    may load (a pyenv build under /root, mode 0700, keeps its libpython from other users: the squatter
+    would die at start, and every case fail for want of it, not for anything mm did)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return False
     probe = subprocess.run([*AS_OTHER, sys.executable, "-I", "-c", "pass"], capture_output=True, cwd="/")
@@ -53,6 +53,17 @@ needs_other_uid = pytest.mark.skipif(
     reason="a squatter of another uid needs root, setpriv and an interpreter uid 65534 can run; "
     "the faked-owner cases cover the checks",
 )
+
+
+def _wait_ready(proc: subprocess.Popen[str]) -> None:
+    """Wait for a squatter's "ready"; one that did not start is ended here, not left to a later test."""
+    assert proc.stdout is not None
+    if (said := proc.stdout.readline().strip()) != "ready":
+        proc.kill()
+        proc.wait(15)
+        proc.stdout.close()
+        raise AssertionError(f"the squatter did not start: {said!r}, exit {proc.returncode}")
+
 
 # Creates FOLDER (mode MODE), binds FOLDER/mmd.sock that anyone may connect to, then for each
 # connection, one after the other, appends to FOLDER/received "<bytes read> <first bytes>".
@@ -89,12 +100,7 @@ class Squatter:
             text=True,
             cwd="/",
         )
-        assert self.proc.stdout is not None
-        if (said := self.proc.stdout.readline().strip()) != "ready":  # ended, not left for a later test
-            self.proc.kill()
-            self.proc.wait(15)
-            self.proc.stdout.close()
-            raise AssertionError(f"the squatter did not start: {said!r}, exit {self.proc.returncode}")
+        _wait_ready(self.proc)
 
     def received(self, reachable_at: Path | None = None) -> list[str]:
         """Every connection's record so far, the probe's last: connects itself and sends ``probe``."""
@@ -211,12 +217,7 @@ class Impostor(Squatter):
             text=True,
             cwd="/",
         )
-        assert self.proc.stdout is not None
-        if (said := self.proc.stdout.readline().strip()) != "ready":  # ended, not left for a later test
-            self.proc.kill()
-            self.proc.wait(15)
-            self.proc.stdout.close()
-            raise AssertionError(f"the squatter did not start: {said!r}, exit {self.proc.returncode}")
+        _wait_ready(self.proc)
 
 
 @needs_setpriv
