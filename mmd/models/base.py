@@ -42,7 +42,7 @@ def grown_from(messages: list[Message], last: list[Message]) -> bool:
     return len(last) <= len(messages) and all(map(operator.is_, last, messages))
 
 
-class ToolSpec(msgspec.Struct, kw_only=True):
+class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):  # kept and shared between prompts: never changed
     name: str
     description: str
     parameters: dict[str, Any]  # JSON Schema of the arguments object, as the model reads it

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mmd.contract import ToolResult
-from mmd.models.base import Message
+from mmd.models.base import Message, ToolSpec
 from mmd.models.tokens import Counter, estimate
 from mmd.store import Store
 from mmd.tools.base import Limits, Tool, ToolContext
@@ -302,3 +302,28 @@ def test_a_turns_system_message_is_one_object_while_the_prompt_is_the_same() -> 
     setup.system = "be briefer"
     three = setup.request_messages(history)
     assert three[0].content == "be briefer" and three[0] is not one[0]
+
+
+def _specs(description: str) -> list[ToolSpec]:
+    return [ToolSpec(name="look", description=description, parameters={"type": "object", "properties": {}})]
+
+
+def test_the_tools_json_of_the_same_specs_is_written_once_and_another_specs_anew():
+    specs = _specs("the first")
+    text = context.tools_json(specs)
+    assert json.loads(text) == [
+        {
+            "type": "function",
+            "function": {"name": "look", "description": "the first", "parameters": specs[0].parameters},
+        }
+    ]
+    assert context.tools_json(list(specs)) is text  # the next prompt's list of the same specs: kept
+    assert "the second" in context.tools_json(_specs("the second"))  # the same name, another spec
+    with pytest.raises(AttributeError):  # a kept spec is shared by every prompt: it cannot change
+        specs[0].description = "changed"  # type: ignore[misc]
+
+
+def test_the_tools_json_is_never_another_specs_whose_identity_was_reused():
+    # Each entry holds its specs: a spec freed and another made at its address is not taken for it.
+    for n in range(3 * context.TOOLS_JSON_KEPT):
+        assert f"number {n}" in context.tools_json(_specs(f"number {n}"))
