@@ -145,6 +145,8 @@ class SkillDir(msgspec.Struct, frozen=True):
     # A folder every skill (its folder and SKILL.md, symlinks resolved) must stay inside; None: no limit.
     # A project's skills are confined to the project: a cloned repository's symlink to ~/.ssh is no skill.
     confine: Path | None = None
+    # Not there when the list of folders was made (mmd/tools/skilldirs.py looked, one stat): not looked in.
+    missing: bool = False
 
 
 def load_skills(dirs: Iterable[Path | SkillDir]) -> tuple[Catalogue, list[str]]:
@@ -164,6 +166,8 @@ def load_skills(dirs: Iterable[Path | SkillDir]) -> tuple[Catalogue, list[str]]:
     catalogue, warnings, budget, failed = Catalogue(), [], _Budget(), 0
     for d in dirs:
         where = d if isinstance(d, SkillDir) else SkillDir(Path(d))
+        if where.missing:  # most of the folders a prompt names: their stat failed once already
+            continue
         for folder in _skill_folders(where.path.expanduser(), warnings):
             try:
                 _check_confined(folder, where.confine)

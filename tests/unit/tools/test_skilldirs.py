@@ -131,6 +131,22 @@ def test_a_folder_reached_through_a_link_is_read_once_and_missing_folders_are_st
     assert len(listed) == len(set(listed)) == 2 + 3 * 3 - 1
 
 
+def test_a_folder_missing_when_listed_is_not_looked_for_again_by_the_load(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Most of the folders a prompt names do not exist: one failed stat each (it raises), not two.
+    home, config, repo, cwd = tree(tmp_path)
+    skill(repo / ".claude" / "skills" / "a", "there")
+    dirs = skill_dirs(cwd, config_dir=config, home=home)
+    assert {str(d.path) for d in dirs if not d.missing} == {str(repo / ".claude" / "skills")}
+    looked: list[str] = []
+    is_dir = Path.is_dir
+    monkeypatch.setattr(Path, "is_dir", lambda self: looked.append(str(self)) or is_dir(self))
+    catalogue, warnings = load_skills(dirs)
+    assert (catalogue.names(), warnings) == (["there"], [])
+    assert str(cwd / ".mm" / "skills") not in looked and str(config / "skills") not in looked
+
+
 def test_a_project_skill_that_resolves_outside_the_repository_is_skipped(tmp_path: Path) -> None:
     home, config, repo, cwd = tree(tmp_path)
     secret = skill(tmp_path / "elsewhere" / "secret", "secret", "Outside the repository.")
