@@ -18,6 +18,7 @@ point anywhere, being the user's own.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +40,15 @@ def skill_dirs(
     agent_skills: Sequence[str] = (),
 ) -> list[SkillDir]:
     """Every folder searched for skills in *cwd*, in priority order (see the module), each folder once."""
-    root = project_root(cwd)
+    return _once(_candidates(cwd, project_root(cwd), config_dir, home, tuple(agent_skills)))
+
+
+@functools.lru_cache(maxsize=32)
+def _candidates(
+    cwd: Path, root: Path, config_dir: Path, home: Path, agent_skills: tuple[str, ...]
+) -> tuple[SkillDir, ...]:
+    # The folders' paths, made once for each place a prompt runs in (a path joined cost ~5,000
+    # instructions, a dozen a prompt); whether each is there is asked every time (_once).
     found = [SkillDir(Path(p), "agent file") for p in agent_skills]
     found += [SkillDir(config_dir / "skills", "user"), SkillDir(home / ".claude" / "skills", "user")]
     folder = cwd
@@ -48,10 +57,10 @@ def skill_dirs(
         if folder == root or folder == folder.parent:
             break
         folder = folder.parent
-    return _once(found)
+    return tuple(found)
 
 
-def _once(dirs: list[SkillDir]) -> list[SkillDir]:
+def _once(dirs: Sequence[SkillDir]) -> list[SkillDir]:
     """The first of the folders that are one (a symlink, or the home folder as the project).
 
     A folder that exists is known by its device and inode: one stat, where resolving its path cost ~70

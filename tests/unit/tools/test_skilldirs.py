@@ -147,6 +147,26 @@ def test_a_folder_missing_when_listed_is_not_looked_for_again_by_the_load(
     assert str(cwd / ".mm" / "skills") not in looked and str(config / "skills") not in looked
 
 
+def test_the_folders_paths_are_made_once_a_place_and_whether_each_is_there_asked_each_time(
+    tmp_path: Path, monkeypatch
+) -> None:
+    home, config, repo, cwd = tree(tmp_path)
+    first = skill_dirs(cwd, config_dir=config, home=home)
+    assert all(d.missing for d in first)
+    (cwd / ".mm" / "skills").mkdir(parents=True)  # made between two prompts
+    joined: list[Path] = []
+    truediv = Path.__truediv__
+    monkeypatch.setattr(Path, "__truediv__", lambda self, key: joined.append(self) or truediv(self, key))
+    again = skill_dirs(cwd, config_dir=config, home=home)
+    # The same place: no folder's path joined again (project_root still looks for each .git).
+    assert [p for p in joined if not str(p).startswith(str(repo))] == [] and len(joined) <= 3
+    assert [d.path for d in again] == [d.path for d in first]
+    assert [str(d.path) for d in again if not d.missing] == [str(cwd / ".mm" / "skills")]
+    elsewhere = skill_dirs(repo, config_dir=config, home=home)  # another place: its own folders
+    assert str(repo / ".mm" / "skills") in [str(d.path) for d in elsewhere]
+    assert str(cwd / ".mm" / "skills") not in [str(d.path) for d in elsewhere]
+
+
 def test_a_project_skill_that_resolves_outside_the_repository_is_skipped(tmp_path: Path) -> None:
     home, config, repo, cwd = tree(tmp_path)
     secret = skill(tmp_path / "elsewhere" / "secret", "secret", "Outside the repository.")
