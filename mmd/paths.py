@@ -7,13 +7,26 @@ tests give each daemon its own private tree.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 
+def home() -> Path:
+    """The user's home folder, as ``Path.home()`` gives it: made once for each value of ``$HOME`` (without
+    it, the password database's entry of this uid, which does not change), where ``Path.home()`` cost ~40
+    Python calls each time, several times a prompt."""
+    return _home(os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _home(value: str | None) -> Path:
+    return Path.home()
+
+
 def _xdg(var: str, default: str) -> Path:
     value = os.environ.get(var)
-    return Path(value) if value and os.path.isabs(value) else Path.home() / default
+    return Path(value) if value and os.path.isabs(value) else home() / default
 
 
 def runtime_dir() -> Path:

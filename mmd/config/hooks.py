@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .. import patterns
+from .. import paths, patterns
 from ..untrusted import (
     MAX_DOCUMENT_DEPTH,
     IntTooLarge,
@@ -214,7 +214,7 @@ def claude_settings_hooks(
     if not path.is_file():
         return None, []
     if project is not None:
-        claude = (home or Path.home()) / ".claude"
+        claude = (home or paths.home()) / ".claude"
         check_link(
             path.absolute(),
             what="a project's Claude Code settings",

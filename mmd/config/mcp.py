@@ -36,6 +36,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from .. import paths
 from .loader import Document
 from .sandbox import SandboxSpec
 from .trust import command_text
@@ -286,7 +287,7 @@ def servers_for(agent: Any, config: Any) -> list[ServerEntry]:
     """
     entries: dict[str, ServerEntry] = {}
     user_file = config.path or "config.yaml"
-    home = Path.home()
+    home = paths.home()
     passed = tuple(getattr(agent, "pass_env", ()))
     for name, spec in getattr(config, "mcp", {}).items():
         entries[name] = _entry(name, spec, user_file, home, passed)

@@ -37,6 +37,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from .. import paths
 from ..untrusted import (
     MAX_DEPTH,
     DuplicateKey,
@@ -97,7 +98,7 @@ def add_mcp_files(agent: Any, config: Any, cwd: Path, trust: Trust) -> tuple[Any
     Errors: ConfigError naming the file, line and field of the first problem.
     """
     folder = Path(config.path).parent if config.path else cwd
-    user = read_servers(folder / USER_FILE, run_dir=Path.home())  # as config.yaml's servers
+    user = read_servers(folder / USER_FILE, run_dir=paths.home())  # as config.yaml's servers
     project = read_servers(cwd / PROJECT_FILE, run_dir=cwd, shipped=True, trust=trust)
     local = read_servers(folder / LOCAL_FILE, run_dir=cwd, project=cwd)
     if user:

@@ -39,7 +39,7 @@ from typing import Any
 import msgspec
 import trio
 
-from .. import __version__
+from .. import __version__, paths
 from ..config.mcp import ExpansionError, ResolvedServer, resolve, servers_for
 from ..procs import spawn_error_message
 from ..procs.logfile import BoundedLog
@@ -345,7 +345,7 @@ class McpConnection:
             self._log = stderr
             async with stdio_transport(
                 server.argv,
-                cwd=server.cwd or Path.home(),
+                cwd=server.cwd or paths.home(),
                 env=server.env,
                 stderr=stderr.write,
                 grace=self.pool.grace,
@@ -382,7 +382,7 @@ class McpConnection:
     def _explain(self, exc: BaseException) -> str:
         leaf = _leaf(exc)
         if isinstance(leaf, OSError | ValueError) and self.server.transport == "stdio" and self.pid is None:
-            return spawn_error_message(leaf, self.server.argv, self.server.cwd or Path.home())
+            return spawn_error_message(leaf, self.server.argv, self.server.cwd or paths.home())
         if self._exit_code is not None:
             return (
                 f"the server exited ({_exit_text(self._exit_code)}) before it answered{self._stderr_hint()}"
@@ -616,7 +616,7 @@ def server_sandbox(server: ResolvedServer) -> Sandbox | None:
     spec = server.spec.sandbox
     if spec.mode in (None, "off"):
         return None
-    roots = (server.cwd or Path.home(), *spec.writable) if spec.mode == "workspace" else ()
+    roots = (server.cwd or paths.home(), *spec.writable) if spec.mode == "workspace" else ()
     return Sandbox(
         mode=spec.mode,
         roots=tuple(os.path.realpath(root) for root in roots),
