@@ -25,6 +25,7 @@ import copy
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -268,7 +269,7 @@ def validate(
     schema: dict[str, Any],
     args: dict[str, Any],
     *,
-    example: dict[str, Any] | None = None,
+    example: dict[str, Any] | Callable[[], dict[str, Any] | None] | None = None,
     full: FullCheck | None = None,
 ) -> dict[str, Any]:
     """Check *args* against *schema* and return them converted, defaults filled in.
@@ -294,14 +295,14 @@ def validate(
     anywhere unless anchored; ``$`` means the end of the value (Python's ``$``
     would also match before a final newline, letting "1.4.2\\n" through).
 
-    Errors: :class:`InvalidArguments` listing every problem; codes
-    ``unknown_field``, ``missing_required``, ``wrong_type``, ``not_in_enum``,
-    ``pattern_mismatch``, ``pattern_timeout`` (mmd/patterns.py), ``out_of_range``,
-    ``too_deep``/``too_large`` for a string that would unpack past the limits.
-    A ``pattern`` that :func:`schema_pattern` refuses raises ``re.error``.
-    *full* (:class:`FullCheck`: an MCP tool's whole schema) runs the patterns, then
-    checks the converted arguments; a field already answered is not said again.
+    Errors: :class:`InvalidArguments` listing every problem; codes ``unknown_field``, ``missing_required``,
+    ``wrong_type``, ``not_in_enum``, ``pattern_mismatch``, ``pattern_timeout`` (mmd/patterns.py),
+    ``out_of_range``, ``too_deep``/``too_large`` for a string that would unpack past the limits. A ``pattern``
+    that :func:`schema_pattern` refuses raises ``re.error``. *full* (:class:`FullCheck`: an MCP tool's whole
+    schema) runs the patterns, then checks the converted arguments; a field already answered is not said
+    again. *example* words the fixes only: a function that makes it is called only when a problem is found.
     """
+    samples = _Samples(example)
     props: dict[str, Any] = schema.get("properties", {})
     open_ended = schema.get("additionalProperties", False) is not False
     problems, out = _unknown_fields(args, props, open_ended)
@@ -310,11 +311,11 @@ def validate(
         value = args.get(name)
         if value is None:
             if name in required:
-                problems.append(_missing(name, prop, example))
+                problems.append(_missing(name, prop, samples.of(name)))
             elif "default" in prop:
                 out[name] = copy.deepcopy(prop["default"])
             continue
-        problem, value = _check(name, prop, value, _example_value(example, name), full, deadline)
+        problem, value = _check(name, prop, value, samples, full, deadline)
         if problem is None:
             out[name] = value
         else:
@@ -322,8 +323,26 @@ def validate(
     if full is not None:
         problems += _full_problems(full, args, out, problems)
     if problems:
-        raise InvalidArguments(problems, example=example)
+        raise InvalidArguments(problems, example=samples.example())
     return out
+
+
+class _Samples:
+    """A call's example, made only when a problem's fix quotes it (most calls have none), and the value
+    it shows for a parameter, as JSON (``"command": "<command>"``)."""
+
+    __slots__ = ("_example", "_made")
+
+    def __init__(self, example: dict[str, Any] | Callable[[], dict[str, Any] | None] | None) -> None:
+        self._example, self._made = example, not callable(example)
+
+    def example(self) -> dict[str, Any] | None:
+        if not self._made:
+            self._example, self._made = self._example(), True  # type: ignore[operator]
+        return self._example  # type: ignore[return-value]
+
+    def of(self, name: str) -> str | None:
+        return _example_value(self.example(), name)
 
 
 def _full_problems(
@@ -363,8 +382,7 @@ def _example_value(example: dict[str, Any] | None, name: str) -> str | None:
     return _compact(example[name]) if example and name in example else None
 
 
-def _missing(name: str, prop: dict[str, Any], example: dict[str, Any] | None) -> Problem:
-    sample = _example_value(example, name)
+def _missing(name: str, prop: dict[str, Any], sample: str | None) -> Problem:
     fix = f'Add "{name}": {sample}.' if sample else f"Add {name} ({_type_name(prop)})."
     return Problem("missing_required", name, f"{name} is required but missing.", fix)
 
@@ -373,18 +391,18 @@ def _check(
     name: str,
     prop: dict[str, Any],
     value: Any,
-    sample: str | None,
+    samples: _Samples | None,
     full: FullCheck | None,
     deadline: patterns.Deadline,
 ) -> tuple[Problem | None, Any]:
-    """Convert and check one value; return (problem, value)."""
+    """Convert and check one value; return (problem, value). *samples* words the fixes (None: no example)."""
     kind = prop.get("type")
     try:
         converted = _CONVERT[kind](value) if kind in _CONVERT else value
     except (TooDeep, TooLarge) as e:  # a string holding JSON nested too deep to unpack
         return _limit_problem(e, name), value
     if converted is _NO:
-        return _wrong_type(name, kind, value, sample), value
+        return _wrong_type(name, kind, value, samples.of(name) if samples else None), value
     value = converted
     if "enum" in prop and value not in prop["enum"]:
         allowed = [_plain(e) for e in prop["enum"]]
@@ -394,7 +412,7 @@ def _check(
         )
         return Problem("not_in_enum", name, reason, f"Send {name} as one of: {', '.join(allowed)}."), value
     if isinstance(value, str):
-        problem = _check_string(name, prop, value, sample, full, deadline)
+        problem = _check_string(name, prop, value, samples, full, deadline)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         problem = _check_range(name, prop, value)
     elif isinstance(value, list) and isinstance(prop.get("items"), dict):
@@ -408,7 +426,7 @@ def _check_string(
     name: str,
     prop: dict[str, Any],
     value: str,
-    sample: str | None,
+    samples: _Samples | None,
     full: FullCheck | None,
     deadline: patterns.Deadline,
 ) -> Problem | None:
@@ -416,8 +434,9 @@ def _check_string(
     try:
         found = None if pattern is None else _search(pattern, value, full, deadline)
     except patterns.TooSlow as e:
-        return _pattern_timeout(name, pattern, sample, e.seconds)
+        return _pattern_timeout(name, pattern, samples.of(name) if samples else None, e.seconds)
     if found is False:
+        sample = samples.of(name) if samples else None
         fix = f"Send {name} like {sample}." if sample else f"Send {name} matching {pattern}."
         return Problem(
             "pattern_mismatch", name, f"{name} {_show(value)} does not match the pattern {pattern}.", fix

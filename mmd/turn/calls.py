@@ -221,10 +221,13 @@ class CallRunner:
         try:
             if c.tool is None:
                 raise self._unknown_tool(c.call)
-            example = _answer_example(c.tool)
-            # The example only words a refusal: arguments that parsed without it parse the same with it.
+            # The example only words a refusal: arguments that parsed without it parse the same with it, and
+            # validate makes it only for a problem's fix (a write tool's is a shape made from its schema).
+            example = functools.partial(_answer_example, c.tool)
             raw = (
-                parsed if parsed is not None else contract.parse_arguments(c.call.arguments, example=example)
+                parsed
+                if parsed is not None
+                else contract.parse_arguments(c.call.arguments, example=example())
             )
             c.args = contract.validate(
                 c.tool.parameters, raw, example=example, full=getattr(c.tool, "full_check", None)

@@ -107,20 +107,23 @@ class Progress(msgspec.Struct):
             # greet` ran, until stopped (status loop although the action had run).
             self.refused.add(key)
 
-    def repeats(self, key: Key, tool: Tool | None) -> Key | None:
+    def repeats(self, key: Key, tool: Tool | None, args: dict[str, Any] | None = None) -> Key | None:
         """The call that already succeeded which *key* repeats: the same call, or — measured with the 0.5B
         on MCP tools, which then called ``backup {"database": "orders", "file": "backups/orders-0412.dump",
         "size": "2.3 GB"}`` for up to 139 s — the same call, every argument as it was, with fields of its
         result added (fields the tool does not have, whose names or values its result holds). A call that
         leaves an argument out or changes one is not a repeat: the contract answers its unknown fields
         (``echo {"text": "hi"}`` after ``echo {"message": "hi"}`` is a wrong name, not an echo). None: not
-        a repeat."""
+        a repeat. *args*: the arguments *key* was made from, when the caller has them parsed (else its text
+        is parsed again)."""
         if key in self.succeeded:
             return key
         name, text = key
         props = tool.parameters.get("properties") if tool is not None else None
-        args = _object(text)
-        if not isinstance(props, dict) or args is None:
+        if not isinstance(props, dict):
+            return None
+        args = args if isinstance(args, dict) else _object(text)
+        if args is None:
             return None
         added = {k: v for k, v in args.items() if k not in props}
         given = {k: v for k, v in args.items() if k in props}
@@ -163,7 +166,7 @@ def _open_first(runner: CallRunner, progress: Progress, completion: Completion) 
     call = completion.tool_calls[0]
     key, parsed = parsed_key(call.name, call.arguments)
     if (
-        progress.repeats(key, runner.setup.registry.get(call.name)) is None
+        progress.repeats(key, runner.setup.registry.get(call.name), parsed) is None
         and progress.detector.before(key) is None
     ):
         runner.open(call, parsed)

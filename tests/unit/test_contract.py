@@ -359,6 +359,32 @@ def test_each_refusal_says_how_to_fix(prop: dict[str, Any], value: Any, example:
     assert refusal(one(prop), {"x": value}, example).fix == fix
 
 
+@pytest.mark.parametrize(("prop", "value", "example", "fix"), FIXES)
+def test_an_example_made_on_demand_words_the_same_fix(
+    prop: dict[str, Any], value: Any, example: Any, fix: str
+) -> None:
+    made: list[int] = []
+
+    def make() -> Any:
+        made.append(1)
+        return example
+
+    err = refusal(one(prop), {"x": value}, make)  # type: ignore[arg-type]
+    assert (err.fix, err.example, len(made)) == (fix, example, 1)
+
+
+def test_an_example_made_on_demand_is_not_made_for_a_valid_call() -> None:
+    """A write tool's example is a shape made from its schema (calls._answer_example): only a refusal quotes
+    it, so a valid call, which is nearly every call, does not make it."""
+
+    def make() -> dict[str, Any]:
+        raise AssertionError("made for a valid call")
+
+    assert validate(RELEASE, dict(RELEASE_EXAMPLE), example=make) == RELEASE_EXAMPLE
+    err = refusal(RELEASE, {"version": "1.4.2"}, lambda: RELEASE_EXAMPLE)  # type: ignore[arg-type]
+    assert (err.fix, err.example) == ('Add "channel": "beta".', RELEASE_EXAMPLE)
+
+
 def test_unknown_field_is_named_with_did_you_mean() -> None:
     err = refusal(RELEASE, {"versoin": "1.4.2", "channel": "beta"}, RELEASE_EXAMPLE)
     assert [(p.code, p.field, p.reason) for p in err.problems] == [

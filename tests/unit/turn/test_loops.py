@@ -11,7 +11,7 @@ import json
 import pytest
 
 from mmd.config.turns import LoopLimits
-from mmd.turn.loops import LoopDetector, call_key, error_code
+from mmd.turn.loops import LoopDetector, call_key, error_code, parsed_key
 
 # --- the detector alone ----------------------------------------------------------------
 
@@ -123,3 +123,24 @@ def test_a_turn_of_many_calls_finds_its_repeats_by_look_up() -> None:
     )
     other = call_key("read_file", json.dumps({"path": "f1", "status": "absent"}))
     assert progress.repeats(other, tool) is None
+
+
+def test_repeats_takes_the_arguments_already_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's first call was parsed to make its key (loops.parsed_key): repeats takes that dict and does
+    not parse the key's text again, with the same answers."""
+    from mmd.contract import ToolResult
+    from mmd.tools.builtin.files import ReadFile
+    from mmd.turn import loop
+
+    tool, progress = ReadFile(), loop.Progress(detector=LoopDetector())
+    done = call_key("read_file", json.dumps({"path": "a"}))
+    progress.record(done, "read_file", tool, ToolResult(ok=True, content="a: ready"))
+    cases = [
+        ({"path": "a", "status": "ready"}, done),
+        ({"path": "a", "status": "gone"}, None),
+        ({"path": "b"}, None),
+    ]
+    keys = [parsed_key("read_file", json.dumps(args)) for args, _ in cases]
+    assert [progress.repeats(key, tool) for key, _ in keys] == [want for _, want in cases]
+    monkeypatch.setattr(loop, "_object", lambda text: pytest.fail(f"parsed again: {text}"))
+    assert [progress.repeats(key, tool, parsed) for key, parsed in keys] == [want for _, want in cases]
