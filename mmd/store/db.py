@@ -51,6 +51,10 @@ _AMBIGUOUS_SHOWN = 5
 # binds the same BLOB. It is the process's own table: this module is the daemon's only user of sqlite3.
 sqlite3.register_adapter(bytes, bytes)
 
+# Sessions' next event and message numbers the store keeps (two entries a session): the sessions a
+# daemon writes at once are far fewer; one forgotten costs a SELECT at its next write.
+NUMBERS_KEPT = 1024
+
 # Bytes of stored events in one page of ``session.show``: a frame well within the 16 MiB a client reads.
 EVENTS_PAGE_BYTES = 4 * 1024 * 1024
 
@@ -262,18 +266,16 @@ def _first_line(text: str) -> str:
 class Batch:
     """The block of :meth:`Store.batch` (a class, not a generator: it runs twice a tool call)."""
 
-    __slots__ = ("_numbers", "_opened", "_store")
+    __slots__ = ("_opened", "_store")
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._opened = False
-        self._numbers: dict[tuple[str, str], int] = {}
 
     def __enter__(self) -> None:
         store = self._store
         if store._batched:  # joins the open one
             return
-        self._numbers = dict(store._next)  # the numbers taken within are given back by a rollback
         store._conn.execute("BEGIN IMMEDIATE")
         store._batched = self._opened = True
 
@@ -291,7 +293,10 @@ class Batch:
             if failed:
                 if store._conn.in_transaction:  # a failed COMMIT leaves it open
                     store._conn.execute("ROLLBACK")
-                store._next = self._numbers
+                # The numbers taken within were rolled back: each is read again from the rows at its next
+                # use. (A copy of every session's numbers, kept to restore, was made at every batch, two a
+                # tool call, and grew with every session the daemon had written since it started.)
+                store._next.clear()
             store._batched = False
 
 
@@ -309,7 +314,9 @@ class Store:
         # The next event seq and message index of each session written here: the daemon is the
         # store's one writer, so two SELECTs per write (the session's existence, the last number)
         # are needed once per session. A number another writer took meanwhile is found by the
-        # primary key, and the write is made again with the number read afresh.
+        # primary key, and the write is made again with the number read afresh. NUMBERS_KEPT at most
+        # (the oldest-made forgotten first, read again if its session writes again): one entry for each
+        # session written since the daemon started would grow for as long as it runs.
         self._next: dict[tuple[str, str], int] = {}
         self._batched = False  # a batch() transaction is open: writes join it
 
@@ -449,9 +456,14 @@ class Store:
                 if fresh:
                     raise
                 continue
-            self._next[key] = number + 1
+            self._keep_next(key, number + 1)
             return number
         raise AssertionError("unreachable")
+
+    def _keep_next(self, key: tuple[str, str], number: int) -> None:
+        if key not in self._next and len(self._next) >= NUMBERS_KEPT:
+            del self._next[next(iter(self._next))]  # the oldest-made
+        self._next[key] = number
 
     def _require_session(self, session_id: str) -> None:
         if self._conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -686,7 +698,7 @@ class Store:
             self._require_session(session_id)
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             db.executemany("INSERT INTO messages (session_id, idx, role, data) VALUES (?, ?, ?, ?)", blobs)
-        self._next[(session_id, "messages")] = len(messages)
+        self._keep_next((session_id, "messages"), len(messages))
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's model context, in order.

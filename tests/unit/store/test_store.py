@@ -606,3 +606,27 @@ def test_a_batch_commits_its_writes_together_or_none_of_them(tmp_path):
     finally:
         other.close()
         store.close()
+
+
+def test_the_numbers_kept_are_bounded_and_a_forgotten_one_is_read_again(tmp_path, monkeypatch):
+    """The next event and message number of every session written since the daemon started were kept (and
+    copied at every batch, twice a tool call): a daemon of many `mm -p` grew for as long as it ran. NUMBERS_KEPT
+    at most now; a session whose numbers were forgotten continues where its rows end."""
+    from mmd.store import db
+
+    monkeypatch.setattr(db, "NUMBERS_KEPT", 8)
+    store = Store.open(tmp_path / "mm.db")
+    try:
+        sessions = [store.create_session(cwd="/w", agent=None, model="m") for _ in range(20)]
+        for s in sessions:
+            with store.batch():
+                store.append_event(s.id, "turn_started", {})
+                store.append_message(s.id, Message(role="user", content="hi"))
+            assert len(store._next) <= 8
+        first = sessions[0].id
+        assert (first, "events") not in store._next  # forgotten: the oldest made
+        assert store.append_event(first, "turn_ended", {}).seq == 2
+        assert store.append_message(first, Message(role="assistant", content="yes")) == 1
+        assert [m.content for m in store.messages(first)] == ["hi", "yes"]
+    finally:
+        store.close()
