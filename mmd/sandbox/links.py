@@ -15,6 +15,9 @@ A walk reads every entry's inode (about 8 µs each here: 60 ms for mm's own
 mtime is unchanged: a later spawn costs one lstat per folder and per linked
 file. The walk stops after MAX_ENTRIES entries: what lies past it is not
 checked (docs/security.md says so). bench/bench_sandbox.py measures both.
+The listings kept are bounded (MAX_KEPT): a folder found gone loses its
+listing and those below it, and past the bound the least recently used go.
+A listing dropped only costs listing that folder again at the next walk.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from mmd import inotify, paths
 
 # Entries walked per spawn at most, all writable folders together.
 MAX_ENTRIES = 20_000
+# Paths the kept listings hold at most (a path per folder, per subfolder and per linked file it names): four
+# walks of MAX_ENTRIES, as many root sets as are watched at once (MAX_QUIETS): about 13 MB (160 bytes a path).
+MAX_KEPT = 4 * MAX_ENTRIES
 
 
 class HardLinkRefused(OSError):
@@ -47,10 +53,13 @@ class _Folder(msgspec.Struct, frozen=True):
     repository: bool = False  # it holds a .git (a folder, a file or a link): mmd/sandbox/gitguard.py
 
 
-# Folder path → what its last walk found. A name added, removed or renamed in a folder changes
-# the folder's mtime, so a folder whose mtime is unchanged holds the same names: only it needs
-# no listing. The daemon's spawns share it, from several worker threads.
-_walked: dict[str, _Folder] = {}
+# Folder path → what its last walk found, the least recently used first. A name added, removed or renamed
+# in a folder changes the folder's mtime, so a folder whose mtime is unchanged holds the same names: only it
+# needs no listing. The daemon's spawns share it, from several worker threads (under _lock). Changed only
+# through _keep and _drop, which count the paths the listings hold (_held, at most MAX_KEPT): a daemon walks
+# project after project, and builds make and remove folders, for weeks.
+_walked: collections.OrderedDict[str, _Folder] = collections.OrderedDict()
+_held = 0
 _lock = threading.Lock()
 
 
@@ -232,10 +241,11 @@ def _folder(path: str) -> _Folder | None:
     try:
         mtime = os.lstat(path).st_mtime_ns
     except OSError:
-        _walked.pop(path, None)
+        _drop(path)
         return None
     cached = _walked.get(path)
     if cached is not None and cached.mtime == mtime:
+        _walked.move_to_end(path)
         return cached
     subfolders, linked, entries, repository = [], [], 0, False
     try:
@@ -255,8 +265,45 @@ def _folder(path: str) -> _Folder | None:
             except OSError:
                 continue
     walked = _Folder(mtime, entries, tuple(subfolders), tuple(linked), repository)
-    _walked[path] = walked
+    if cached is not None:  # a subfolder it no longer holds was removed or moved: its listings are no one's
+        for gone in set(cached.subfolders).difference(subfolders):
+            _drop(gone)
+    _keep(path, walked)
     return walked
+
+
+def _weight(folder: _Folder) -> int:
+    return 1 + len(folder.subfolders) + len(folder.linked)
+
+
+def _keep(path: str, folder: _Folder) -> None:
+    """Keep *folder* as *path*'s listing, the most recently used; the least recently used go past MAX_KEPT
+    (never the one just kept: the walk that listed it goes on)."""
+    global _held
+    _drop(path, below=False)
+    _walked[path] = folder
+    _held += _weight(folder)
+    while _held > MAX_KEPT and len(_walked) > 1:
+        _drop(next(iter(_walked)), below=False)
+
+
+def _drop(path: str, *, below: bool = True) -> None:
+    """Forget *path*'s listing, and (*below*) those of the folders beneath it that the listings name: the
+    folder is gone or moved, and so are they under that path."""
+    global _held
+    stack = [path]
+    while stack:
+        folder = _walked.pop(stack.pop(), None)
+        if folder is not None:
+            _held -= _weight(folder)
+            if below:
+                stack.extend(folder.subfolders)
+
+
+def _drop_all() -> None:
+    global _held
+    _walked.clear()
+    _held = 0
 
 
 # -- skipping the walk while nothing changed ---------------------------------------------------------
@@ -321,19 +368,24 @@ class _Quiet:
         return self.settled
 
     def _forget(self, data: bytes) -> None:
-        for wd, mask, _name in inotify.events(data):
+        for wd, mask, name in inotify.events(data):
             folder = self.folders.get(wd)
             if folder is not None:
-                _walked.pop(folder, None)  # listed again by the next walk
+                _drop(folder, below=False)  # listed again by the next walk
+                if mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM) and name:
+                    # A subfolder removed or moved away: the listings beneath its path are no one's now
+                    # (this one's new listing cannot tell which subfolders it lost: it is dropped).
+                    _drop(os.path.join(folder, os.fsdecode(name)))
                 if mask & (inotify.IN_IGNORED | inotify.IN_MOVE_SELF | inotify.IN_DELETE_SELF):
-                    # Another folder may take its path, or its subfolders' (they moved with it): each is
-                    # watched anew when a walk comes to it.
+                    # It left its path, and its subfolders with it: their listings go. Another folder may
+                    # take its path, or its subfolders': each is watched anew when a walk comes to it.
+                    _drop(folder)
                     below = folder + os.sep
                     self.paths = {p for p in self.paths if p != folder and not p.startswith(below)}
             if mask & inotify.IN_IGNORED:
                 self.folders.pop(wd, None)
             if mask & inotify.IN_Q_OVERFLOW:
-                _walked.clear()  # events were lost: every folder is listed and watched again
+                _drop_all()  # events were lost: every folder is listed and watched again
                 self.paths.clear()
 
     def add(self, folder: str) -> None:
@@ -379,7 +431,11 @@ def _quiet_of(roots: tuple[str, ...]) -> _Quiet | None:
     if quiet is None:
         quiet = _quiets[roots] = _Quiet()
         while len(_quiets) > MAX_QUIETS:
-            _quiets.popitem(last=False)[1].close()
+            evicted = _quiets.popitem(last=False)[1]
+            # Its queued events drop the listings of the folders changed, removed or moved since (a project
+            # deleted after its last call); the others stay, checked by their mtime at the next walk.
+            evicted.passed()
+            evicted.close()
     _quiets.move_to_end(roots)
     return quiet
 
@@ -390,7 +446,7 @@ def forget() -> None:
         for quiet in _quiets.values():
             quiet.close()
         _quiets.clear()
-        _walked.clear()
+        _drop_all()
 
 
 # False: every check walks (bench/bench_sandbox.py compares the two).

@@ -5,6 +5,7 @@ bring a hard link in makes the next check find it. Real folders, real links, rea
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,3 +192,76 @@ def test_links_outside_any_link_farm_name_the_first_and_how_many_more(tree) -> N
         in text
     )
     assert "cp -p" in text and "uv" not in text and "pnpm" not in text
+
+
+def _listed_under(folder: Path) -> list[str]:
+    """The folders at or below *folder* whose listing the hard-link check keeps."""
+    return [p for p in links._walked if p == str(folder) or p.startswith(f"{folder}{os.sep}")]
+
+
+def _paths_kept() -> int:
+    """What the kept listings hold, counted as MAX_KEPT counts them: a path per folder, subfolder, linked file."""
+    return sum(1 + len(f.subfolders) + len(f.linked) for f in links._walked.values())
+
+
+def test_a_deleted_projects_listings_go_when_its_watch_goes_and_all_stay_under_the_cap(
+    tmp_path: Path,
+) -> None:
+    # A daemon's life: one project after another walked by a confined call, then deleted. Only MAX_QUIETS
+    # root sets are watched; the listings of the older ones used to stay for good (4,080 of 40 projects).
+    projects = [tmp_path / f"project-{n}" for n in range(10)]
+    for project in projects:
+        for j in range(20):
+            (project / "src" / f"pkg{j}").mkdir(parents=True)
+        check_links([str(project)])
+        shutil.rmtree(project)
+    for project in projects[: -links.MAX_QUIETS]:  # their watches were closed, the oldest first
+        assert _listed_under(project) == []
+    assert 0 < _paths_kept() <= getattr(links, "MAX_KEPT", 0)
+
+
+def test_the_listings_kept_stay_under_the_cap_and_a_dropped_one_is_walked_again(
+    tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, outside = tree
+    monkeypatch.setattr(links, "MAX_KEPT", 200, raising=False)
+    monkeypatch.setattr(links, "ENABLED", False)  # no watch: every check walks, on the listings alone
+    others = []
+    for n in range(8):  # trees that stay, each walked once: the least recently used listings go
+        other = project.parent / f"other-{n}"
+        for j in range(30):
+            (other / f"d{j}").mkdir(parents=True)
+        check_links([str(project)])
+        check_links([str(other)])
+        others.append(other)
+        assert _paths_kept() <= 200
+    assert _listed_under(others[0]) == []
+    assert len(_listed_under(project)) == 3  # used at every step: kept
+    check_links([str(others[0])])
+    assert len(_listed_under(others[0])) == 31  # listed again
+    os.link(outside / "victim", project / "src" / "deep" / "link")
+    with pytest.raises(HardLinkRefused):
+        check_links([str(project)])
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_folders_gone_from_a_listed_folder_lose_their_listings(
+    tree, monkeypatch: pytest.MonkeyPatch, watched
+) -> None:
+    # A build makes folders and removes them (or moves them away); the next check finds them gone, with a
+    # watch (its events) or without one (the parent's new listing no longer names them).
+    project, outside = tree
+    if not watched:
+        monkeypatch.setattr(links, "MAX_WATCHED", 2)
+    for n in range(3):
+        build = project / "build" / f"tmp-{n}"
+        for j in range(5):
+            (build / f"d{j}" / "deeper").mkdir(parents=True)
+        check_links([str(project)])
+        if n == 1:
+            build.rename(outside / "moved")  # gone from here, still on disk elsewhere
+        else:
+            shutil.rmtree(build)
+    check_links([str(project)])
+    assert _listed_under(project / "build") == [str(project / "build")]
+    assert _paths_kept() == links._held
