@@ -231,10 +231,13 @@ def before(folders: Iterable[str]) -> tuple[str, ...]:
 
 def _evict() -> None:
     """Forget the least recently used repositories no call runs in, past MAX_REPOS (under _lock): at most
-    MAX_REPOS × MAX_KEPT bytes stay kept between calls. A forgotten one is taken afresh by its next call."""
+    MAX_REPOS × MAX_KEPT bytes stay kept between calls. A forgotten one is taken afresh by its next call.
+    A folder is known crowded only while its listing is kept (MAX_LISTED): listed again, it is judged again.
+    Not sooner: the call's marks, taken after its listings, still read it."""
     idle = [folder for folder, repo in _repos.items() if repo.running == 0]
     for folder in idle[: max(0, len(_repos) - MAX_REPOS)]:
         del _repos[folder]
+    _crowded.intersection_update(_listed)
 
 
 def release(taken: Sequence[str]) -> None:
@@ -284,6 +287,7 @@ def forget() -> None:
     with _lock:
         _repos.clear()
         _listed.clear()
+        _crowded.clear()
 
 
 # -- the guarded paths -------------------------------------------------------------------------------

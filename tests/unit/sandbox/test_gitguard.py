@@ -6,6 +6,7 @@ for the file its program would have made, not only by what mm says.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -304,6 +305,25 @@ def test_what_the_guard_keeps_between_calls_is_bounded_however_many_repositories
     ran = work.parent / "ran"
     result = sh(f"git -C r1 config core.fsmonitor 'touch {ran}'", work, box)
     assert result.git_put_back[0].startswith("r1/.git/config: core.fsmonitor set")
+
+
+def test_the_crowded_folders_known_are_only_those_whose_listing_is_kept(tmp_path: Path, monkeypatch) -> None:
+    # Repositories made and deleted, each with a hooks folder past the names read: the folders known crowded
+    # used to outlive their listings (and their folders), one for each, for the daemon's life.
+    gitguard.forget()
+    monkeypatch.setattr(gitguard, "MAX_NAMES", 3)
+    monkeypatch.setattr(gitguard, "MAX_LISTED", 8)
+    for n in range(20):
+        hooks_folder = tmp_path / f"r{n}" / ".git" / "hooks"
+        hooks_folder.mkdir(parents=True)
+        for i in range(5):
+            (hooks_folder / f"h{i}").write_text("")
+        gitguard.release(gitguard.before([str(tmp_path / f"r{n}")]))
+        assert str(hooks_folder) in gitguard._crowded  # judged crowded while its listing is kept
+        shutil.rmtree(tmp_path / f"r{n}")
+    assert gitguard._crowded <= set(gitguard._listed) and len(gitguard._listed) <= 8
+    gitguard.forget()
+    assert not gitguard._crowded
 
 
 @needs_landlock
