@@ -18,7 +18,11 @@ A server is not trusted, so neither is its schema:
 - ``pattern`` and ``patternProperties`` run on RE2 (``google-re2``), whose
   time is linear in the text: a catastrophic pattern such as ``^(a+)+$``
   cannot stall the daemon. A pattern RE2 cannot compile (a backreference,
-  a lookaround) is not checked locally; the server still checks it;
+  a lookaround, a program past ``MAX_REGEX_MEMORY``) is not checked
+  locally; the server still checks it;
+- a schema with more than ``MAX_PATTERNS`` distinct patterns is not used:
+  a few bytes of pattern text can cost MiBs in RE2, and patternProperties
+  tries every one of them on each call, outside ``MAX_STEPS``;
 - one check may evaluate at most ``MAX_STEPS`` keywords: a schema whose
   ``$ref``s multiply the work (or loop) stops there, and the call is then
   checked by the subset only. Deterministic: a count, not a clock.
@@ -26,8 +30,11 @@ A server is not trusted, so neither is its schema:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,6 +48,16 @@ MAX_SCHEMA_BYTES = 256 * 1024
 MAX_STEPS = 20_000
 # Problems reported for one call at most (the first ones in the schema's order).
 MAX_PROBLEMS = 20
+# Distinct pattern/patternProperties regexes a schema may carry (real ones have a few). At most
+# REGEXES_KEPT, so one call's patterns all stay compiled.
+MAX_PATTERNS = 64
+# Memory RE2 may use for one regex: its program, and the DFA it builds while matching (past it,
+# matching goes on in RE2's slower NFA, still linear). The default, 8 MiB, is reached by a 14-byte
+# pattern such as "[a-z]{1000}0"; real patterns need a few KiB. A larger program does not compile.
+MAX_REGEX_MEMORY = 256 * 1024
+# Regexes kept compiled in the whole process: google-re2's own cache (its module's LRU of 128) is the
+# only one, so compiled patterns hold at most REGEXES_KEPT × MAX_REGEX_MEMORY = 32 MiB.
+REGEXES_KEPT = 128
 # The MCP specification's dialect for a schema without $schema (SEP-1613).
 DEFAULT_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # Formats checked locally, where jsonschema can check them without optional packages: those
@@ -64,16 +81,18 @@ class _OverBudget(Exception):
     pass
 
 
+@functools.cache
 def _re2() -> Any:
     import re2  # google-re2: linear-time matching, no backtracking
 
     options = re2.Options()
     options.log_errors = False  # a pattern RE2 refuses is expected, not an error to print
+    options.max_mem = MAX_REGEX_MEMORY
     return re2, options
 
 
 class Patterns:
-    """A schema's patterns run on RE2, compiled once each; the whole check of a schema mm cannot use.
+    """A schema's patterns run on RE2; the whole check of a schema mm cannot use.
 
     Its ``problems`` is always None (not checked): the contract's subset alone
     answers, and still never runs a server's pattern in Python's ``re``.
@@ -81,7 +100,6 @@ class Patterns:
 
     def __init__(self) -> None:
         self.unchecked_patterns: set[str] = set()  # patterns RE2 cannot run: left to the server
-        self._regexes: dict[str, Any] = {}
 
     def problems(self, args: dict[str, Any]) -> list[Problem] | None:
         return None
@@ -92,21 +110,24 @@ class Patterns:
         return None if regex is None else regex.search(value) is not None
 
     def _compile(self, pattern: str) -> Any:
-        if pattern not in self._regexes:
-            re2, options = _re2()
-            try:
-                self._regexes[pattern] = re2.compile(pattern, options)
-            except re2.error:
-                self._regexes[pattern] = None
-                self.unchecked_patterns.add(pattern)
-        return self._regexes[pattern]
+        # Not kept here: re2.compile keeps the last REGEXES_KEPT itself, for every check at once, where
+        # a memo per check multiplied by the checks cached could hold GiBs.
+        if pattern in self.unchecked_patterns:
+            return None
+        re2, options = _re2()
+        try:
+            return re2.compile(pattern, options)
+        except re2.error:
+            self.unchecked_patterns.add(pattern)
+            return None
 
 
 class SchemaCheck(Patterns):
     """The check of one tool's inputSchema; ``problems(args)`` after mm's own conversions.
 
     Errors (construction): :class:`Unusable` for a schema too large, not an
-    object, or invalid against its draft's meta-schema.
+    object, invalid against its draft's meta-schema, or with more than
+    MAX_PATTERNS distinct patterns.
     """
 
     def __init__(self, schema: Any) -> None:
@@ -128,6 +149,9 @@ class SchemaCheck(Patterns):
         if bad is not None:
             where = _path(bad.absolute_path) or "the top"
             raise Unusable(f"its inputSchema is not valid JSON Schema at {where}: {_short(bad.message)}")
+        count = len(_patterns(schema))
+        if count > MAX_PATTERNS:
+            raise Unusable(f"its inputSchema has {count:,} distinct patterns; the limit is {MAX_PATTERNS}")
         self._steps = 0
         keywords = {name: self._counted(fn) for name, fn in base.VALIDATORS.items()}
         keywords.update(pattern=self._counted(self._pattern))
@@ -192,11 +216,33 @@ class SchemaCheck(Patterns):
                     yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+def _patterns(schema: Any) -> set[str]:
+    """The distinct regexes of ``pattern`` and ``patternProperties`` anywhere in *schema* (in a ``const``
+    too: counting one too many is harmless), walked without recursion."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                found.add(node["pattern"])
+            if isinstance(node.get("patternProperties"), dict):
+                found.update(node["patternProperties"])
+            stack.extend(node.values())
+    return found
+
+
 # Checks kept for schemas seen before: a turn builds every tool of its servers, and building one
-# (meta-schema validation, the validator class) costs ~20 ms; listings rarely change.
-_CACHE: dict[str, SchemaCheck | Unusable] = {}
-# Schemas kept at most (the oldest goes first).
+# (meta-schema validation, the validator class) costs ~20 ms; listings rarely change. Keyed by the
+# schema's digest: a refused schema may be MiBs of text. Each entry weighs its schema's bytes.
+_CACHE: OrderedDict[bytes, tuple[SchemaCheck | Unusable, int]] = OrderedDict()
+# Schemas kept at most (the least recently used goes first).
 CACHE_SIZE = 512
+# Bytes of schema text kept at most, one full listing (pool.MAX_LISTING_CHARS). A check holds ~37 KiB
+# (its validator class) and ~5 times its text (the parsed schema), so the cache holds ≤ ~60 MiB.
+CACHE_BYTES = 8 * 1024 * 1024
 
 
 def check_for(schema: Any) -> SchemaCheck:
@@ -205,18 +251,23 @@ def check_for(schema: Any) -> SchemaCheck:
     Errors: :class:`Unusable`, as SchemaCheck's constructor (remembered too).
     """
     try:
-        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError):
         raise Unusable("its inputSchema is not JSON") from None
-    found = _CACHE.get(key)
-    if found is None:
+    key = hashlib.sha256(text.encode()).digest()
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        found = _CACHE[key][0]
+    else:
         try:
             found = SchemaCheck(schema)
         except Unusable as exc:
             found = exc.with_traceback(None)
-        if len(_CACHE) >= CACHE_SIZE:
-            del _CACHE[next(iter(_CACHE))]
-        _CACHE[key] = found
+        # A refusal keeps its message only, not the schema.
+        size = len(text) if isinstance(found, SchemaCheck) else len(str(found))
+        _CACHE[key] = (found, size)
+        while len(_CACHE) > CACHE_SIZE or sum(weight for _, weight in _CACHE.values()) > CACHE_BYTES:
+            _CACHE.popitem(last=False)
     if isinstance(found, Unusable):  # a new one each time: a raised exception keeps its traceback
         raise Unusable(str(found), too_large=found.too_large)
     return found

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from mmd import contract
-from mmd.mcp.schema import MAX_SCHEMA_BYTES, SchemaCheck, Unusable
+from mmd.mcp.schema import (
+    MAX_PATTERNS,
+    MAX_SCHEMA_BYTES,
+    REGEXES_KEPT,
+    Patterns,
+    SchemaCheck,
+    Unusable,
+    check_for,
+)
 from mmd.mcp.tool import normalize_schema
 
 EDIT = {
@@ -193,3 +201,54 @@ def test_a_schema_is_built_once_and_an_unusable_one_stays_unusable():
     for _ in range(2):
         with pytest.raises(Unusable, match="not valid JSON Schema"):
             check_for(bad)
+
+
+def test_a_schema_with_too_many_patterns_is_unusable_and_one_at_the_limit_runs():
+    # 14 bytes of text each, and MiBs in RE2 once a long key meets them: the count is bounded, not the text.
+    patterns = {f"[a-z]{{1000}}{i:04d}": {} for i in range(MAX_PATTERNS + 1)}
+    many = {"type": "object", "properties": {"w": {"type": "string", "pattern": "^[a-z]+$"}}}
+    many["patternProperties"] = patterns
+    with pytest.raises(Unusable, match=rf"{MAX_PATTERNS + 2} distinct patterns; the limit is {MAX_PATTERNS}"):
+        check_for(many)
+    # Unusable, its calls are checked by the contract alone (as make_tools does): still answered.
+    with pytest.raises(contract.InvalidArguments) as info:
+        contract.validate(normalize_schema(many), {"w": "Y"}, full=Patterns())
+    assert [(p.code, p.field) for p in info.value.problems] == [("pattern_mismatch", "w")]
+    del patterns["[a-z]{1000}0000"], patterns["[a-z]{1000}0001"]
+    many["properties"]["w"]["pattern"] = "[a-z]{1000}0002"  # the same pattern twice counts once
+    found = check_for(many).problems({"ab" * 100: "x", "w": "y"})
+    assert [(p.code, p.field) for p in found or []] == [("pattern_mismatch", "w")]
+
+
+def test_a_pattern_past_re2s_memory_budget_is_left_to_the_server():
+    big = "[^x]{1000}" * 3  # ~24,000 instructions once compiled: ~400 KiB of program
+    schema = {"type": "object", "properties": {"w": {"type": "string", "pattern": big}}}
+    full = SchemaCheck(schema)
+    assert contract.validate(normalize_schema(schema), {"w": "short"}, full=full) == {"w": "short"}
+    assert full.unchecked_patterns == {big}
+
+
+def test_compiled_regexes_are_kept_for_the_whole_process_at_most_regexes_kept():
+    check = SchemaCheck(EDIT)
+    first = check._compile("^a0$")
+    assert check._compile("^a0$") is first  # compiled once while kept
+    others = [SchemaCheck(EDIT) for _ in range(4)]
+    for i in range(1, REGEXES_KEPT + 1):
+        others[i % 4]._compile(f"^a{i}$")
+    assert check._compile("^a0$") is not first  # REGEXES_KEPT compiled since: no check keeps its own
+
+
+def test_the_schema_cache_is_bounded_by_its_schemas_bytes(monkeypatch):
+    from mmd.mcp import schema as module
+
+    monkeypatch.setattr(module, "_CACHE", type(module._CACHE)())
+    monkeypatch.setattr(module, "CACHE_BYTES", 64 * 1024)
+    for i in range(20):
+        module.check_for({"type": "object", "properties": {f"f{i}": {"description": "x" * 10_000}}})
+    huge = {"type": "object", "properties": {"f": {"description": "x" * (MAX_SCHEMA_BYTES + 1)}}}
+    with pytest.raises(Unusable):
+        module.check_for(huge)
+    kept = list(module._CACHE.values())
+    assert 0 < sum(size for _, size in kept) <= module.CACHE_BYTES
+    assert len(kept) < 10
+    assert all(len(key) == 32 for key in module._CACHE)  # a digest: a refused schema's text is not kept
