@@ -58,6 +58,12 @@ MAX_REGEX_MEMORY = 256 * 1024
 # Regexes kept compiled in the whole process: google-re2's own cache (its module's LRU of 128) is the
 # only one, so compiled patterns hold at most REGEXES_KEPT × MAX_REGEX_MEMORY = 32 MiB.
 REGEXES_KEPT = 128
+# RE2's work one call may take, as program size × characters searched, summed over the call's searches. A
+# search past it is not made (left to the server, as a pattern RE2 cannot run): RE2's time is linear, but in
+# both, and 64 patterns such as "[a-z]{1000}" over a 3,000-character key held the event loop for 2 s.
+# RE2's slower matcher does ~50 M of these a second here: ≤ ~80 ms a call. Real patterns (a program of tens)
+# over values of kilobytes use a few per cent of it. A count, not a clock, like MAX_STEPS.
+MAX_MATCH_WORK = 4_000_000
 # The MCP specification's dialect for a schema without $schema (SEP-1613).
 DEFAULT_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # Formats checked locally, where jsonschema can check them without optional packages: those
@@ -100,14 +106,23 @@ class Patterns:
 
     def __init__(self) -> None:
         self.unchecked_patterns: set[str] = set()  # patterns RE2 cannot run: left to the server
+        self._work = 0  # of MAX_MATCH_WORK, since the last call's problems()
 
     def problems(self, args: dict[str, Any]) -> list[Problem] | None:
+        self._work = 0
         return None
 
     def search(self, pattern: str, value: str) -> bool | None:
-        """Whether *pattern* (ECMA-262 flavour, unanchored) matches in *value*; None if RE2 cannot run it."""
+        """Whether *pattern* (ECMA-262 flavour, unanchored) matches in *value*; None if RE2 cannot run it, or
+        the call's searches reached MAX_MATCH_WORK (the contract searches a call's top-level patterns, then
+        asks ``problems``, which ends the call's count)."""
         regex = self._compile(pattern)
-        return None if regex is None else regex.search(value) is not None
+        if regex is None:
+            return None
+        self._work += regex.programsize * (len(value) + 1)
+        if self._work > MAX_MATCH_WORK:
+            return None
+        return regex.search(value) is not None
 
     def _compile(self, pattern: str) -> Any:
         # Not kept here: re2.compile keeps the last REGEXES_KEPT itself, for every check at once, where
@@ -183,6 +198,8 @@ class SchemaCheck(Patterns):
         except (_OverBudget, Unresolvable, RecursionError) as exc:
             log.warning("an MCP tool's inputSchema could not be checked in full: %s", type(exc).__name__)
             return None
+        finally:
+            self._work = 0  # the call's searches end here: the next call's count begins
         return list(found.values())[:MAX_PROBLEMS]
 
     def _counted(self, fn: Any) -> Any:

@@ -10,6 +10,7 @@ import pytest
 
 from mmd import contract
 from mmd.mcp.schema import (
+    MAX_MATCH_WORK,
     MAX_PATTERNS,
     MAX_SCHEMA_BYTES,
     REGEXES_KEPT,
@@ -218,6 +219,30 @@ def test_a_schema_with_too_many_patterns_is_unusable_and_one_at_the_limit_runs()
     many["properties"]["w"]["pattern"] = "[a-z]{1000}0002"  # the same pattern twice counts once
     found = check_for(many).problems({"ab" * 100: "x", "w": "y"})
     assert [(p.code, p.field) for p in found or []] == [("pattern_mismatch", "w")]
+
+
+def test_a_calls_searches_stop_at_the_work_budget_and_the_next_call_has_its_own():
+    """RE2 is linear, in the program's size and the text's: 64 patterns of "[a-z]{1000}" over a key of
+    3,000 characters held the event loop for 2 s. A call's searches stop at MAX_MATCH_WORK (left to the
+    server, as a pattern RE2 cannot run); the count begins again with each call."""
+    ran: list[bool | None] = []
+
+    class Counting(SchemaCheck):
+        def search(self, pattern: str, value: str) -> bool | None:
+            ran.append(found := super().search(pattern, value))
+            return found
+
+    schema = {"type": "object", "properties": {"w": {"type": "string", "pattern": "^[a-z]+$"}}}
+    schema["patternProperties"] = {f"[a-z]{{1000}}{i:04d}": {} for i in range(MAX_PATTERNS - 1)}
+    check = Counting(schema)
+    key = "ab" * 1500
+    assert check.problems({key: "x"}) == []  # answered: what was not searched is the server's to check
+    per_search = check._compile("[a-z]{1000}0000").programsize * (len(key) + 1)
+    assert len(ran) == MAX_PATTERNS - 1
+    assert sum(found is not None for found in ran) == MAX_MATCH_WORK // per_search >= 1
+    ran.clear()
+    assert [(p.code, p.field) for p in check.problems({"w": "Y"}) or []] == [("pattern_mismatch", "w")]
+    assert len(ran) == MAX_PATTERNS and None not in ran  # its own count: every search made
 
 
 def test_a_pattern_past_re2s_memory_budget_is_left_to_the_server():
