@@ -29,6 +29,10 @@ from .turns import LoopLimits, PhaseSpec, check_phases
 BuiltinName = Literal[BUILTIN_TOOLS]  # type: ignore[valid-type]
 # Where the agent file is looked for in the working directory, first found wins.
 _DISCOVERED = ("mm.yaml", ".mm/agent.yaml")
+# Most entries under skills:. Each is a folder of any number of skills, so an agent names a few. skills: is
+# no power (nothing runs), so a cloned repository's file is read without trust, and every prompt looks at
+# each folder and warns about each missing one: 20,000 entries were ~300 MiB of the daemon's cache.
+MAX_SKILL_FOLDERS = 64
 
 
 class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -145,7 +149,7 @@ def load_agent_file(path: Path) -> AgentFile:
 
     Errors: ConfigError naming the file, line and key of the first problem:
     a symbolic link out of the project (:func:`check_link`), unreadable file, bad YAML, a file past a size, nesting or value limit
-    (config.loader, mmd.untrusted), more than MAX_TOOLS declared tools,
+    (config.loader, mmd.untrusted), more than MAX_TOOLS declared tools or MAX_SKILL_FOLDERS skills folders,
     unknown key, wrong type, unknown built-in, or a declared tool that fails
     its load-time checks (see config.declared_check).
     """
@@ -156,6 +160,7 @@ def load_agent_file(path: Path) -> AgentFile:
 
 def _load(path: Path, doc: Document) -> AgentFile:
     check_tool_count(doc)
+    check_skill_count(doc)
     normalise_sandboxes(doc)
     agent = doc.convert(AgentFile)
     check_tools(doc, agent.tools, BUILTIN_TOOLS)
@@ -176,6 +181,21 @@ def _load(path: Path, doc: Document) -> AgentFile:
             for name, s in agent.mcp.items()
         },
     )
+
+
+def check_skill_count(doc: Document) -> None:
+    """Refuse more than MAX_SKILL_FOLDERS entries under ``skills:``, before they are checked one by one.
+
+    Errors: ConfigError at the line of the first folder past the limit.
+    """
+    skills = doc.data.get("skills") if isinstance(doc.data, dict) else None
+    if isinstance(skills, list) and len(skills) > MAX_SKILL_FOLDERS:
+        raise doc.error(
+            ("skills", MAX_SKILL_FOLDERS),
+            problem=f"{len(skills):,} skills folders listed; the limit is {MAX_SKILL_FOLDERS}",
+            hint="a folder holds any number of skills (a subfolder each): gather them in fewer folders, "
+            "or list the others in another agent file (--agent FILE)",
+        )
 
 
 def normalise_sandboxes(doc: Document) -> None:

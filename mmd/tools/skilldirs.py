@@ -40,17 +40,18 @@ def skill_dirs(
     agent_skills: Sequence[str] = (),
 ) -> list[SkillDir]:
     """Every folder searched for skills in *cwd*, in priority order (see the module), each folder once."""
-    return _once(_candidates(cwd, project_root(cwd), config_dir, home, tuple(agent_skills)))
+    # The agent file's folders are made each time, never kept: skills: is no power, so a cloned repository's
+    # file names them unasked, and kept with each place they held up to 20,000 paths 32 times over (~300
+    # MiB). Its folders are few (config.agent.MAX_SKILL_FOLDERS), most often none.
+    named = [SkillDir(Path(p), "agent file") for p in agent_skills]
+    return _once([*named, *_candidates(cwd, project_root(cwd), config_dir, home)])
 
 
 @functools.lru_cache(maxsize=32)
-def _candidates(
-    cwd: Path, root: Path, config_dir: Path, home: Path, agent_skills: tuple[str, ...]
-) -> tuple[SkillDir, ...]:
-    # The folders' paths, made once for each place a prompt runs in (a path joined cost ~5,000
-    # instructions, a dozen a prompt); whether each is there is asked every time (_once).
-    found = [SkillDir(Path(p), "agent file") for p in agent_skills]
-    found += [SkillDir(config_dir / "skills", "user"), SkillDir(home / ".claude" / "skills", "user")]
+def _candidates(cwd: Path, root: Path, config_dir: Path, home: Path) -> tuple[SkillDir, ...]:
+    # The user's and the project's folders' paths, made once for each place a prompt runs in (a path joined
+    # cost ~5,000 instructions, a dozen a prompt); whether each is there is asked every time (_once).
+    found = [SkillDir(config_dir / "skills", "user"), SkillDir(home / ".claude" / "skills", "user")]
     folder = cwd
     while True:
         found += [SkillDir(folder / sub, "project", confine=root) for sub in PROJECT_FOLDERS]

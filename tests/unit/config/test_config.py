@@ -329,6 +329,18 @@ def test_relative_agent_path_is_made_absolute(tmp_path, monkeypatch):
     assert agent.skills == [str(tmp_path / "a" / "s")]
 
 
+def test_an_agent_file_listing_more_skills_folders_than_the_limit_is_refused_at_the_first_past_it(tmp_path):
+    # skills: is no power, so a cloned repository's mm.yaml is read without trust: 20,000 entries of it were
+    # read, checked and listed at every prompt. A folder holds any number of skills; 64 folders are plenty.
+    at_limit = "skills:\n" + "".join(f"  - s{i}\n" for i in range(64))
+    assert len(load_agent_file(write(tmp_path / "ok" / "mm.yaml", at_limit)).skills) == 64
+    assert str(agent_error(tmp_path, at_limit + "  - s64\n  - s65\n")) == (
+        f"{tmp_path / 'mm.yaml'}:66: skills[64]: 66 skills folders listed; the limit is 64 — a folder holds "
+        "any number of skills (a subfolder each): gather them in fewer folders, or list the others in "
+        "another agent file (--agent FILE)"
+    )
+
+
 def test_defaults_have_no_base_dir():
     assert AgentFile().base_dir is None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mmd.tools import skilldirs
 from mmd.tools.skilldirs import missing_configured, project_root, skill_dirs
 from mmd.tools.skills import MAX_FOLDERS, MAX_SKILL_BYTES, load_skills
 
@@ -164,6 +165,18 @@ def test_the_folders_paths_are_made_once_a_place_and_whether_each_is_there_asked
     elsewhere = skill_dirs(repo, config_dir=config, home=home)  # another place: its own folders
     assert str(repo / ".mm" / "skills") in [str(d.path) for d in elsewhere]
     assert str(cwd / ".mm" / "skills") not in [str(d.path) for d in elsewhere]
+
+
+def test_the_agent_file_s_folders_are_not_kept_with_the_place_s_folders(tmp_path: Path) -> None:
+    # skills: comes from a file read without trust: kept with each place, a cloned repository's list was held
+    # 32 times over. Another list in the same place reuses the place's folders, the agent's first each time.
+    home, config, _, cwd = tree(tmp_path)
+    skilldirs._candidates.cache_clear()
+    for i in range(5):
+        dirs = skill_dirs(cwd, config_dir=config, home=home, agent_skills=(str(tmp_path / f"agent{i}"),))
+        assert (str(dirs[0].path), dirs[0].source) == (str(tmp_path / f"agent{i}"), "agent file")
+        assert str(dirs[1].path) == str(config / "skills")
+    assert skilldirs._candidates.cache_info().currsize == 1
 
 
 def test_a_project_skill_that_resolves_outside_the_repository_is_skipped(tmp_path: Path) -> None:
