@@ -256,14 +256,20 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
 # absolute from the file's folder and expands ``~``; the whole text is, so an edit is always seen; a text
 # that fails is not kept (its error is raised again). What a loader returns is shared by every prompt that
 # read the same text: mmd/config's Structs are frozen, and nothing changes their lists or maps (a caller
-# given a map to change gets a copy). Bounded: a long text is loaded every time, and the texts kept are
-# few, so a cloned repository's agent files cost the daemon little memory.
+# given a map to change gets a copy). Bounded: a long text is loaded every time, and the entries kept are
+# few, so a cloned repository's agent files cost the daemon little memory. Each weighs its text, its key's
+# other strings and LOADED_OVERHEAD for the objects: weighed by its text alone, an empty file's entry weighed
+# nothing and was never let go (20,000 empty mm.yaml kept 20,000 entries, ~37 MiB).
 LOADED_MAX_TEXT = 16 * 1024  # characters: a longer text is loaded every time
-LOADED_BUDGET = 32 * 1024  # characters of all the texts kept
+LOADED_BUDGET = 32 * 1024  # characters all the entries kept weigh together
+LOADED_OVERHEAD = 512  # characters an entry weighs besides its strings: its key, the value's smallest Struct
+LOADED_ENTRIES = 64  # entries kept at most, whatever they weigh
 _LOADED: collections.OrderedDict[tuple[Any, str, str, tuple[Hashable, ...], str], Any] = (
     collections.OrderedDict()
 )
 _LOADED_LOCK = threading.Lock()
+# What the entries of _LOADED weigh together: added up as they come and go, not at each one.
+_loaded_weight = 0
 
 
 def remembered(
@@ -287,12 +293,26 @@ def remembered(
             return value  # type: ignore[no-any-return]
     value = load(path, (reader or parse)(path, text), *args)
     if len(text) <= LOADED_MAX_TEXT:
-        with _LOADED_LOCK:
-            _LOADED[key] = value
-            kept = sum(len(k[-1]) for k in _LOADED)
-            while kept > LOADED_BUDGET:
-                kept -= len(_LOADED.popitem(last=False)[0][-1])
+        _keep(key, value)
     return value
+
+
+def _keep(key: tuple[Any, str, str, tuple[Hashable, ...], str], value: Any) -> None:
+    """Keep *value* in _LOADED, and let go of the entries used longest ago past its bounds."""
+    global _loaded_weight
+    with _LOADED_LOCK:
+        if key not in _LOADED:  # another prompt's thread may have loaded the same text meanwhile
+            _loaded_weight += _weight(key)
+        _LOADED[key] = value
+        while _LOADED and (_loaded_weight > LOADED_BUDGET or len(_LOADED) > LOADED_ENTRIES):
+            _loaded_weight -= _weight(_LOADED.popitem(last=False)[0])
+
+
+def _weight(key: tuple[Any, str, str, tuple[Hashable, ...], str]) -> int:
+    """What an entry of _LOADED counts for against LOADED_BUDGET: its strings' characters and the overhead."""
+    _, path, home, args, text = key
+    strings = sum(len(a) for a in args if isinstance(a, str))
+    return len(path) + len(home) + strings + len(text) + LOADED_OVERHEAD
 
 
 # -- reading ----------------------------------------------------------------

@@ -49,11 +49,16 @@ MAX_FOLDERS = 500
 MAX_SKIPPED_WARNINGS = 20
 # The skills read last, by folder, source and whole SKILL.md text: every prompt reads every skill again, and
 # its front matter's YAML (~4 ms a kilobyte) was most of a prompt's CPU for a user of twenty skills. An edit
-# is always seen (the text is the key); a file that fails is not kept. Bounded by the texts' characters (a
-# Skill keeps its body: about twice that in memory), the skills used last kept first.
-KEPT_TEXT = 1024 * 1024
+# is always seen (the text is the key); a file that fails is not kept. Bounded by what the entries weigh: the
+# text's characters (a Skill keeps its body: about twice that in memory), the folder's and the source's, and
+# KEPT_OVERHEAD for the objects; and by their number; the skills used last kept first. Weighed by their texts
+# alone, 20,000 small skills in long folders were 660 KiB of the budget and held ~26 MiB.
+KEPT_TEXT = 1024 * 1024  # characters all the entries weigh together
+KEPT_OVERHEAD = 512  # characters an entry weighs besides its strings: its key, the Skill, its Path
+KEPT_ENTRIES = 1024  # entries kept at most, whatever they weigh
 _kept: collections.OrderedDict[tuple[str, str, str], Skill] = collections.OrderedDict()
 _kept_lock = threading.Lock()  # skills are loaded in worker threads, several prompts at once
+_kept_weight = 0  # what the entries of _kept weigh together: added up as they come and go, not at each one
 # Folders of a skills directory that are not attempted skills.
 _IGNORED = ("__pycache__", "node_modules")
 
@@ -273,12 +278,25 @@ def parse_skill(folder: Path, source: str = "", budget: _Budget | None = None) -
         allowed_tools=_allowed_tools(meta),
         source=source,
     )
-    with _kept_lock:
-        _kept[key] = skill
-        kept = sum(len(k[2]) for k in _kept)
-        while kept > KEPT_TEXT:
-            kept -= len(_kept.popitem(last=False)[0][2])
+    _keep(key, skill)
     return skill
+
+
+def _keep(key: tuple[str, str, str], skill: Skill) -> None:
+    """Keep *skill* in _kept, and let go of the skills used longest ago past its bounds."""
+    global _kept_weight
+    with _kept_lock:
+        if key not in _kept:  # another prompt's thread may have kept the same text meanwhile
+            _kept_weight += _weight(key)
+        _kept[key] = skill
+        while _kept and (_kept_weight > KEPT_TEXT or len(_kept) > KEPT_ENTRIES):
+            _kept_weight -= _weight(_kept.popitem(last=False)[0])
+
+
+def _weight(key: tuple[str, str, str]) -> int:
+    """What an entry of _kept counts for against KEPT_TEXT: its strings' characters and the overhead."""
+    folder, source, text = key
+    return len(folder) + len(source) + len(text) + KEPT_OVERHEAD
 
 
 def _read(path: Path) -> str:

@@ -647,6 +647,16 @@ def test_the_files_loaded_and_kept_between_prompts_stay_within_their_budget(tmp_
     assert load_agent_file(tmp_path / "a99.yaml") is latest
 
 
+def test_empty_files_by_the_thousand_leave_the_files_kept_between_prompts_within_their_cap(tmp_path):
+    # An empty text weighed nothing, so its entries were never let go (20,000 folders' empty mm.yaml: 20,000
+    # entries, ~37 MiB): each entry weighs its path and a fixed overhead too, and their number is capped.
+    for i in range(10_000):
+        load_agent_file(write(tmp_path / f"a{i}.yaml", ""))
+    assert len(loader._LOADED) <= loader.LOADED_ENTRIES
+    latest = load_agent_file(tmp_path / "a9999.yaml")
+    assert load_agent_file(tmp_path / "a9999.yaml") is latest
+
+
 def test_the_sandbox_of_config_yaml_short_or_whole_with_its_folders_made_absolute(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert (

@@ -186,6 +186,23 @@ def test_a_skill_read_again_unchanged_is_not_parsed_again_and_an_edit_is_seen(
     assert str(tmp_path / "many" / "m19") in [key[0] for key in skills._kept]
 
 
+def test_the_skills_kept_between_prompts_are_bounded_by_count_and_their_folders_weigh_too(
+    tmp_path: Path,
+) -> None:
+    # Only the texts were weighed: 20,000 small skills in long folders were 660 KiB of the 1 MiB budget and held
+    # ~26 MiB. Each kept skill weighs its folder's path and a fixed overhead too, and their number is capped.
+    for d in range(3):
+        for i in range(400):
+            skill(tmp_path / f"d{d}", f"s{i}-{'f' * 150}", "---\ndescription: d\n---\n")
+        load_skills([tmp_path / f"d{d}"])
+    assert len(skills._kept) <= skills.KEPT_ENTRIES
+    weights = [
+        len(text) + len(folder) + len(source) + skills.KEPT_OVERHEAD for folder, source, text in skills._kept
+    ]
+    assert sum(weights) <= skills.KEPT_TEXT
+    assert str(tmp_path / "d2" / f"s399-{'f' * 150}") in [key[0] for key in skills._kept]  # the latest kept
+
+
 def test_front_matter_past_its_bound_is_refused_unread_and_a_flood_of_errors_is_cut(tmp_path: Path) -> None:
     big = "keywords: [" + ", ".join(f"w{i}" for i in range(3000)) + "]\n"  # 20 KB: ~80 ms of YAML each
     for i in range(25):
