@@ -10,7 +10,14 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import time
 from pathlib import Path
+
+# A file system stamps a change (a file's or a folder's ctime) with its clock's coarse tick: a few ms on Linux
+# before 6.13 (most file systems), up to 2 s on FAT and some NFS servers. A second change within the same
+# tick leaves the stamp as it was, so a stamp this close to the moment it was read does not tell whether a
+# change comes after: what is kept by it is looked at again next time (git's "racy" entries, the same rule).
+RACY_NS = 2_000_000_000
 
 
 def home() -> Path:
@@ -23,6 +30,13 @@ def home() -> Path:
 @functools.lru_cache(maxsize=8)
 def _home(value: str | None) -> Path:
     return Path.home()
+
+
+def racy(stamp_ns: int) -> bool:
+    """Whether a change stamped *stamp_ns* (a ctime, in ns), read now, may be followed by another under the
+    same stamp (:data:`RACY_NS`): nothing kept by the stamp may be trusted to show it. A stamp ahead of the
+    clock (a clock set back) is racy too."""
+    return time.time_ns() - stamp_ns < RACY_NS
 
 
 def _xdg(var: str, default: str) -> Path:

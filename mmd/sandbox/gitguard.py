@@ -43,6 +43,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from mmd.paths import racy
+
 ASIDE = ".mm-refused"
 # Bounds, none of which a command can use to get round the guard: the bytes kept of one file and of one
 # repository (a file past them is known by its inode, size and change time instead: changed, it is set
@@ -350,7 +352,8 @@ def _gitdir(
 
 
 # A folder's names by its path, with the (inode, ctime) they were listed at: a name made, removed or
-# renamed in it changes its ctime, which no unprivileged process can set back. Most calls change
+# renamed in it changes its ctime, which no unprivileged process can set back (a listing whose ctime was
+# racy, paths.racy, is not kept: a name made within the same tick would leave the ctime as it was). Most calls change
 # nothing in .git: they then cost an lstat of .git, its config and its hooks folder, and no listing.
 _listed: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
 _crowded: set[str] = set()  # folders whose last listing stopped at MAX_NAMES
@@ -375,20 +378,24 @@ def _names(folder: str, st: os.stat_result) -> frozenset[str]:
     names = frozenset(found)
     if len(_listed) >= MAX_LISTED:
         _listed.clear()
-    _listed[folder] = (key, names)  # listed after the lstat: a name made meanwhile changes the key again
+    if racy(st.st_ctime_ns):
+        _listed.pop(folder, None)
+    else:
+        _listed[folder] = (key, names)  # listed after the lstat: a name made meanwhile changes the key again
     return names
 
 
 def _marks(paths: list[tuple[str, os.stat_result | None]]) -> tuple[tuple[object, ...], ...]:
     """What tells a change without reading: a file's inode, size, mode and change time (``ctime``, which no
     unprivileged process can set back, unlike the modification time); a folder's inode and mode (what is
-    in it is guarded path by path: a new hook is a new path)."""
+    in it is guarded path by path: a new hook is a new path). A change time too recent to tell the next
+    change (:func:`mmd.paths.racy`) marks the file as changed: what it holds is read and compared."""
     return tuple(
         (path,)
         if st is None
         else (path, st.st_ino, st.st_mode)
         if stat.S_ISDIR(st.st_mode) and path not in _crowded
-        else (path, st.st_ino, st.st_size, st.st_mode, st.st_ctime_ns)
+        else (path, st.st_ino, st.st_size, st.st_mode, object() if racy(st.st_ctime_ns) else st.st_ctime_ns)
         for path, st in paths
     )
 

@@ -12,7 +12,7 @@ spawn, naming the file.
 
 A walk reads every entry's inode (about 8 µs each here: 60 ms for mm's own
 7,000 entries), so each folder's listing is kept and reused while the folder's
-mtime is unchanged: a later spawn costs one lstat per folder and per linked
+ctime is unchanged: a later spawn costs one lstat per folder and per linked
 file. The walk stops after MAX_ENTRIES entries: what lies past it is not
 checked (docs/security.md says so). bench/bench_sandbox.py measures both.
 The listings kept are bounded (MAX_KEPT): a folder found gone loses its
@@ -44,9 +44,9 @@ class HardLinkRefused(OSError):
 
 
 class _Folder(msgspec.Struct, frozen=True):
-    """What one walk of a folder found: kept until the folder's mtime changes."""
+    """What one walk of a folder found: kept until the folder's ctime changes."""
 
-    mtime: int  # st_mtime_ns, read before the folder was listed
+    ctime: int  # st_ctime_ns, read before the folder was listed
     entries: int
     subfolders: tuple[str, ...]
     linked: tuple[str, ...]  # regular files with more than one name
@@ -54,8 +54,10 @@ class _Folder(msgspec.Struct, frozen=True):
 
 
 # Folder path → what its last walk found, the least recently used first. A name added, removed or renamed
-# in a folder changes the folder's mtime, so a folder whose mtime is unchanged holds the same names: only it
-# needs no listing. The daemon's spawns share it, from several worker threads (under _lock). Changed only
+# in a folder changes the folder's ctime, so a folder whose ctime is unchanged holds the same names: only it
+# needs no listing. The ctime, not the mtime: any writer may set a folder's mtime back (utime), and a hard
+# link made, then the mtime put back, went unseen where no watch reported it; a ctime cannot be set back. A
+# listing whose ctime was racy (paths.racy: a second change in the same tick keeps it) is not kept. The daemon's spawns share it, from several worker threads (under _lock). Changed only
 # through _keep and _drop, which count the paths the listings hold (_held, at most MAX_KEPT): a daemon walks
 # project after project, and builds make and remove folders, for weeks.
 _walked: collections.OrderedDict[str, _Folder] = collections.OrderedDict()
@@ -237,14 +239,14 @@ def _git_objects(parent: str, name: str) -> bool:
 
 
 def _folder(path: str) -> _Folder | None:
-    """The walk of *path*: the cached one while its mtime holds, else a new listing."""
+    """The walk of *path*: the cached one while its ctime holds, else a new listing."""
     try:
-        mtime = os.lstat(path).st_mtime_ns
+        changed = os.lstat(path).st_ctime_ns
     except OSError:
         _drop(path)
         return None
     cached = _walked.get(path)
-    if cached is not None and cached.mtime == mtime:
+    if cached is not None and cached.ctime == changed:
         _walked.move_to_end(path)
         return cached
     subfolders, linked, entries, repository = [], [], 0, False
@@ -264,11 +266,14 @@ def _folder(path: str) -> _Folder | None:
                     linked.append(entry.path)
             except OSError:
                 continue
-    walked = _Folder(mtime, entries, tuple(subfolders), tuple(linked), repository)
+    walked = _Folder(changed, entries, tuple(subfolders), tuple(linked), repository)
     if cached is not None:  # a subfolder it no longer holds was removed or moved: its listings are no one's
         for gone in set(cached.subfolders).difference(subfolders):
             _drop(gone)
-    _keep(path, walked)
+    if paths.racy(changed):  # listed again next time: a name made now may leave the ctime as it is
+        _drop(path, below=False)
+    else:
+        _keep(path, walked)
     return walked
 
 
@@ -433,7 +438,7 @@ def _quiet_of(roots: tuple[str, ...]) -> _Quiet | None:
         while len(_quiets) > MAX_QUIETS:
             evicted = _quiets.popitem(last=False)[1]
             # Its queued events drop the listings of the folders changed, removed or moved since (a project
-            # deleted after its last call); the others stay, checked by their mtime at the next walk.
+            # deleted after its last call); the others stay, checked by their ctime at the next walk.
             evicted.passed()
             evicted.close()
     _quiets.move_to_end(roots)

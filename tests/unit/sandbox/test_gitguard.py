@@ -6,13 +6,16 @@ for the file its program would have made, not only by what mm says.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import trio
 
+from mmd import paths
 from mmd.procs import run_tool_process
 from mmd.sandbox import Sandbox, gitguard, support
 from mmd.sandbox.gitguard import Unreadable, config_entries, refused_entry
@@ -25,6 +28,13 @@ needs_landlock = pytest.mark.skipif(not support().available, reason="the kernel 
 
 def git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(autouse=True)
+def not_racy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' repositories were made a moment ago: racy (paths.RACY_NS), every look would read them
+    again. The rule has a test of its own, which puts it back."""
+    monkeypatch.setattr(paths, "RACY_NS", 0)
 
 
 @pytest.fixture
@@ -380,3 +390,39 @@ def test_the_file_tools_do_not_write_in_git_under_a_sandbox(repo, target: str) -
                 ctx_for(work, box),
             )
     assert trio.run(write, Sandbox(mode="off")).ok  # no sandbox: the person allowed everything
+
+
+def test_a_config_changed_within_the_tick_of_the_look_before_is_put_back(tmp_path: Path, monkeypatch) -> None:
+    """On a file system of coarse timestamps, a config rewritten at the same size in the same tick as the
+    look before the call keeps its inode, size and ctime: the change was not seen, and a core.fsmonitor
+    planted so ran in the person's next git. A stamp that recent (paths.RACY_NS) is taken as a change."""
+    monkeypatch.setattr(paths, "RACY_NS", 2 * 10**9)
+    work = tmp_path / "work"
+    work.mkdir()
+    git("init", "-q", cwd=work)
+    config = work / ".git" / "config"
+    text = config.read_bytes()
+    line = b"\tlogallrefupdates = true\n"
+    assert line in text
+    planted = b"\tfsmonitor = /tmp/x" + b"x" * (len(line) - 20) + b"\n"
+    assert len(planted) == len(line)
+    real, tick = gitguard._lstat, time.time_ns() - 10**8
+
+    def coarse(path: str) -> os.stat_result | None:  # every change in this tick is stamped the tick
+        st = real(path)
+        if st is None:
+            return None
+        return os.stat_result(
+            (*st[:9], min(st.st_ctime, tick / 1e9)), {"st_ctime_ns": min(st.st_ctime_ns, tick)}
+        )
+
+    monkeypatch.setattr(gitguard, "_lstat", coarse)
+    gitguard.forget()
+    taken = gitguard.before([str(work)])
+    ino = os.stat(config).st_ino
+    with open(config, "r+b") as f:  # in place: the same inode and size
+        f.write(text.replace(line, planted))
+    assert (os.stat(config).st_ino, coarse(str(config)).st_ctime_ns) == (ino, tick)
+    notes = gitguard.after(taken, [str(work)])
+    assert notes and notes[0].startswith(".git/config: core.fsmonitor")
+    assert config.read_bytes() == text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,28 @@ def fresh() -> Iterator[None]:
     links.forget()
     yield
     links.forget()
+
+
+@pytest.fixture(autouse=True)
+def not_racy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' folders were made a moment ago: racy (paths.RACY_NS), their listings would never be kept.
+    The rule has tests of its own, which put it back."""
+    monkeypatch.setattr(paths, "RACY_NS", 0)
+
+
+class _Coarse:
+    """An lstat as on a file system of coarse timestamps (FAT, some NFS servers; ext4 and others before Linux
+    6.13, in ticks of a few ms), the test within one tick: every change since *tick* is stamped *tick*."""
+
+    def __init__(self, st: os.stat_result, tick: int) -> None:
+        self._st, self._tick = st, tick
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._st, name)
+
+    @property
+    def st_ctime_ns(self) -> int:
+        return min(self._st.st_ctime_ns, self._tick)
 
 
 @pytest.fixture
@@ -265,3 +288,39 @@ def test_folders_gone_from_a_listed_folder_lose_their_listings(
     check_links([str(project)])
     assert _listed_under(project / "build") == [str(project / "build")]
     assert _paths_kept() == links._held
+
+
+def test_a_link_made_then_the_folders_mtime_put_back_is_found(tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no watch reports a change (here: too many folders), a folder is listed again when its stamp
+    changed. It was the mtime, which any writer sets back (utime): a hard link made, then the folder's mtime
+    put back, kept the listing from before the link. The ctime cannot be set back."""
+    project, outside = tree
+    monkeypatch.setattr(links, "MAX_WATCHED", 2)  # three folders: not watched
+    check_links([str(project)])
+    before = os.stat(project / "src")
+    os.link(outside / "victim", project / "src" / "link")
+    os.utime(project / "src", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(project / "src").st_mtime_ns == before.st_mtime_ns
+    with pytest.raises(HardLinkRefused):
+        check_links([str(project)])
+
+
+def test_a_link_made_within_the_tick_of_a_listing_is_found(tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a file system of coarse timestamps, a link made in the same tick as the folder's listing leaves
+    its ctime as it was: a listing whose ctime was that recent (paths.RACY_NS) is not kept."""
+    project, outside = tree
+    monkeypatch.setattr(paths, "RACY_NS", 2 * 10**9)
+    monkeypatch.setattr(links, "MAX_WATCHED", 2)  # not watched: the stamps alone decide
+    real, tick = os.lstat, time.time_ns() - 10**8
+    monkeypatch.setattr(os, "lstat", lambda path, *a, **k: _Coarse(real(path, *a, **k), tick))
+    check_links([str(project)])
+    assert str(project / "src") not in links._walked  # changed in this tick: not kept
+    stamp = os.lstat(project / "src").st_ctime_ns
+    os.link(outside / "victim", project / "src" / "link")
+    assert os.lstat(project / "src").st_ctime_ns == stamp  # the same tick: the same stamp
+    with pytest.raises(HardLinkRefused):
+        check_links([str(project)])
+    monkeypatch.setattr(paths, "RACY_NS", 0)  # a stamp long past: the listing is kept
+    (project / "src" / "link").unlink()
+    check_links([str(project)])
+    assert str(project / "src") in links._walked
