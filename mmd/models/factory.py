@@ -26,6 +26,11 @@ LOCAL = "local/"
 # A small model can fall into repeating itself until its context is full; a local step stops
 # here (about 4 KB of text: a tool call, an answer, a file of a few hundred lines).
 LOCAL_MAX_TOKENS = 1024
+# The fields of a ModelRef that build() does not read: they shape the turn (recovery, the window) or
+# choose where the provider's server is (a script, a local model). Every other field keys the daemon's
+# providers (ModelRef.key), so a field added later parts them until it is named here (a kept provider
+# built from an older config.yaml was used with the old max_tokens and constrain_calls).
+NOT_BUILT = frozenset({"recover_tool_calls", "context_window", "script", "extra"})
 
 
 class ModelRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,15 +56,9 @@ class ModelRef(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (
-            self.kind,
-            self.base_url,
-            self.model,
-            self.api_key_env,
-            self.timeout,
-            self.max_retries,
-            self.headers,
-        )
+        """What the provider :meth:`build` makes depends on: every field but those of NOT_BUILT, so that an
+        edit of config.yaml that changes any other (``max_tokens``, ``constrain_calls``…) gets a new one."""
+        return tuple(getattr(self, name) for name in self.__struct_fields__ if name not in NOT_BUILT)
 
     @classmethod
     def parse(cls, config: Any, ref: str, base_dir: Path) -> ModelRef:

@@ -7,13 +7,15 @@ Other servers get an estimate: UTF-8 bytes / 4, rounded up (English prose and co
 bytes a token; denser text runs fewer, which the context budget's margins absorb —
 docs/local.md#context-budget).
 
-A count never changes for a text, so each counter keeps its counts (:class:`Counter`); the turn
-asks again only for messages it has not seen.
+A count never changes for a text of one model, so each counter keeps its counts (:class:`Counter`: 8 MiB
+of text at most, dropped when the server names another model); the turn asks again only for messages it has
+not seen.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,8 +32,12 @@ ESTIMATE_BYTES = 4
 # Bytes per token when llama-server should have answered but did not: dense text's worst case, so
 # a missed count never lets an oversized request through.
 FALLBACK_BYTES = 2
-# Texts whose counts a counter keeps; the oldest is forgotten past this.
+# Texts whose counts a counter keeps, and their size in all (bytes of the str objects): the least recently
+# counted are forgotten past either. One counter serves every session of a model (the estimate's, every
+# remote model's), and a text may be as large as an RPC frame (16 MiB): 4,096 of them held 200 MiB of
+# prompts that had ended. 8 MiB keeps a few long sessions' histories, whose messages each new turn counts.
 CACHE_SIZE = 4096
+CACHE_BYTES = 8 * 1024 * 1024
 # Seconds for /props and /tokenize: they answer from the HTTP thread, never behind a generation.
 TIMEOUT = 10.0
 # Hosts whose server may be a llama-server worth asking (never a remote API: it is not asked at all).
@@ -63,6 +69,8 @@ class Counter:
 
     def __init__(self) -> None:
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self._bytes = 0  # of the texts kept (sys.getsizeof)
+        self.serves: Any = None  # what the counts are of (LlamaCounter: the server's model)
 
     async def count(self, text: str) -> int:
         """The tokens of *text*, counted once per text."""
@@ -72,12 +80,23 @@ class Counter:
             self._counts.move_to_end(text)
             return known
         counted = await self._count(text)
-        if counted is not None:
+        if counted is None:
+            return estimate(text, FALLBACK_BYTES)  # not kept: asked again next time
+        size = sys.getsizeof(text)
+        if size <= CACHE_BYTES and text not in self._counts:  # one larger is counted again next turn
             self._counts[text] = counted
-            if len(self._counts) > CACHE_SIZE:
-                self._counts.popitem(last=False)
-            return counted
-        return estimate(text, FALLBACK_BYTES)  # not kept: asked again next time
+            self._bytes += size
+            while len(self._counts) > CACHE_SIZE or self._bytes > CACHE_BYTES:
+                self._bytes -= sys.getsizeof(self._counts.popitem(last=False)[0])
+        return counted
+
+    def serving(self, what: Any) -> None:
+        """The counts to come are of *what* (a llama-server's model): when it is not what they were of, the
+        kept counts go, since another tokenizer counts the same text otherwise."""
+        if what != self.serves:
+            self._counts.clear()
+            self._bytes = 0
+            self.serves = what
 
     async def _count(self, text: str) -> int | None:
         return estimate(text)
@@ -115,26 +134,44 @@ class LlamaCounter(Counter):
         await self._http.aclose()
 
 
+class Props(msgspec.Struct, frozen=True):
+    """What a server at a root said to ``GET /props``."""
+
+    window: int | None  # its slot's n_ctx; None: it is no llama-server
+    answered: bool  # False: nothing listens, or the connection broke (it may be one once it is up)
+    # Which model it serves (its file and window): a server restarted with another model on the same port
+    # tokenizes otherwise, so the counts kept of the one before must go (Counter.serving).
+    model: tuple[str | None, int] | None = None
+
+
 async def llama_window(root: str) -> int | None:
     """The window (``n_ctx``) of the llama-server at *root*, or None when it is no llama-server."""
-    return (await server_window(root))[0]
+    return (await server_props(root)).window
 
 
 async def server_window(root: str) -> tuple[int | None, bool]:
-    """The window of the llama-server at *root* (None: it is none), and whether a server answered at all
-    (False: nothing listens, or the connection broke: it may be one once it is up)."""
+    """The window of the llama-server at *root* (None: it is none), and whether a server answered at all."""
+    props = await server_props(root)
+    return props.window, props.answered
+
+
+async def server_props(root: str) -> Props:
+    """What the llama-server at *root* says of its window and model (:class:`Props`)."""
     http = transport.client_for(root, TIMEOUT)
     try:
         status, data = await transport.fetch(http, "GET", f"{root}/props")
         if status != 200:
-            return None, True
+            return Props(None, True)
         check_json(data, what="the answer is")  # a ValueError before the decoder recurses
         props: Any = msgspec.json.decode(data)
         n_ctx = props["default_generation_settings"]["n_ctx"]
+        path = props.get("model_path")
     except transport.TransportError:
-        return None, False
-    except (ValueError, KeyError, TypeError):
-        return None, True
+        return Props(None, False)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Props(None, True)
     finally:
         await http.aclose()
-    return (n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None), True
+    if not isinstance(n_ctx, int) or n_ctx <= 0:
+        return Props(None, True)
+    return Props(n_ctx, True, (path if isinstance(path, str) else None, n_ctx))

@@ -1,14 +1,16 @@
-"""The model connections of the daemon's turns: one provider per model, kept while the daemon runs.
+"""The model connections of the daemon's turns: one provider per model, the 16 used last kept.
 
-A local model's provider is keyed by its server's URL (the server may come
-back on another port). A scripted model (tests, benchmarks) replays its
-script from the start for each session, going on where the session's last
-turn left it; its server lives as long as the turn.
+A provider is keyed by all that it is built from (ModelRef.key), so an edit of config.yaml gets a new one;
+a local model's is keyed by its server's URL too (the server may come back on another port). One let go
+closes its connections once no running turn holds it (``release``). A scripted model (tests, benchmarks)
+replays its script from the start for each session, going on where the session's last turn left it; its
+server lives as long as the turn.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -32,6 +34,11 @@ SCRIPT_POSITIONS = 10_000
 # before its first model request (0.8 of the ~7 ms of CPU a one-step prompt costs the daemon); a server
 # restarted with another window is asked again within this.
 WINDOW_TTL = 10.0
+# Providers kept (each holds its connections), and llama-servers' token counters (each keeps up to
+# tokens.CACHE_BYTES of counted text); the least recently used is let go past these. Every distinct
+# `--model` a client named, and every port a local server came back on, kept one for the daemon's life.
+PROVIDERS_KEPT = 16
+COUNTERS_KEPT = 8
 
 
 class _Scripted(msgspec.Struct, kw_only=True):
@@ -49,30 +56,37 @@ class Providers:
     def __init__(self, nursery: trio.Nursery, local: LocalServers) -> None:
         self.nursery = nursery
         self.local = local
-        self.cache: dict[tuple[Any, ...], Provider] = {}
+        self.cache: OrderedDict[tuple[Any, ...], Provider] = OrderedDict()
         self._scripted: dict[str, _Scripted] = {}
         self._positions: dict[str, scripted.Position] = {}
         # Token counters of the llama-servers asked (by URL): each keeps the counts of its texts.
-        self._counters: dict[str, tokens.Counter] = {}
+        self._counters: OrderedDict[str, tokens.Counter] = OrderedDict()
         self._estimate = tokens.Counter()
-        # What each server root said of its window, and when (monotonic): kept WINDOW_TTL seconds.
-        self._windows: dict[str, tuple[float, int | None]] = {}
+        # What each server root said of its window and model, and when (monotonic): kept WINDOW_TTL seconds.
+        self._windows: dict[str, tuple[float, tokens.Props]] = {}
+        # What each session's running turn was given (providers, counters, by id) until its release; and
+        # what was let go from the caches while a turn held it, closed when none does.
+        self._held: dict[str, dict[int, Any]] = {}
+        self._retired: list[Any] = []
 
     async def get(self, model: ModelRef, session_id: str) -> Provider:
         """The provider for *model* in a turn of *session_id*.
 
         Errors: RPCError model_error (a local server that cannot start) or config_error.
         """
-        if "local" in model.extra:
-            return await self._local(model)
         if model.script is not None:
             return await self._start_scripted(model, session_id)
-        if model.key not in self.cache:
+        url = await self._local_url(model) if "local" in model.extra else None
+        key = (url, *model.key)
+        provider = self.cache.get(key)
+        if provider is None:
             try:
-                self.cache[model.key] = model.build()
+                provider = model.build(base_url=url)
             except ConfigError as exc:  # e.g. the API key's variable is not set
                 raise RPCError("config_error", str(exc)) from None
-        return self.cache[model.key]
+        await self._keep(self.cache, key, provider, PROVIDERS_KEPT)
+        self._held.setdefault(session_id, {})[id(provider)] = provider
+        return provider
 
     async def budget(self, model: ModelRef, session_id: str) -> Budget:
         """The window of *model* in a turn of *session_id* and how its tokens are counted.
@@ -85,27 +99,31 @@ class Providers:
         """
         root = await self._root(model, session_id)
         asked = model.kind == "openai" and tokens.on_loopback(root)
-        server = await self._window(root) if asked else None
+        props = await self._props(root) if asked else tokens.Props(None, False)
+        server = props.window
         local = catalog.context_size(model.extra["local"]) if "local" in model.extra else None
         size, source = window_tokens(model.kind, config=model.context_window, server=server, catalog=local)
         # A local model's server is llama-server even when /props did not answer: its /tokenize is
         # tried, and a text it does not count is counted as dense (mmd/models/tokens.py).
-        counter = self._counter(root, session_id) if server or local else self._estimate
+        counter = await self._counter(root, session_id) if server or local else self._estimate
+        if props.model is not None:  # another model on the same port: the counts of the last one go
+            counter.serving(props.model)
+        self._held.setdefault(session_id, {})[id(counter)] = counter
         return Budget(window=Window.of(size, model.max_tokens), counter=counter, source=source)
 
-    async def _window(self, root: str) -> int | None:
-        """The window of the server at *root*: asked at most once in WINDOW_TTL seconds while it answers (a
-        server that does not answer is asked at every prompt: it may be up by the next)."""
+    async def _props(self, root: str) -> tokens.Props:
+        """What the server at *root* says of its window and model: asked at most once in WINDOW_TTL seconds
+        while it answers (a server that does not answer is asked at every prompt: it may be up by the next)."""
         now = time.monotonic()
         kept = self._windows.get(root)
         if kept is not None and now - kept[0] < WINDOW_TTL:
             return kept[1]
-        window, answered = await tokens.server_window(root)
+        props = await tokens.server_props(root)
         # Expired answers go as another is kept: a scripted model's server has a root of its own per turn.
         self._windows = {r: k for r, k in self._windows.items() if now - k[0] < WINDOW_TTL}
-        if answered:
-            self._windows[root] = (time.monotonic(), window)
-        return window
+        if props.answered:
+            self._windows[root] = (time.monotonic(), props)
+        return props
 
     async def _root(self, model: ModelRef, session_id: str) -> str:
         if "local" in model.extra:
@@ -114,27 +132,38 @@ class Providers:
             return self._scripted[session_id].server.url
         return tokens.server_root(model.base_url)
 
-    def _counter(self, root: str, session_id: str) -> tokens.Counter:
+    async def _counter(self, root: str, session_id: str) -> tokens.Counter:
         entry = self._scripted.get(session_id)
         if entry is not None and entry.server.url == root:  # lives as long as the turn's server
             entry.counter = entry.counter or tokens.LlamaCounter(root)
             return entry.counter
-        if root not in self._counters:
-            self._counters[root] = tokens.LlamaCounter(root)
-        return self._counters[root]
+        counter = self._counters.get(root) or tokens.LlamaCounter(root)
+        await self._keep(self._counters, root, counter, COUNTERS_KEPT)
+        return counter
+
+    async def _keep(self, kept: OrderedDict[Any, Any], key: Any, thing: Any, most: int) -> None:
+        """*thing* kept in *kept* as the one used last; past *most*, the least recently used is let go:
+        closed now, or when the last turn holding it is released (a closed client fails the requests
+        a turn still makes with it)."""
+        kept[key] = thing
+        kept.move_to_end(key)
+        while len(kept) > most:
+            gone = kept.popitem(last=False)[1]
+            if self._holds(gone):
+                self._retired.append(gone)
+            else:
+                with trio.CancelScope(shield=True):
+                    await gone.aclose()
+
+    def _holds(self, thing: Any) -> bool:
+        """Whether a running turn was given *thing*."""
+        return any(id(thing) in held for held in self._held.values())
 
     async def _local_url(self, model: ModelRef) -> str:
         try:
             return await self.local.url(model.extra["local"])
         except LocalServerError as exc:
             raise RPCError("model_error", str(exc)) from None
-
-    async def _local(self, model: ModelRef) -> Provider:
-        url = await self._local_url(model)
-        key = ("local", model.model, url)
-        if key not in self.cache:
-            self.cache[key] = model.build(base_url=url)
-        return self.cache[key]
 
     async def _start_scripted(self, model: ModelRef, session_id: str) -> Provider:
         await self.release(session_id)  # never two servers for a session
@@ -152,7 +181,14 @@ class Providers:
         return provider
 
     async def release(self, session_id: str) -> None:
-        """The session's turn ended: stop its scripted server, remembering where its script stands."""
+        """The session's turn ended: close what was let go while it held it, and stop its scripted server,
+        remembering where its script stands."""
+        self._held.pop(session_id, None)
+        free = [thing for thing in self._retired if not self._holds(thing)]
+        self._retired = [thing for thing in self._retired if self._holds(thing)]
+        with trio.CancelScope(shield=True):
+            for thing in free:
+                await thing.aclose()
         entry = self._scripted.pop(session_id, None)
         if entry is None:
             return
@@ -168,10 +204,8 @@ class Providers:
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
-            for provider in self.cache.values():
-                await provider.aclose()
-            for counter in self._counters.values():
-                await counter.aclose()
+            for thing in [*self.cache.values(), *self._counters.values(), *self._retired]:
+                await thing.aclose()
 
 
 async def _serve_scripted(

@@ -6,6 +6,7 @@ The real llama-server answers the same questions in tests/e2e/test_local.py's lo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 
 import httpx
@@ -66,6 +67,41 @@ async def test_each_text_is_counted_once() -> None:
     counter = Recording()
     assert [await counter.count(t) for t in ("ab", "abc", "ab", "ab")] == [2, 3, 2, 2]
     assert asked == ["ab", "abc"]
+
+
+async def test_the_counts_kept_are_bounded_in_bytes_and_the_last_counted_stay() -> None:
+    # One counter serves the whole daemon: 4,096 texts of any size held 200 MiB of prompts that had ended.
+    asked: list[int] = []
+
+    class Recording(tokens.Counter):
+        async def _count(self, text: str) -> int | None:
+            asked.append(len(text))
+            return len(text)
+
+    counter = Recording()
+    big = [f"{i:08d}" + "x" * (1 << 20) for i in range(20)]
+    for text in big:
+        await counter.count(text)
+    kept = sum(sys.getsizeof(text) for text in counter._counts)
+    assert kept == counter._bytes <= tokens.CACHE_BYTES
+    assert list(counter._counts) == big[-len(counter._counts) :] and len(counter._counts) >= 6
+    asked.clear()
+    for _ in range(3):  # a turn's steps count its messages again: the last ones are still known
+        assert [await counter.count(text) for text in big[-6:]] == [len(big[0])] * 6
+    assert asked == []
+    huge = "y" * (tokens.CACHE_BYTES + 1)  # larger than all the counts kept: counted, not kept
+    assert await counter.count(huge) == len(huge) and huge not in counter._counts
+    assert big[-1] in counter._counts
+
+
+async def test_counts_of_another_model_are_dropped() -> None:
+    counter = tokens.Counter()
+    counter.serving(("/models/a.gguf", 8192))
+    await counter.count("abc")
+    counter.serving(("/models/a.gguf", 8192))
+    assert "abc" in counter._counts
+    counter.serving(("/models/b.gguf", 8192))
+    assert counter._counts == {} and counter._bytes == 0
 
 
 async def test_a_tokenizer_that_does_not_answer_counts_two_bytes_a_token_and_asks_again() -> None:
