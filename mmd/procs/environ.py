@@ -59,7 +59,7 @@ ESSENTIAL = frozenset({"PATH", "HOME", "PWD", "SHELL", "USER", "LOGNAME", "TERM"
 _withheld: set[str] = set()
 
 
-@functools.cache  # asked for every variable of every spawn; the names are few and repeat
+@functools.lru_cache(maxsize=1024)  # asked for every variable of every spawn; the names are few and repeat
 def looks_secret(name: str) -> bool:
     """Whether the variable *name* looks like it holds a secret (see the module docstring)."""
     upper = name.upper()

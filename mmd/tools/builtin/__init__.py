@@ -48,7 +48,9 @@ def tool_class(name: str) -> type[Tool]:
 def make_builtins(enabled: Iterable[str] | None, skills: Catalogue | None = None) -> list[Tool]:
     """The built-ins *enabled* (None: all) for a turn whose skills are *skills* (read_skill only with some)."""
     offered = bool(skills)
-    names = list(TABLE) if enabled is None else list(enabled)
+    # Each name once: a list that repeats one (an agent file's builtins: needs no trust, and may name bash
+    # 20,000 times) made a tool for each, every prompt, for the registry to keep one.
+    names = list(TABLE) if enabled is None else list(dict.fromkeys(enabled))
     return [_make(n, skills) for n in names if n in TABLE and (n != "read_skill" or offered)]
 
 

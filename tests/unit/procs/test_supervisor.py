@@ -296,6 +296,15 @@ def test_secret_looking_names(name: str, secret: bool) -> None:
     assert environ.looks_secret(name) is secret
 
 
+def test_the_names_judged_are_kept_within_a_bound() -> None:
+    # Names come from the daemon's environment and every config it read (MCP env: entries): kept all,
+    # a daemon that read many configs kept every name for its life.
+    for n in range(5000):
+        environ.looks_secret(f"SOME_NAME_{n}")
+    assert environ.looks_secret.cache_info().currsize <= 1024
+    assert environ.looks_secret("GITHUB_TOKEN") and not environ.looks_secret("PATH")
+
+
 def test_child_environment_withholds_secrets_and_passes_what_is_named() -> None:
     source = {"PATH": "/bin", "OPENAI_API_KEY": "k", "MY_LLM": "v", "PLAIN": "p"}
     environ.withhold(["MY_LLM", "PATH"])  # PATH is essential: never withheld

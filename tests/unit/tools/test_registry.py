@@ -64,3 +64,15 @@ def test_a_schema_msgpack_cannot_hold_is_rendered_each_time() -> None:
     one, two = Registry([Echo(odd)]).specs()[0], Registry([Echo(odd)]).specs()[0]
     assert one is not two and one.description == two.description
     assert one.parameters["properties"]["x"]["description"] == "Optional."
+
+
+def test_a_builtins_list_that_repeats_a_name_makes_each_tool_once(monkeypatch) -> None:
+    """An agent file's builtins: needs no trust and may repeat a name up to the YAML value limit: every prompt
+    made a tool for each entry (20,000 for a file naming bash 20,000 times), for the registry to keep one."""
+    from mmd.tools import builtin
+
+    made: list[str] = []
+    real = builtin._make
+    monkeypatch.setattr(builtin, "_make", lambda name, skills: made.append(name) or real(name, skills))
+    tools = builtin.make_builtins(["bash", "read_file"] * 10_000)
+    assert [t.name for t in tools] == ["bash", "read_file"] and made == ["bash", "read_file"]
