@@ -19,7 +19,20 @@ from .base import Tool
 # date or a number as key, as JSON would not): a turn renders its tools again, and every prompt is a turn:
 # ~0.3 ms of the loop's CPU a prompt, most of it copying schemas. The oldest is forgotten past this.
 RENDERED = 256
+# And by their size: a key is about its schema's size, and a spec holds the schema and its rendered copy. An
+# MCP server's schemas go up to 256 KiB each: 256 of them were ~190 MiB kept. The key bytes kept at most (a
+# few servers' tools weigh a few hundred KiB):
+RENDERED_BYTES = 8 * 1024 * 1024
 _rendered: OrderedDict[bytes, ToolSpec] = OrderedDict()
+_rendered_bytes = 0
+
+
+def _kept(size: int) -> None:
+    """Count a spec just kept (its key *size* bytes); past RENDERED or RENDERED_BYTES the oldest used go."""
+    global _rendered_bytes
+    _rendered_bytes += size
+    while len(_rendered) > RENDERED or (_rendered_bytes > RENDERED_BYTES and len(_rendered) > 1):
+        _rendered_bytes -= len(_rendered.popitem(last=False)[0])
 
 
 class Registry:
@@ -79,8 +92,7 @@ class Registry:
         spec = _rendered.get(key)
         if spec is None:
             spec = _rendered[key] = self._render_one(tool)
-            if len(_rendered) > RENDERED:
-                _rendered.popitem(last=False)
+            _kept(len(key))
         else:
             _rendered.move_to_end(key)
         return spec

@@ -76,3 +76,20 @@ def test_a_builtins_list_that_repeats_a_name_makes_each_tool_once(monkeypatch) -
     monkeypatch.setattr(builtin, "_make", lambda name, skills: made.append(name) or real(name, skills))
     tools = builtin.make_builtins(["bash", "read_file"] * 10_000)
     assert [t.name for t in tools] == ["bash", "read_file"] and made == ["bash", "read_file"]
+
+
+def test_the_specs_kept_are_bounded_by_their_size(monkeypatch) -> None:
+    """An MCP server's schemas go up to 256 KiB each: 256 specs of that kept ~190 MiB. The keys' bytes are
+    bounded too now, the oldest used let go; a spec still in use is rendered again, the same."""
+    from mmd.tools import registry
+
+    monkeypatch.setattr(registry, "RENDERED_BYTES", 64 * 1024)
+    big = [
+        Echo({"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d" * 20_000}}})
+        for i in range(12)
+    ]
+    specs = [Registry([tool]).specs()[0] for tool in big]
+    assert sum(len(key) for key in registry._rendered) == registry._rendered_bytes <= 64 * 1024
+    assert Registry([big[-1]]).specs()[0] is specs[-1]  # the newest kept
+    again = Registry([big[0]]).specs()[0]  # let go: rendered again
+    assert again is not specs[0] and again == specs[0]
