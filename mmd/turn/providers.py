@@ -184,11 +184,12 @@ class Providers:
         """The session's turn ended: close what was let go while it held it, and stop its scripted server,
         remembering where its script stands."""
         self._held.pop(session_id, None)
-        free = [thing for thing in self._retired if not self._holds(thing)]
-        self._retired = [thing for thing in self._retired if self._holds(thing)]
-        with trio.CancelScope(shield=True):
-            for thing in free:
-                await thing.aclose()
+        if self._retired:  # most often nothing was let go: no scope set up (twice a prompt, ~25 calls each)
+            free = [thing for thing in self._retired if not self._holds(thing)]
+            self._retired = [thing for thing in self._retired if self._holds(thing)]
+            with trio.CancelScope(shield=True):
+                for thing in free:
+                    await thing.aclose()
         entry = self._scripted.pop(session_id, None)
         if entry is None:
             return
