@@ -59,6 +59,8 @@ REAP_INTERVAL = 30.0
 # Clients served at once, at least and at most, whatever the open-files limit (Daemon.max_connections): a
 # container's limit of 1,048,576 made a quarter of it no bound on memory.
 MIN_CONNECTIONS, MAX_CONNECTIONS = 32, 1024
+# Sessions started by confined clients remembered at most (Daemon.confined_sessions).
+CONFINED_SESSIONS = 10_000
 # accept(2) errors that mean "not now" (out of descriptors or memory), and the pause before the next try.
 ACCEPT_LATER = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 ACCEPT_RETRY = 0.1
@@ -98,8 +100,9 @@ class Daemon:
         self.max_connections = min(MAX_CONNECTIONS, max(MIN_CONNECTIONS, soft // 4))
         self._refusing = False  # clients are refused for max_connections (said once in the log)
         # The sessions started, while this daemon runs, by a client with no_new_privs (a sandboxed command):
-        # the only ones such a client may act on (refuse_confined).
-        self.confined_sessions: set[str] = set()
+        # the only ones such a client may act on (refuse_confined). The CONFINED_SESSIONS started last: a
+        # command may start sessions in a loop, and one forgotten is only refused to such clients.
+        self.confined_sessions: dict[str, None] = {}
         self.sessions: dict[str, Session] = {}
         self.providers: Providers  # model connections, made when serving starts
         self._idle: tuple[float, float] = (-1.0, DaemonConfig().session_idle)  # (config mtime, seconds)
@@ -366,6 +369,13 @@ class Daemon:
             confined = sandbox.no_new_privs(conn.peer_pid)
         return Trust(self.store.trusted_files(), named=None if confined else named_file(cwd, named))
 
+    def remember_confined(self, session_id: str) -> None:
+        """*session_id* was started by a confined client: such clients may act on it (CONFINED_SESSIONS
+        remembered, the oldest forgotten: a command may start sessions in a loop)."""
+        self.confined_sessions[session_id] = None
+        if len(self.confined_sessions) > CONFINED_SESSIONS:
+            del self.confined_sessions[next(iter(self.confined_sessions))]
+
     def confined_out_of(self, conn: Connection, session_id: str | None) -> bool:
         """Whether *conn* runs with no_new_privs and *session_id* is no session such a client started."""
         return session_id not in self.confined_sessions and sandbox.no_new_privs(conn.peer_pid)
@@ -483,7 +493,7 @@ class Daemon:
             )
         session.start()  # before the awaits below: a second prompt meanwhile is "busy"
         if resolved.confined_client:
-            self.confined_sessions.add(session.id)
+            self.remember_confined(session.id)
         try:
             setup = await self._setup(resolved, session)
         except BaseException:

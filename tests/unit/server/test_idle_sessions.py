@@ -125,3 +125,17 @@ async def test_one_client_follows_at_most_max_subscriptions_sessions(
     await session_api.unsubscribe(daemon, client, SessionRef(session_id=ids[1]))
     await session_api.subscribe(daemon, client, Subscribe(session_id=ids[3]))
     assert sorted(client.subscriptions) == sorted([ids[0], ids[2], ids[3]])
+
+
+async def test_the_sessions_confined_clients_started_are_remembered_within_a_bound(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sandboxed command may run `mm -p` in a loop: each session it started was remembered for the
+    # daemon's life. The last CONFINED_SESSIONS are; one forgotten is only refused to confined clients.
+    from mmd.server import daemon as module
+
+    monkeypatch.setattr(module, "CONFINED_SESSIONS", 100)
+    for n in range(250):
+        daemon.remember_confined(f"s{n}")
+    assert len(daemon.confined_sessions) == 100 and "s249" in daemon.confined_sessions
+    assert "s0" not in daemon.confined_sessions
