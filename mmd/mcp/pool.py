@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 
 # Seconds a connection may go unused before it is closed (its stdio server stopped).
 IDLE_CLOSE = 1800.0
+# Connections kept, by configuration key: past it, those closed for being idle are forgotten with their tool
+# listings (up to MAX_LISTING_CHARS each). Every configuration met made one for the daemon's life (a server's
+# env: naming a token that rotates made a new key at each rotation).
+CONNECTIONS_KEPT = 64
 # Backoff between reconnect attempts that keep failing: first, then doubling up to the last.
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
@@ -120,6 +124,7 @@ class McpConnection:
         self._relist = False
         self._exit_code: int | None = None
         self._running = False
+        self._forgotten = False  # let go by the pool (McpPool.connection): its task ends
 
     # -- what callers use --------------------------------------------------
 
@@ -131,6 +136,8 @@ class McpConnection:
         self.last_used = trio.current_time()
         if self._live():
             return self._client
+        if self._forgotten:  # a turn still holds a tool of it: the pool's connection for its key answers
+            return await self.pool.adopt(self).ready(timeout)
         self.pool._start(self)
         seen = self.failures
         if self.state != "connecting":
@@ -227,6 +234,9 @@ class McpConnection:
             if not self._wanted():
                 self._set("idle")
                 await self._wake.wait()
+            if self._forgotten:
+                self._running = False
+                return
             self._wake = trio.Event()
             reached = await self._session()
             delay = 0.0 if reached else min(max(delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
@@ -435,10 +445,33 @@ class McpPool:
     def connection(self, server: ResolvedServer) -> McpConnection:
         conn = self.connections.get(server.key)
         if conn is None:
+            self._forget_idle()
             conn = self.connections[server.key] = McpConnection(self, server)
         else:
             conn.server = server  # the same connection, perhaps under another name
         return conn
+
+    def adopt(self, conn: McpConnection) -> McpConnection:
+        """The connection for forgotten *conn*'s key: *conn* itself again when none was made since."""
+        live = self.connections.get(conn.key)
+        if live is None:
+            conn._forgotten = False
+            live = self.connections[conn.key] = conn
+        return live
+
+    def _forget_idle(self) -> None:
+        """Past CONNECTIONS_KEPT, forget the connections closed for being idle (least recently used first):
+        their tasks end, and their listings go. Those in use or wanted are kept, whatever their number."""
+        if len(self.connections) < CONNECTIONS_KEPT:
+            return
+        idle = sorted(
+            (c for c in self.connections.values() if c.state in ("new", "idle", "failed") and not c._wanted()),
+            key=lambda c: c.last_used,
+        )
+        for conn in idle[: len(self.connections) - CONNECTIONS_KEPT + 1]:
+            del self.connections[conn.key]
+            conn._forgotten, conn.tools = True, []
+            conn._wake.set()  # a task parked on it ends
 
     def _start(self, conn: McpConnection) -> None:
         if conn._running:

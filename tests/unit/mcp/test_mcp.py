@@ -356,3 +356,37 @@ async def test_a_listing_is_read_within_its_bounds(pages, kept, asked):
     assert len(tools) == kept and client.asked == asked
     assert (cut is None) == (kept == sum(n for n, _ in pages))
     assert all(len(t.description) <= mcp_pool.MAX_DESCRIPTION_CHARS + len(" [cut]") for t in tools)
+
+
+async def test_idle_connections_past_the_bound_are_forgotten_and_a_tool_still_held_gets_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every configuration met kept its connection (and its tool listing, up to 8 MiB) for the daemon's life,
+    a server's env: naming a rotating token a new one at each rotation. Past CONNECTIONS_KEPT, those closed
+    for being idle go: their tasks end. One in use is kept; a tool still held gets its key's connection."""
+    import trio
+
+    monkeypatch.setattr(mcp_pool, "CONNECTIONS_KEPT", 3)
+    pool = mcp_pool.McpPool(log_dir=tmp_path)
+
+    def server(n: int) -> Any:
+        return SimpleNamespace(key=f"key{n:05d}", name=f"s{n}", transport="stdio")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        conns = [pool.connection(server(n)) for n in range(3)]
+        long_ago = trio.current_time() - mcp_pool.IDLE_CLOSE - 10
+        for n, conn in enumerate(conns):
+            conn.last_used, conn.tools = long_ago + n, ["a tool"]
+            pool._start(conn)  # unwanted: it parks idle
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c.state for c in conns] == ["idle"] * 3
+        conns[0].in_flight = 1  # a call under way: kept, whatever its age
+        pool.connection(server(7))
+        await trio.testing.wait_all_tasks_blocked()
+        assert list(pool.connections) == ["key00000", "key00002", "key00007"]
+        assert (conns[1]._forgotten, conns[1].tools, conns[1]._running) == (True, [], False)  # its task ended
+        assert pool.adopt(conns[1]) is conns[1] and not conns[1]._forgotten  # its key free again: itself
+        again = pool.connection(server(1))
+        assert again is conns[1]
+        nursery.cancel_scope.cancel()
