@@ -465,7 +465,11 @@ class McpPool:
         if len(self.connections) < CONNECTIONS_KEPT:
             return
         idle = sorted(
-            (c for c in self.connections.values() if c.state in ("new", "idle", "failed") and not c._wanted()),
+            (
+                c
+                for c in self.connections.values()
+                if c.state in ("new", "idle", "failed") and not c._wanted()
+            ),
             key=lambda c: c.last_used,
         )
         for conn in idle[: len(self.connections) - CONNECTIONS_KEPT + 1]:

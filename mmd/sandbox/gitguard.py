@@ -353,8 +353,9 @@ def _gitdir(
 
 # A folder's names by its path, with the (inode, ctime) they were listed at: a name made, removed or
 # renamed in it changes its ctime, which no unprivileged process can set back (a listing whose ctime was
-# racy, paths.racy, is not kept: a name made within the same tick would leave the ctime as it was). Most calls change
-# nothing in .git: they then cost an lstat of .git, its config and its hooks folder, and no listing.
+# racy, paths.racy, is not kept: a name made within the same tick would leave the ctime as it was). Most
+# calls change nothing in .git: they then cost an lstat of .git, its config and its hooks folder, and no
+# listing.
 _listed: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
 _crowded: set[str] = set()  # folders whose last listing stopped at MAX_NAMES
 MAX_LISTED = 1024
