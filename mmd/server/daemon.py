@@ -157,6 +157,10 @@ class Daemon:
                 await self._run(listen_sock, handle_signals, task_status)
             finally:
                 procs.stop_orphans()  # the trees are stopped: what is left dropped its tag
+                # No longer the reaper of this process's orphans: a process that goes on after serving (a
+                # test's, which then starts an `mm` whose own daemon outlives it) would keep them as zombies.
+                procs.reap_orphans()
+                procs.become_subreaper(False)
                 self.store.close()
                 if lock_fd is not None:
                     transport.remove_socket(self.socket_path)

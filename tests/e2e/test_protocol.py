@@ -218,6 +218,28 @@ async def test_second_daemon_on_the_same_socket_refuses(live, mm_home):
         await other.serve()
 
 
+async def test_a_daemon_served_in_this_process_leaves_it_no_subreaper(mm_home, nursery):
+    """A daemon is the reaper of its orphans while it serves. Served in a test's process, it left the process
+    a subreaper after it stopped: the daemon a later test's `mm` started on demand, orphaned when that `mm`
+    exited, came back to the test's process, and stayed a zombie once stopped (the supervisor's tests then
+    found a child that was none of theirs)."""
+    import ctypes
+
+    def subreaper() -> bool:
+        flag = ctypes.c_int(-1)
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
+        return bool(flag.value)
+
+    daemon = Daemon(methods=METHODS, socket_path=socket_of(mm_home), state_dir=mm_home / "state" / "mm")
+    await nursery.start(daemon.serve)
+    assert subreaper()
+    daemon.request_stop("test over")
+    await daemon.stopped.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    assert not subreaper()
+
+
 async def test_stale_socket_is_removed_when_nothing_answers(mm_home, nursery):
     sock_path = socket_of(mm_home)
     sock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
