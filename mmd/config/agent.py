@@ -188,14 +188,11 @@ def check_skill_count(doc: Document) -> None:
 
     Errors: ConfigError at the line of the first folder past the limit.
     """
-    skills = doc.data.get("skills") if isinstance(doc.data, dict) else None
-    if isinstance(skills, list) and len(skills) > MAX_SKILL_FOLDERS:
-        raise doc.error(
-            ("skills", MAX_SKILL_FOLDERS),
-            problem=f"{len(skills):,} skills folders listed; the limit is {MAX_SKILL_FOLDERS}",
-            hint="a folder holds any number of skills (a subfolder each): gather them in fewer folders, "
-            "or list the others in another agent file (--agent FILE)",
-        )
+    hint = (
+        "a folder holds any number of skills (a subfolder each): gather them in fewer folders, "
+        "or list the others in another agent file (--agent FILE)"
+    )
+    doc.refuse_past("skills", MAX_SKILL_FOLDERS, "skills folders listed", hint)
 
 
 def normalise_sandboxes(doc: Document) -> None:

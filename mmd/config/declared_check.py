@@ -27,13 +27,8 @@ def check_tool_count(doc: Document) -> None:
 
     Errors: ConfigError at the line of the first tool past the limit.
     """
-    tools = doc.data.get("tools") if isinstance(doc.data, dict) else None
-    if isinstance(tools, list) and len(tools) > MAX_TOOLS:
-        raise doc.error(
-            ("tools", MAX_TOOLS),
-            problem=f"{len(tools):,} tools declared; the limit is {MAX_TOOLS}",
-            hint="keep the tools this agent needs and put the others in another agent file (--agent FILE)",
-        )
+    hint = "keep the tools this agent needs and put the others in another agent file (--agent FILE)"
+    doc.refuse_past("tools", MAX_TOOLS, "tools declared", hint)
 
 
 def check_tools(doc: Document, tools: list[DeclaredToolSpec], reserved: tuple[str, ...]) -> None:

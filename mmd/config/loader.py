@@ -14,14 +14,12 @@ loader (where the file was read from), in a ``set_by_loader`` ClassVar.
 
 from __future__ import annotations
 
-import collections
 import datetime
 import functools
 import hashlib
 import json
 import os
 import re
-import threading
 import types
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
@@ -31,6 +29,7 @@ import msgspec
 import yaml
 
 from .. import paths
+from ..kept import Kept
 from ..untrusted import LimitedLoader, NotRegularFile, YamlLimitError, open_regular, read_at_most
 
 T = TypeVar("T")
@@ -200,6 +199,18 @@ class Document:
         """
         return ConfigError(file=self.file, line=self.line(path), field=dotted(path), **texts)
 
+    def refuse_past(self, key: str, limit: int, what: str, hint: str) -> None:
+        """Refuse more than *limit* entries in the list under the top-level *key*, before they are checked
+        one by one (a list as long as the file allows would be checked, and kept, whole).
+
+        Errors: ConfigError at the line of the first entry past the limit: "N *what*; the limit is L".
+        """
+        entries = self.data.get(key) if isinstance(self.data, dict) else None
+        if isinstance(entries, list) and len(entries) > limit:
+            raise self.error(
+                (key, limit), problem=f"{len(entries):,} {what}; the limit is {limit}", hint=hint
+            )
+
     def convert(self, type_: type[T]) -> T:
         """Check the values against the Struct ``type_`` and build it; missing keys take defaults.
 
@@ -256,20 +267,25 @@ def parse(file: str | os.PathLike[str], text: str | None = None) -> Document:
 # absolute from the file's folder and expands ``~``; the whole text is, so an edit is always seen; a text
 # that fails is not kept (its error is raised again). What a loader returns is shared by every prompt that
 # read the same text: mmd/config's Structs are frozen, and nothing changes their lists or maps (a caller
-# given a map to change gets a copy). Bounded: a long text is loaded every time, and the entries kept are
-# few, so a cloned repository's agent files cost the daemon little memory. Each weighs its text, its key's
-# other strings and LOADED_OVERHEAD for the objects: weighed by its text alone, an empty file's entry weighed
-# nothing and was never let go (20,000 empty mm.yaml kept 20,000 entries, ~37 MiB).
+# given a map to change gets a copy). Bounded (mmd/kept.py): a long text is loaded every time, and the
+# entries kept are few, so a cloned repository's agent files cost the daemon little memory. Each weighs its
+# text, its key's other strings and LOADED_OVERHEAD for the objects.
 LOADED_MAX_TEXT = 16 * 1024  # characters: a longer text is loaded every time
 LOADED_BUDGET = 32 * 1024  # characters all the entries kept weigh together
 LOADED_OVERHEAD = 512  # characters an entry weighs besides its strings: its key, the value's smallest Struct
 LOADED_ENTRIES = 64  # entries kept at most, whatever they weigh
-_LOADED: collections.OrderedDict[tuple[Any, str, str, tuple[Hashable, ...], str], Any] = (
-    collections.OrderedDict()
+
+
+def _weight(key: tuple[Any, str, str, tuple[Hashable, ...], str]) -> int:
+    """What an entry of _LOADED counts for against LOADED_BUDGET: its strings' characters and the overhead."""
+    _, path, home, args, text = key
+    strings = sum(len(a) for a in args if isinstance(a, str))
+    return len(path) + len(home) + strings + len(text) + LOADED_OVERHEAD
+
+
+_LOADED: Kept[tuple[Any, str, str, tuple[Hashable, ...], str], Any] = Kept(
+    LOADED_ENTRIES, LOADED_BUDGET, _weight
 )
-_LOADED_LOCK = threading.Lock()
-# What the entries of _LOADED weigh together: added up as they come and go, not at each one.
-_loaded_weight = 0
 
 
 def remembered(
@@ -287,32 +303,12 @@ def remembered(
     """
     text = (read or _read)(path)
     key = (load, str(path), os.environ.get("HOME", ""), args, text)
-    with _LOADED_LOCK:
-        if (value := _LOADED.get(key, _LOADED)) is not _LOADED:
-            _LOADED.move_to_end(key)
-            return value  # type: ignore[no-any-return]
+    if (value := _LOADED.get(key, _LOADED)) is not _LOADED:
+        return value  # type: ignore[no-any-return]
     value = load(path, (reader or parse)(path, text), *args)
     if len(text) <= LOADED_MAX_TEXT:
-        _keep(key, value)
+        _LOADED.put(key, value)
     return value
-
-
-def _keep(key: tuple[Any, str, str, tuple[Hashable, ...], str], value: Any) -> None:
-    """Keep *value* in _LOADED, and let go of the entries used longest ago past its bounds."""
-    global _loaded_weight
-    with _LOADED_LOCK:
-        if key not in _LOADED:  # another prompt's thread may have loaded the same text meanwhile
-            _loaded_weight += _weight(key)
-        _LOADED[key] = value
-        while _LOADED and (_loaded_weight > LOADED_BUDGET or len(_LOADED) > LOADED_ENTRIES):
-            _loaded_weight -= _weight(_LOADED.popitem(last=False)[0])
-
-
-def _weight(key: tuple[Any, str, str, tuple[Hashable, ...], str]) -> int:
-    """What an entry of _LOADED counts for against LOADED_BUDGET: its strings' characters and the overhead."""
-    _, path, home, args, text = key
-    strings = sum(len(a) for a in args if isinstance(a, str))
-    return len(path) + len(home) + strings + len(text) + LOADED_OVERHEAD
 
 
 # -- reading ----------------------------------------------------------------

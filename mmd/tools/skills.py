@@ -15,16 +15,15 @@ matter parsed with mm's limited YAML loader (no tags, no aliases past a limit).
 
 from __future__ import annotations
 
-import collections
 import os
 import re
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
 import yaml
 
+from ..kept import Kept
 from ..untrusted import YamlLimitError, open_regular, read_at_most, safe_load
 
 # Largest front matter read: it holds a name, a description and keywords (a few hundred bytes; a description
@@ -56,9 +55,15 @@ MAX_SKIPPED_WARNINGS = 20
 KEPT_TEXT = 1024 * 1024  # characters all the entries weigh together
 KEPT_OVERHEAD = 512  # characters an entry weighs besides its strings: its key, the Skill, its Path
 KEPT_ENTRIES = 1024  # entries kept at most, whatever they weigh
-_kept: collections.OrderedDict[tuple[str, str, str], Skill] = collections.OrderedDict()
-_kept_lock = threading.Lock()  # skills are loaded in worker threads, several prompts at once
-_kept_weight = 0  # what the entries of _kept weigh together: added up as they come and go, not at each one
+
+
+def _weight(key: tuple[str, str, str]) -> int:
+    """What an entry of _kept counts for against KEPT_TEXT: its strings' characters and the overhead."""
+    folder, source, text = key
+    return len(folder) + len(source) + len(text) + KEPT_OVERHEAD
+
+
+_kept: Kept[tuple[str, str, str], Skill] = Kept(KEPT_ENTRIES, KEPT_TEXT, _weight)  # mmd/kept.py
 # Folders of a skills directory that are not attempted skills.
 _IGNORED = ("__pycache__", "node_modules")
 
@@ -263,10 +268,8 @@ def parse_skill(folder: Path, source: str = "", budget: _Budget | None = None) -
         budget.skipped += 1  # one too big is refused by _front_matter, unread and uncounted
         return None
     key = (str(folder), source, text)
-    with _kept_lock:
-        if (skill := _kept.get(key)) is not None:
-            _kept.move_to_end(key)
-            return skill
+    if (skill := _kept.get(key)) is not None:
+        return skill  # type: ignore[no-any-return]
     meta = _front_matter(front)
     body = text[close.end() :].lstrip("\r\n")
     skill = Skill(
@@ -278,25 +281,8 @@ def parse_skill(folder: Path, source: str = "", budget: _Budget | None = None) -
         allowed_tools=_allowed_tools(meta),
         source=source,
     )
-    _keep(key, skill)
+    _kept.put(key, skill)
     return skill
-
-
-def _keep(key: tuple[str, str, str], skill: Skill) -> None:
-    """Keep *skill* in _kept, and let go of the skills used longest ago past its bounds."""
-    global _kept_weight
-    with _kept_lock:
-        if key not in _kept:  # another prompt's thread may have kept the same text meanwhile
-            _kept_weight += _weight(key)
-        _kept[key] = skill
-        while _kept and (_kept_weight > KEPT_TEXT or len(_kept) > KEPT_ENTRIES):
-            _kept_weight -= _weight(_kept.popitem(last=False)[0])
-
-
-def _weight(key: tuple[str, str, str]) -> int:
-    """What an entry of _kept counts for against KEPT_TEXT: its strings' characters and the overhead."""
-    folder, source, text = key
-    return len(folder) + len(source) + len(text) + KEPT_OVERHEAD
 
 
 def _read(path: Path) -> str:

@@ -178,7 +178,7 @@ def test_a_skill_read_again_unchanged_is_not_parsed_again_and_an_edit_is_seen(
     assert edited.get("s").description == "Does another thing." and len(parsed) == 2
     project, _ = load_skills([skills.SkillDir(tmp_path / "user", "project")])
     assert project.get("s").source == "project" and len(parsed) == 3  # found another way: its own
-    monkeypatch.setattr(skills, "KEPT_TEXT", 2000)  # what is kept is bounded, the latest kept
+    monkeypatch.setattr(skills._kept, "weight", 2000)  # what is kept is bounded, the latest kept
     for i in range(20):
         skill(tmp_path / "many", f"m{i:02d}", front(f"m{i:02d}", "z" * 200))
     load_skills([tmp_path / "many"])
