@@ -389,4 +389,9 @@ async def test_idle_connections_past_the_bound_are_forgotten_and_a_tool_still_he
         assert pool.adopt(conns[1]) is conns[1] and not conns[1]._forgotten  # its key free again: itself
         again = pool.connection(server(1))
         assert again is conns[1]
+        # Forgotten while a turn holds one of its tools, and its key connected anew since: the pool's answers.
+        conns[2]._forgotten = True
+        del pool.connections["key00002"]
+        anew = pool.connection(server(2))
+        assert anew is not conns[2] and pool.adopt(conns[2]) is anew and conns[2]._forgotten
         nursery.cancel_scope.cancel()
