@@ -34,11 +34,11 @@ import functools
 import hashlib
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
 from ..contract import ARTICLE, Problem, closest
+from ..kept import Kept
 
 log = logging.getLogger(__name__)
 
@@ -254,12 +254,12 @@ def _patterns(schema: Any) -> set[str]:
 # Checks kept for schemas seen before: a turn builds every tool of its servers, and building one
 # (meta-schema validation, the validator class) costs ~20 ms; listings rarely change. Keyed by the
 # schema's digest: a refused schema may be MiBs of text. Each entry weighs its schema's bytes.
-_CACHE: OrderedDict[bytes, tuple[SchemaCheck | Unusable, int]] = OrderedDict()
 # Schemas kept at most (the least recently used goes first).
 CACHE_SIZE = 512
 # Bytes of schema text kept at most, one full listing (pool.MAX_LISTING_CHARS). A check holds ~37 KiB
 # (its validator class) and ~5 times its text (the parsed schema), so the cache holds ≤ ~60 MiB.
 CACHE_BYTES = 8 * 1024 * 1024
+_CACHE: Kept[bytes, SchemaCheck | Unusable] = Kept(CACHE_SIZE, CACHE_BYTES)  # mmd/kept.py
 
 
 def check_for(schema: Any) -> SchemaCheck:
@@ -272,19 +272,14 @@ def check_for(schema: Any) -> SchemaCheck:
     except (TypeError, ValueError):
         raise Unusable("its inputSchema is not JSON") from None
     key = hashlib.sha256(text.encode()).digest()
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        found = _CACHE[key][0]
-    else:
+    found = _CACHE.get(key)
+    if found is None:
         try:
             found = SchemaCheck(schema)
         except Unusable as exc:
             found = exc.with_traceback(None)
         # A refusal keeps its message only, not the schema.
-        size = len(text) if isinstance(found, SchemaCheck) else len(str(found))
-        _CACHE[key] = (found, size)
-        while len(_CACHE) > CACHE_SIZE or sum(weight for _, weight in _CACHE.values()) > CACHE_BYTES:
-            _CACHE.popitem(last=False)
+        _CACHE.put(key, found, len(text) if isinstance(found, SchemaCheck) else len(str(found)))
     if isinstance(found, Unusable):  # a new one each time: a raised exception keeps its traceback
         raise Unusable(str(found), too_large=found.too_large)
     return found

@@ -6,12 +6,12 @@ contract and the consent path are the same for all of them.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 
 import msgspec
 
 from .. import contract
+from ..kept import Kept
 from ..models.base import ToolSpec
 from .base import Tool
 
@@ -23,16 +23,7 @@ RENDERED = 256
 # MCP server's schemas go up to 256 KiB each: 256 of them were ~190 MiB kept. The key bytes kept at most (a
 # few servers' tools weigh a few hundred KiB):
 RENDERED_BYTES = 8 * 1024 * 1024
-_rendered: OrderedDict[bytes, ToolSpec] = OrderedDict()
-_rendered_bytes = 0
-
-
-def _kept(size: int) -> None:
-    """Count a spec just kept (its key *size* bytes); past RENDERED or RENDERED_BYTES the oldest used go."""
-    global _rendered_bytes
-    _rendered_bytes += size
-    while len(_rendered) > RENDERED or (_rendered_bytes > RENDERED_BYTES and len(_rendered) > 1):
-        _rendered_bytes -= len(_rendered.popitem(last=False)[0])
+_rendered: Kept[bytes, ToolSpec] = Kept(RENDERED, RENDERED_BYTES, weigh=len)  # mmd/kept.py
 
 
 class Registry:
@@ -91,11 +82,9 @@ class Registry:
             return self._render_one(tool)
         spec = _rendered.get(key)
         if spec is None:
-            spec = _rendered[key] = self._render_one(tool)
-            _kept(len(key))
-        else:
-            _rendered.move_to_end(key)
-        return spec
+            spec = self._render_one(tool)
+            _rendered.put(key, spec)
+        return spec  # type: ignore[no-any-return]
 
     def _render_one(self, tool: Tool) -> ToolSpec:
         return ToolSpec(

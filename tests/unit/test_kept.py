@@ -26,6 +26,10 @@ def test_a_key_kept_again_is_weighed_once_and_a_missing_value_is_told_apart() ->
     assert kept.held == 3 and len(kept) == 1
     missing = object()
     assert kept.get("abc", missing) is None and kept.get("zzz", missing) is missing
+    kept.put("abc", 1, weight=7)  # told its weight (a key that cannot tell it): the old weight goes
+    assert kept.held == 7 and kept.get("abc") == 1
+    kept.put("d", 2, weight=4)  # 11 > 10: the least recently used goes
+    assert list(kept) == ["d"] and kept.held == 4
 
 
 def test_threads_keeping_at_once_leave_the_weight_true() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mmd import contract
+from mmd.kept import Kept
 from mmd.mcp.schema import (
     MAX_MATCH_WORK,
     MAX_PATTERNS,
@@ -266,14 +267,12 @@ def test_compiled_regexes_are_kept_for_the_whole_process_at_most_regexes_kept():
 def test_the_schema_cache_is_bounded_by_its_schemas_bytes(monkeypatch):
     from mmd.mcp import schema as module
 
-    monkeypatch.setattr(module, "_CACHE", type(module._CACHE)())
-    monkeypatch.setattr(module, "CACHE_BYTES", 64 * 1024)
+    monkeypatch.setattr(module, "_CACHE", Kept(module.CACHE_SIZE, 64 * 1024))
     for i in range(20):
         module.check_for({"type": "object", "properties": {f"f{i}": {"description": "x" * 10_000}}})
     huge = {"type": "object", "properties": {"f": {"description": "x" * (MAX_SCHEMA_BYTES + 1)}}}
     with pytest.raises(Unusable):
         module.check_for(huge)
-    kept = list(module._CACHE.values())
-    assert 0 < sum(size for _, size in kept) <= module.CACHE_BYTES
-    assert len(kept) < 10
+    assert 0 < module._CACHE.held <= 64 * 1024
+    assert len(module._CACHE) < 10
     assert all(len(key) == 32 for key in module._CACHE)  # a digest: a refused schema's text is not kept

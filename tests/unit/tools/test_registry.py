@@ -83,13 +83,13 @@ def test_the_specs_kept_are_bounded_by_their_size(monkeypatch) -> None:
     bounded too now, the oldest used let go; a spec still in use is rendered again, the same."""
     from mmd.tools import registry
 
-    monkeypatch.setattr(registry, "RENDERED_BYTES", 64 * 1024)
+    monkeypatch.setattr(registry._rendered, "weight", 64 * 1024)
     big = [
         Echo({"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d" * 20_000}}})
         for i in range(12)
     ]
     specs = [Registry([tool]).specs()[0] for tool in big]
-    assert sum(len(key) for key in registry._rendered) == registry._rendered_bytes <= 64 * 1024
+    assert sum(len(key) for key in registry._rendered) == registry._rendered.held <= 64 * 1024
     assert Registry([big[-1]]).specs()[0] is specs[-1]  # the newest kept
     again = Registry([big[0]]).specs()[0]  # let go: rendered again
     assert again is not specs[0] and again == specs[0]
