@@ -20,9 +20,11 @@ from __future__ import annotations
 import codecs
 from collections import deque
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Protocol
 
 import msgspec
+
+from .spill import reason
 
 # The most of one output kept in its spill file: a command the model ran that printed without end (`yes`
 # until its timeout) had every byte kept: ~80 GB in the default 120 s at the 0.7 GB/s the supervisor reads. The count goes on; the
@@ -200,16 +202,22 @@ def _continuation_run(data: bytes) -> int:
     return n
 
 
+class Sink(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
 class OutputCapture:
     """A child's output, streamed to a spill file, echoed, and kept within budgets.
 
     ``feed`` each read as it arrives, ``end`` each stream at EOF (or ``finish``
-    them all), then ``render`` the text the model reads.
+    them all), then ``render`` the text the model reads. A spill file that cannot be opened or written
+    (a full disk: mmd/procs/spill.py) is given up, ``spill_error`` says why, and the output is read on:
+    the model is told the whole was not kept, and why.
     """
 
     def __init__(
         self,
-        spill: BinaryIO | Callable[[], BinaryIO] | None,
+        spill: Sink | Callable[[], Sink] | None,
         *,
         max_bytes: int,
         max_lines: int,
@@ -220,8 +228,8 @@ class OutputCapture:
 
         Errors: ValueError if a budget is not positive.
         """
-        self._spill: BinaryIO | None = None
-        self._open_spill: Callable[[], BinaryIO] | None = None
+        self._spill: Sink | None = None
+        self._open_spill: Callable[[], Sink] | None = None
         if callable(spill):
             self._open_spill = spill
         else:
@@ -229,6 +237,7 @@ class OutputCapture:
         self._held: list[bytes] = []
         self._spilled = 0  # bytes written to the spill file, MAX_SPILL_BYTES at most
         self.spill_full = False  # the output went on past MAX_SPILL_BYTES: its spill file holds the start
+        self.spill_error: str | None = None  # why the spill file was given up (then it is not kept)
         self._view = HeadTail(max_bytes, max_lines)
         self._on_output = on_output
         # The bytes of each stream's unfinished last character, held for its next read (a stream that
@@ -254,7 +263,7 @@ class OutputCapture:
         Whole characters go to the spill file, the view and ``on_output``; the
         last bytes of an unfinished character wait for the next read.
 
-        Errors: whatever the spill file's ``write`` or ``on_output`` raises.
+        Errors: whatever ``on_output`` raises (an OSError of the spill file's gives the spill up).
         """
         self._decode(stream, data, final=False)
 
@@ -273,12 +282,15 @@ class OutputCapture:
         for stream in list(self._pending):
             self.end(stream)
 
-    def render(self, spill_name: str | None) -> str:
+    def render(self, spill_name: str | None, lost: str | None = None) -> str:
         """The text the model reads: all of it, or head, a marker line, and tail.
 
         ``spill_name`` is where the marker says the whole output is; None says
-        it was not kept.
+        it was not kept, and *lost* (or ``spill_error``) why.
         """
+        lost = lost or self.spill_error
+        if lost is not None:
+            spill_name = None
         view = self._view
         if not view.truncated:
             return printable(view.whole().decode("utf-8", "replace"))
@@ -288,7 +300,7 @@ class OutputCapture:
             head += "\n"
         tail = printable(cut.tail.decode("utf-8", "replace"))
         kept = self._spilled if self.spill_full else None
-        return f"{head}{marker(cut, view.total_bytes, view.total_lines, spill_name, kept)}\n{tail}"
+        return f"{head}{marker(cut, view.total_bytes, view.total_lines, spill_name, kept, lost)}\n{tail}"
 
     def _decode(self, stream: str, data: bytes, *, final: bool) -> None:
         # What codecs' incremental UTF-8 decoder does, without its three Python calls a read: the codec
@@ -308,40 +320,52 @@ class OutputCapture:
             self._view.add(raw)
             if self._held and self._view.truncated:
                 assert self._open_spill is not None
-                self._spill = self._open_spill()
-                for held in self._held:
-                    self._write_spill(held)
-                self._held = []
+                try:
+                    self._spill = self._open_spill()
+                except OSError as exc:
+                    self.spill_error = reason(exc)
+                else:
+                    for held in self._held:
+                        self._write_spill(held)
+                self._held, self._open_spill = [], None
         if text and self._on_output is not None:
             self._on_output(stream, printable(text))
 
     def _write_spill(self, raw: bytes) -> None:
         assert self._spill is not None
-        if self.spill_full:
+        if self.spill_full or self.spill_error is not None:
             return
-        room = MAX_SPILL_BYTES - self._spilled
-        if len(raw) <= room:
-            self._spill.write(raw)
-            self._spilled += len(raw)
-            return
-        self._spill.write(raw[:room])
-        self._spilled, self.spill_full = MAX_SPILL_BYTES, True
-        self._spill.write(
-            f"\n[mm: the output went on past {MAX_SPILL_BYTES:,} bytes; the rest was not kept]\n".encode()
-        )
+        try:
+            room = MAX_SPILL_BYTES - self._spilled
+            if len(raw) <= room:
+                self._spill.write(raw)
+                self._spilled += len(raw)
+                return
+            self._spill.write(raw[:room])
+            self._spilled, self.spill_full = MAX_SPILL_BYTES, True
+            self._spill.write(
+                f"\n[mm: the output went on past {MAX_SPILL_BYTES:,} bytes; the rest was not kept]\n".encode()
+            )
+        except OSError as exc:
+            self.spill_error = reason(exc)
 
 
 def marker(
-    cut: Cut, total_bytes: int, total_lines: int, spill_name: str | None, kept: int | None = None
+    cut: Cut,
+    total_bytes: int,
+    total_lines: int,
+    spill_name: str | None,
+    kept: int | None = None,
+    lost: str | None = None,
 ) -> str:
     """The line between head and tail: what was cut and where to read it (*kept*: the bytes of the spill file,
-    when it holds only the start of the output)."""
+    when it holds only the start of the output; *lost*: why no file holds it)."""
     if cut.first_line == cut.last_line:
         lines = f"line {cut.first_line:,}"
     else:
         lines = f"lines {cut.first_line:,}–{cut.last_line:,}"
     if not spill_name:
-        where = "the whole output was not kept"
+        where = "the whole output was not kept" + (f" ({lost})" if lost else "")
     elif kept is not None:
         where = (
             f"the first {kept:,} bytes of the output ({total_bytes:,} bytes, {total_lines:,} lines) are in "

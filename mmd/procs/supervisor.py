@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import trio
@@ -59,6 +59,7 @@ from mmd.procs import cspawn
 from mmd.procs.environ import child_environment
 from mmd.procs.output import OutputCapture
 from mmd.procs.spawner import own_cwd, run_spawner
+from mmd.procs.spill import Spill
 from mmd.sandbox import Sandbox, gitguard
 from mmd.sandbox.landlock import Unavailable
 from mmd.sandbox.links import HardLinkRefused, check_links, repositories, settled_repositories
@@ -98,6 +99,7 @@ class ProcResult(msgspec.Struct, kw_only=True, frozen=True):
     truncated: bool  # the output outgrew max_bytes or max_lines
     spill_path: str | None  # file with every byte; kept only when truncated
     spawn_error: str | None = None  # why the command could not start
+    spill_error: str | None = None  # why the output, truncated, has no spill file (a full disk: spill.py)
     # What a confined call changed of git's own files and mm put back, one line each (mmd/sandbox/gitguard.py).
     git_put_back: tuple[str, ...] = ()
 
@@ -129,8 +131,9 @@ async def run_tool_process(
     first cut, with the bytes before it: output within the budgets is never written).
 
     ``output`` is the whole text if it fits both ``max_bytes`` and ``max_lines``, else the head and the tail
-    (half of each budget each) around a marker line that says what was cut and names the spill file. The
-    spill file is kept when the output was truncated and deleted otherwise (the model has it all).
+    (half of each budget each) around a marker line that says what was cut and names the spill file, kept
+    then (deleted otherwise: the model has it all). A spill file that cannot be made or written (a full disk,
+    the disk's reserve: mmd/procs/spill.py) is given up, and the marker says why.
 
     When the child exits, or ``timeout`` seconds pass, the whole tree is stopped (see the module docstring):
     processes the command left running in the background do not outlive the call (:func:`supervised_process`
@@ -139,15 +142,14 @@ async def run_tool_process(
 
     Errors: a command that cannot start is a result, not an exception:
     ``spawn_error`` says why (command not found, working directory gone,
-    permission denied) and ``exit_code`` is None. An error creating or
-    writing the spill file, or whatever ``on_output`` raises, comes out as it
-    was raised, once the tree is stopped.
+    permission denied) and ``exit_code`` is None. Whatever ``on_output`` raises
+    comes out as it was raised, once the tree is stopped.
 
     Cancellation: the whole tree is stopped in a shielded scope, which may take up to ``grace`` seconds, the
     spill file is deleted, then Cancelled goes on.
     """
     started = time.monotonic()
-    spill = _Spill(spill_path)
+    spill = Spill(spill_path)
     try:
         capture = OutputCapture(spill.open, max_bytes=max_bytes, max_lines=max_lines, on_output=on_output)
         try:
@@ -157,7 +159,7 @@ async def run_tool_process(
         except (OSError, ValueError) as exc:
             return _unstarted(_spawn_error(exc, argv, cwd), started)
         timed_out, put_back = await _collect_guarded(tree, capture, timeout, grace, sandbox)
-        spill.keep = capture.truncated
+        spill.keep = capture.truncated and capture.spill_error is None
         kept = str(spill_path) if spill.keep else None
         return _result(tree.proc, capture, timed_out, started, kept, put_back)
     finally:
@@ -847,30 +849,6 @@ def _close(tree: _Tree) -> None:
     tree.close()
 
 
-class _Spill:
-    """A call's spill file, made only when its output is cut (OutputCapture opens it then), and kept
-    only if the call ends with it cut: output within the budgets never touches the disk (a folder,
-    a file made, written and deleted for each call cost more than the rest of a call's bookkeeping)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.file: BinaryIO | None = None
-        self.keep = False
-
-    def open(self) -> BinaryIO:
-        """Create (or empty) the file, and its folder: 0600, as it holds whatever the command printed."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        self.file = os.fdopen(fd, "wb")
-        return self.file
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            if not self.keep:
-                self.path.unlink(missing_ok=True)
-
-
 def _result(
     proc: _Child,
     capture: OutputCapture,
@@ -891,6 +869,7 @@ def _result(
         total_lines=capture.total_lines,
         truncated=capture.truncated,
         spill_path=spill,
+        spill_error=capture.spill_error if capture.truncated else None,
         git_put_back=tuple(git_put_back or ()),
     )
 

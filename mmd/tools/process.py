@@ -15,12 +15,12 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 from typing import Any
 
 from ..procs import OutputCapture, ProcResult, run_tool_process
+from ..procs.spill import write_whole
 from ..sandbox.explain import refusal_note
 from .base import ToolContext, ToolResult
 
@@ -58,7 +58,7 @@ async def run_process(
     """Run *argv* for the call *ctx*: in *cwd* (default the session's), with *env* under the call's variables.
 
     Cancellation: the process group is stopped before Cancelled leaves. The session's folder is made
-    only when the output is cut and spills (mmd/procs/supervisor.py, _Spill).
+    only when the output is cut and spills (mmd/procs/spill.py).
     """
     spill = ctx.spill_path
     return await run_tool_process(
@@ -94,6 +94,8 @@ def process_answer(result: ProcResult, ctx: ToolContext | None = None) -> ToolRe
     }
     if result.spill_path:
         data["output_file"] = result.spill_path
+    elif result.spill_error:
+        data["output_not_kept"] = result.spill_error  # what was cut is gone: nothing may claim to hold it
     if result.spawn_error:
         data["error"] = result.spawn_error
         return ToolResult(ok=False, content=result.spawn_error, data=data)
@@ -141,22 +143,22 @@ def _status(result: ProcResult) -> str:
     return f"[exit code {result.exit_code}]"
 
 
-def cut_text(text: str, *, max_bytes: int, max_lines: int, spill_name: str) -> str:
-    """*text* as bash's output is cut: head, a marker naming *spill_name* (which holds the whole), tail.
+def cut_text(text: str, *, max_bytes: int, max_lines: int, spill_name: str, lost: str | None = None) -> str:
+    """*text* as bash's output is cut: head, a marker naming *spill_name* (which holds the whole), tail; or,
+    with *lost*, a marker that says the whole was not kept, and why.
 
     Nothing is written or echoed; a text within both budgets comes back whole.
     """
     capture = OutputCapture(None, max_bytes=max_bytes, max_lines=max_lines)
     capture.feed("stdout", text.encode("utf-8", "replace"))
     capture.finish()
-    return capture.render(spill_name) if capture.truncated else text
+    return capture.render(spill_name, lost) if capture.truncated else text
 
 
-def write_spill(path: Path, text: str) -> None:
-    """Write *text* to the spill file *path* (mode 0600, as every spill file), its folder made."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
-        f.write(text.encode("utf-8", "replace"))
+def write_spill(path: Path, text: str) -> str | None:
+    """Write *text* to the spill file *path* (mode 0600, as every spill file), its folder made; None once it
+    is there whole, else why it is not (a full disk, or the disk's reserve: mmd/procs/spill.py)."""
+    return write_whole(path, text.encode("utf-8", "replace"))
 
 
 def capped_text(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
@@ -178,6 +180,8 @@ def capped_text(text: str, ctx: ToolContext) -> tuple[str, dict[str, Any]]:
     data: dict[str, Any] = {"bytes": capture.total_bytes, "truncated": capture.truncated}
     if not capture.truncated:
         return capture.render(None), data
-    write_spill(spill, text)
+    if (lost := write_spill(spill, text)) is not None:
+        data["output_not_kept"] = lost
+        return capture.render(None, lost), data
     data["output_file"] = str(spill)
     return capture.render(str(spill)), data

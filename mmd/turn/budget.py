@@ -171,11 +171,15 @@ def spill_named(content: str) -> str | None:
     return found.group(1) if found else None
 
 
-def stub_text(name: str | None, call_id: str | None, size: int, path: str) -> str:
-    """What replaces an old tool output: one line that says where the whole is."""
+def stub_text(
+    name: str | None, call_id: str | None, size: int, path: str | None, lost: str | None = None
+) -> str:
+    """What replaces an old tool output: one line that says where the whole is (or, *path* None, that it was
+    not kept, and *lost* why)."""
+    where = f"the whole is in {path} — read_file it if needed" if path else f"the whole was not kept ({lost})"
     return (
         f"{STUB_PREFIX}{name or 'a tool'} call {call_id or '?'}, {size:,} bytes, removed to fit the context "
-        f"window; the whole is in {path} — read_file it if needed]"
+        f"window; {where}]"
     )
 
 

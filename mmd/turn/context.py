@@ -163,10 +163,11 @@ async def cap_output(result: ToolResult, b: Budget | None, limits: Limits, spill
     limit = b.window.output_bytes(limits.max_bytes)
     data = dict(result.data or {})
     name = str(data.get("output_file") or spill)
+    lost = data.get("output_not_kept")  # the output was cut already, and its whole could not be kept
     text = whole
     for _ in range(CUT_ROUNDS):
         # Bytes alone: a line budget (bash's) would cut read_file's lines, which cost no more than bytes.
-        text = cut_text(whole, max_bytes=limit, max_lines=limit, spill_name=name)
+        text = cut_text(whole, max_bytes=limit, max_lines=limit, spill_name=name, lost=lost)
         tokens = await b.counter.count(text)
         if tokens <= share:
             break
@@ -174,9 +175,12 @@ async def cap_output(result: ToolResult, b: Budget | None, limits: Limits, spill
         limit = budget.cut_bytes(size, tokens, share, overhead=max(0, size - limit))
     if text == whole:
         return result
-    if "output_file" not in data:
-        write_spill(spill, whole)
-        data["output_file"] = name
+    if "output_file" not in data and lost is None:
+        if (lost := write_spill(spill, whole)) is not None:  # the model is told why no file holds the whole
+            text = cut_text(whole, max_bytes=limit, max_lines=limit, spill_name=name, lost=lost)
+            data["output_not_kept"] = lost
+        else:
+            data["output_file"] = name
     return ToolResult(ok=result.ok, content=text, data={**data, "cut_to_window": True})
 
 
@@ -222,20 +226,23 @@ async def stub_outputs(history: History, setup: TurnSetup, m: Measure, *, target
 
 def _stub(folder: Path, message: Message) -> tuple[Message, dict[str, Any]]:
     size = len(message.content.encode())
-    path = budget.spill_named(message.content) or _keep(folder, message)
-    content = budget.stub_text(message.name, message.tool_call_id, size, path)
+    path, lost = budget.spill_named(message.content), None
+    if path is None:
+        path, lost = _keep(folder, message)
+    content = budget.stub_text(message.name, message.tool_call_id, size, path, lost)
     record = {"call_id": message.tool_call_id, "name": message.name, "bytes": size, "file": path}
     return Message(role="tool", tool_call_id=message.tool_call_id, name=message.name, content=content), record
 
 
-def _keep(folder: Path, message: Message) -> str:
-    """Write a whole tool output that was never cut to a file of its own; its path."""
+def _keep(folder: Path, message: Message) -> tuple[str | None, str | None]:
+    """Write a whole tool output that was never cut to a file of its own: its path, or None and why it could
+    not be (a full disk): the stub says the output is gone then, and the request fits all the same."""
     call = _UNSAFE.sub("_", message.tool_call_id or "call")[:64]
     digest = hashlib.sha256(message.content.encode()).hexdigest()[:8]
     path = folder / f"output-{call}-{digest}.log"
-    if not path.exists():
-        write_spill(path, message.content)
-    return str(path)
+    if not path.exists() and (lost := write_spill(path, message.content)) is not None:
+        return None, lost  # no file is left: a part would read as the whole
+    return str(path), None
 
 
 # -- summaries ---------------------------------------------------------------------------

@@ -748,9 +748,12 @@ async def test_output_within_the_budgets_never_touches_the_disk(tmp_path: Path) 
     spill = blocker / "spill.log"
     result = await run(["echo", "small"], tmp_path, spill_path=spill, max_bytes=200, max_lines=20)
     assert result.exit_code == 0 and result.output == "small\n" and result.spill_path is None
-    # A call whose output is cut needs it: that call fails with the error.
-    with pytest.raises(OSError):
-        await run(["seq", "1", "5000"], tmp_path, spill_path=spill, max_bytes=200, max_lines=20)
+    # A call whose output is cut needs it: that call still ends as the command did, and the model is told
+    # that the whole was not kept, and why (mmd/procs/spill.py).
+    cut = await run(["seq", "1", "5000"], tmp_path, spill_path=spill, max_bytes=200, max_lines=20)
+    assert cut.exit_code == 0 and cut.truncated and cut.spill_path is None
+    assert "the whole output was not kept (file exists)" in cut.output  # mkdir of its folder
+    assert cut.output.startswith("1\n2\n") and cut.output.endswith("4999\n5000\n")
 
 
 async def test_a_cut_output_cancelled_leaves_no_spill_file(tmp_path: Path) -> None:

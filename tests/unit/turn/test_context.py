@@ -327,3 +327,25 @@ def test_the_tools_json_is_never_another_specs_whose_identity_was_reused():
     # Each entry holds its specs: a spec freed and another made at its address is not taken for it.
     for n in range(3 * context.TOOLS_JSON_KEPT):
         assert f"number {n}" in context.tools_json(_specs(f"number {n}"))
+
+
+async def test_outputs_whose_whole_cannot_be_kept_are_cut_and_stubbed_all_the_same(turns: Turns) -> None:
+    # The session's folder cannot be made (a file stands where it would be; a full disk does the same, see
+    # tests/unit/procs/test_spill.py): the turn goes on, each cut output and each stub says the whole was
+    # not kept and why, and no request passes the window.
+    (turns.host.state_dir / "sessions").mkdir(parents=True)
+    (turns.host.state_dir / "sessions" / turns.session.id).write_text("")
+    steps = [dump(f"f{i}", 2800) for i in range(8)]
+    provider = await turns.run(dump("big", 50_000), *steps, answer("done"), window=4096)
+    assert turns.events("turn_ended")[0] == {"status": "ok", "text": "done", "error": None}
+    big = turns.events("tool_result")[0]
+    assert "the whole output was not kept (file exists)" in big["content"]
+    assert "output_file" not in big["data"] and big["data"]["cut_to_window"] is True
+    stubbed = [s for e in turns.events("context_stubbed") for s in e["stubbed"]]
+    assert stubbed and all(s["file"] is None for s in stubbed)
+    stubs = [
+        m.content for m in turns.stored() if m.role == "tool" and m.content.startswith(budget.STUB_PREFIX)
+    ]
+    assert stubs and all("the whole was not kept (file exists)]" in s for s in stubs)
+    room = Window.of(4096, 256).room
+    assert all(request_tokens(r.messages) <= room for r in provider.requests)
