@@ -17,6 +17,7 @@ from .rpc import trust
 from .server import sdnotify
 from .server.daemon import Daemon
 from .server.transport import AlreadyRunning
+from .store import StoreError
 
 # Exit status when another daemon already serves the socket: not an error.
 EXIT_ALREADY_RUNNING = 0
@@ -173,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mmd: {exc}; nothing to do", file=sys.stderr)
         return EXIT_ALREADY_RUNNING
     except PermissionError as exc:
+        print(f"mmd: {exc}", file=sys.stderr)
+        return 1
+    except StoreError as exc:  # its message says what to do (a full disk, a newer schema): not a bug
+        logging.getLogger("mmd").error("%s", exc)
         print(f"mmd: {exc}", file=sys.stderr)
         return 1
     except BaseException as exc:

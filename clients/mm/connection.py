@@ -36,7 +36,7 @@ from mmd.rpc import (
 )
 
 from . import spawn
-from .spawn import DaemonError, Unresponsive, Untrusted
+from .spawn import DaemonError, Unresponsive, Untrusted, full_disk
 
 __all__ = ["Client", "DaemonError", "Unresponsive", "Untrusted"]
 
@@ -193,9 +193,10 @@ class Client:
         else:
             why = ""
         if not data:
+            state = paths.state_dir()
             raise DaemonError(
-                f"mmd closed the connection{why} (it stopped or crashed); its log is in "
-                f"{paths.state_dir() / 'mmd.log'}; run the command again to start a new daemon"
+                f"mmd closed the connection{why} (it stopped or crashed); its log is in {state / 'mmd.log'}"
+                f"{full_disk(state)}; run the command again to start a new daemon"
             )
         error: FrameError | None = None
         try:

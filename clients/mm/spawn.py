@@ -11,6 +11,7 @@ Nothing is sent to a socket until it is known to be the user's own mmd (see mm/c
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -147,7 +148,9 @@ def start_daemon(path: Path) -> socket.socket:
             log_path = started.log_path
             if said:
                 raise DaemonError(f"mmd failed to start (exit code {code}): {said} (log: {log_path})")
-            raise DaemonError(f"mmd failed to start (exit code {code}); see {log_path}")
+            raise DaemonError(
+                f"mmd failed to start (exit code {code}); see {log_path}{full_disk(log_path.parent)}"
+            )
         time.sleep(delay)
         delay = min(delay * 1.5, 0.02)
     raise DaemonError(f"mmd did not answer on {path} within {START_TIMEOUT:.0f} s; see {started.log_path}")
@@ -174,6 +177,18 @@ def _spawn_daemon(path: Path) -> _Started:
     return _Started(proc, log_path, offset)
 
 
+def full_disk(folder: Path) -> str:
+    """A note for a message about a daemon that stopped: that the disk holding *folder* (its state: the store,
+    the log) is full, when it is; else "". A daemon on a full disk cannot write why it stopped to its log."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return ""
+    if stat.f_bavail * stat.f_frsize >= FULL_BELOW:
+        return ""
+    return f"; the disk that holds {folder} is full: free space on it (`df -h {folder}`)"
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -181,6 +196,8 @@ def _size(path: Path) -> int:
         return 0
 
 
+# Free bytes under which the disk of the state folder counts as full (the store's next page would not fit).
+FULL_BELOW = 64 * 1024
 # The most of the log read back for the reason a daemon gave up: its last line is near the end.
 _SAID_MAX = 64 * 1024
 

@@ -153,6 +153,9 @@ class Host(Protocol):
 
     def detach(self, conn: Connection) -> None: ...
 
+    def unwritable(self, exc: BaseException) -> str | None:
+        """What to tell the client when *exc* is the store's disk failing (full...), not a bug."""
+
 
 class Connection:
     def __init__(self, daemon: Host, stream: trio.SocketStream, peer_pid: int) -> None:
@@ -380,11 +383,15 @@ class Connection:
         except RPCError as exc:
             self.push(self.protocol.fail(call, exc))
         except Exception as exc:
-            log.exception("%r: %s failed", self, call.method)
-            err = RPCError(
-                "internal_error",
-                f"{call.method} failed inside the daemon: {exc!r}; details are in {self.daemon.log_path}",
-            )
+            if (reason := self.daemon.unwritable(exc)) is not None:  # a full disk, say: not a bug
+                log.error("%r: %s failed: %s (%r)", self, call.method, reason, exc)
+                err = RPCError("store_unwritable", reason)
+            else:
+                log.exception("%r: %s failed", self, call.method)
+                err = RPCError(
+                    "internal_error",
+                    f"{call.method} failed inside the daemon: {exc!r}; details are in {self.daemon.log_path}",
+                )
             self.push(self.protocol.fail(call, err))
         else:
             frame = self.protocol.respond(call, result)

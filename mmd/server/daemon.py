@@ -66,13 +66,9 @@ ACCEPT_LATER = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOME
 ACCEPT_RETRY = 0.1
 # Seconds between two looks at the daemon's socket file (Daemon._listen).
 SOCKET_CHECK = 2.0
+
+
 # The error of a turn the previous daemon never finished.
-INTERRUPTED = (
-    "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
-    "did not run to their end. Continue with mm --resume {id} -p ..."
-)
-
-
 class Daemon:
     def __init__(
         self,
@@ -223,12 +219,21 @@ class Daemon:
     def _close_interrupted_turns(self) -> None:
         # A turn still open in the store was running when the previous daemon died: end it
         # (its unanswered calls get a result, so the history stays valid) before anyone resumes it.
+        # On a store that cannot be written (a full disk), the daemon serves all the same: such a turn is
+        # closed when its session is next loaded and started (Session.settle).
         for session_id in self.store.open_turns():
-            session = Session(self, self.store.get_session(session_id))
-            error = INTERRUPTED.format(id=session_id)
-            session.emit("turn_ended", {"status": "interrupted", "text": "", "error": error})
-            self.store.touch_session(session_id)
+            try:
+                Session(self, self.store.get_session(session_id)).settle()
+            except Exception as exc:
+                if (reason := self.store.unwritable(exc)) is None:
+                    raise
+                log.error("session %s: its interrupted turn is not closed yet: %s", session_id, reason)
+                continue
             log.warning("session %s: closed a turn the previous daemon left open as interrupted", session_id)
+
+    def unwritable(self, exc: BaseException) -> str | None:
+        """What to tell a client when *exc* is the store's disk (or another program) in the way: Store.unwritable."""
+        return self.store.unwritable(exc)
 
     def request_stop(self, reason: str) -> None:
         log.info("stop requested: %s", reason)

@@ -14,6 +14,7 @@ migration, never by editing one that has shipped.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import sqlite3
@@ -178,6 +179,49 @@ class StoreError(Exception):
     """The store cannot be used: unreadable file, or a schema newer than this mm."""
 
 
+# Why a write failed, for a person: SQLite's primary result codes and the system's errors that mean the disk
+# or another program, not mm, is in the way. (SQLite reports ENOSPC as SQLITE_FULL, a quota used up as an
+# I/O error of its write.)
+_SQLITE_CAUSES = {
+    13: "full",  # SQLITE_FULL
+    10: "io",  # SQLITE_IOERR, any of its extended codes
+    8: "readonly",  # SQLITE_READONLY
+    14: "io",  # SQLITE_CANTOPEN: its WAL or shared-memory file
+    5: "busy",  # SQLITE_BUSY: another connection held the write lock past the busy timeout
+    6: "busy",  # SQLITE_LOCKED
+}
+_ERRNO_CAUSES = {
+    errno.ENOSPC: "full",
+    errno.EDQUOT: "quota",
+    errno.EFBIG: "fsize",
+    errno.EROFS: "readonly",
+    errno.EACCES: "readonly",
+    errno.EIO: "io",
+}
+_CAUSES = {
+    "full": ("the disk is full", "free space on it (`df -h {folder}`)"),
+    "quota": ("your disk quota is used up", "free some of it (`quota -s`)"),
+    "fsize": ("a file reached this process's size limit", "raise `ulimit -f` for mmd and restart it"),
+    "readonly": ("its file system is read-only, or its permissions forbid it", "make {folder} writable"),
+    "io": ("the disk reported an I/O error", "check the disk (`dmesg`)"),
+    "busy": (
+        "another program holds its write lock",
+        "close it (a `sqlite3 {path}` shell in a transaction?)",
+    ),
+}
+
+
+def unwritable_cause(exc: BaseException) -> str | None:
+    """The cause of a failed write, when the disk or another program is to blame and not mm: a key of
+    ``_CAUSES``, or None."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return None if code is None else _SQLITE_CAUSES.get(code & 0xFF)
+    if isinstance(exc, OSError):
+        return _ERRNO_CAUSES.get(exc.errno or 0)
+    return None
+
+
 class NotFound(StoreError, LookupError):
     """No session has the id or prefix asked for. The message says what to run next."""
 
@@ -340,8 +384,10 @@ class Store:
         try:
             store._configure()
             store._migrate()
-        except BaseException:
+        except BaseException as e:
             conn.close()
+            if (told := store.unwritable(e.__cause__ or e)) is not None:  # a full disk, not a damaged file
+                raise StoreError(told) from e
             raise
         return store
 
@@ -385,6 +431,20 @@ class Store:
                 if isinstance(e, sqlite3.Error):
                     raise StoreError(f"{self.path}: migrating to schema {number + 1} failed: {e}") from e
                 raise
+
+    def unwritable(self, exc: BaseException) -> str | None:
+        """What to tell a person when *exc*, raised by a write to this store, was the disk's or another
+        program's doing (full, read-only, failing, locked): what happened and what to do; None for anything
+        else. Every write is rolled back whole (Store's docstring): what was committed before is kept."""
+        cause = unwritable_cause(exc)
+        if cause is None:
+            return None
+        what, todo = _CAUSES[cause]
+        folder = self.path.parent
+        return (
+            f"the store {self.path} could not be written: {what}; {todo.format(folder=folder, path=self.path)}, "
+            "then try again (what was saved before is kept)"
+        )
 
     def batch(self) -> Batch:
         """One transaction for the writes made within (``with store.batch():``): each runs (and fails) as it
@@ -647,6 +707,16 @@ class Store:
                WHERE e.kind != 'turn_ended' ORDER BY s.updated"""
         )
         return [session_id for (session_id,) in rows]
+
+    def turn_left_open(self, session_id: str) -> bool:
+        """Whether the session's newest event is not a ``turn_ended`` (:meth:`open_turns`, for one session).
+
+        Errors: none.
+        """
+        row = self._conn.execute(
+            "SELECT kind FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
+        ).fetchone()
+        return row is not None and row[0] != "turn_ended"
 
     def turn_endings(self, session_id: str, *, last: bool = False) -> list[dict[str, Any]]:
         """The data of the session's ``turn_ended`` events (status, text, error), oldest first.

@@ -10,6 +10,7 @@ store, the state folder, the log) and its clients only through
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +26,12 @@ from .loop import StopTurn, run_steps
 from .plan import TurnSetup
 
 log = logging.getLogger(__name__)
+
+# The end of a turn a session was loaded with still open: its daemon died in it, or could not save its end.
+INTERRUPTED = (
+    "the daemon stopped before this turn ended (it was killed or crashed); calls it had not finished "
+    "did not run to their end. Continue with mm --resume {id} -p ..."
+)
 
 
 class Host(Protocol):
@@ -84,6 +91,7 @@ class Together:
         if kind is None and held:
             for conn in list(session.subscribers):  # a commit's events in one write to each client
                 conn.notify_each("event", held)
+            session.sent_seq = held[-1].seq
 
 
 class Session:
@@ -107,6 +115,9 @@ class Session:
         self.transcript = transcript.path_for(host.state_dir, row.id)
         self._transcript_fd: int | None = None  # held open while a turn runs
         self._held: list[Event] | None = None  # events emitted within together(), sent once committed
+        self.sent_seq = 0  # the newest event sent to the clients
+        # A turn's end the store could not keep (a full disk): sent, and saved by settle() before anything else.
+        self.unsaved_end: dict[str, Any] | None = None
         # The setup of the last turn (its hooks), and whether SessionStart ran since a client came.
         self._setup: TurnSetup | None = None
         self.hooks_started = False
@@ -116,6 +127,8 @@ class Session:
         # trio.current_time() when it last stopped being in use (a turn, a client), for unloading.
         self.idle_since = trio.current_time()
         self.close_open_calls("the daemon stopped before this call finished")
+        if self.store.turn_left_open(row.id):  # no turn runs in a session being loaded: it was interrupted
+            self.unsaved_end = {"status": "interrupted", "text": "", "error": INTERRUPTED.format(id=row.id)}
 
     # -- events and subscribers ------------------------------------------
 
@@ -127,7 +140,19 @@ class Session:
             return event
         for conn in list(self.subscribers):
             conn.notify("event", event)
+        self.sent_seq = event.seq
         return event
+
+    def _send_unsaved(self, kind: str, data: dict[str, Any]) -> None:
+        """Send an event the store could not keep (a turn's end, on a full disk): its clients would wait for it
+        forever. It takes the number the store gives it when it is saved (:meth:`settle`)."""
+        try:
+            seq = self.store.last_seq(self.id) + 1
+        except Exception:  # the disk fails reads too
+            seq = self.sent_seq + 1
+        event = Event(session_id=self.id, seq=seq, ts=time.time(), kind=kind, data=data)
+        for conn in list(self.subscribers):
+            conn.notify("event", event)
 
     def together(self) -> Together:
         """The messages added and events emitted within (``with session.together():``) are committed in one
@@ -157,8 +182,8 @@ class Session:
         An idle session can be dropped from memory and loaded again from the
         store: everything it holds is there.
         """
-        if self.running or self.subscribers or self.asks.pending:
-            return 0.0
+        if self.running or self.subscribers or self.asks.pending or self.unsaved_end is not None:
+            return 0.0  # (a turn's end the store could not keep is kept here until it can: settle)
         return max(0.0, now - self.idle_since)
 
     # -- consent asks: the policy asks, the attached clients answer ---------
@@ -244,8 +269,25 @@ class Session:
         return True
 
     def start(self) -> None:
+        """A turn (or a compaction) begins: the end of the last turn is saved first, if it could not be.
+
+        Errors: sqlite3.Error or OSError when that end cannot be saved still (Store.unwritable says why).
+        """
+        self.settle()
         self.running = True
         self.turn_done = trio.Event()
+
+    def settle(self) -> None:
+        """Save the end of the last turn, sent without being saved when the store could not be written (a
+        full disk), and the results its unanswered calls never got: the history is whole again before
+        anything else is added to it."""
+        if self.unsaved_end is None:
+            return
+        with self.together():
+            self.close_open_calls("the turn ended first")
+            self.store.touch_session(self.id)
+            self.emit("turn_ended", self.unsaved_end)
+        self.unsaved_end = None
 
     def abort_start(self) -> None:
         """The turn could not be set up: the session is free again."""
@@ -274,10 +316,18 @@ class Session:
         except ModelError as exc:
             status, error = "error", str(exc)
         except Exception as exc:
-            log.exception("session %s: turn failed", self.id)
-            status, error = "error", f"internal error: {exc!r}; details are in {self.log_path}"
+            status, error = "error", self._failure(exc, "the turn failed")
         finally:
             self._end(status, text, error)
+
+    def _failure(self, exc: Exception, what: str) -> str:
+        """What a person is told of *exc*: what to do when the store could not be written (a full disk), else
+        that it is a bug, whose trace goes to the log."""
+        if (reason := self.store.unwritable(exc)) is not None:
+            log.error("session %s: %s: %s (%r)", self.id, what, reason, exc)
+            return reason
+        log.exception("session %s: %s", self.id, what)
+        return f"internal error: {exc!r}; details are in {self.log_path}"
 
     def _begin(self, prompt: str, setup: TurnSetup) -> None:
         started = {"prompt": prompt, "model": setup.model_name, "cwd": str(self.cwd)}
@@ -298,20 +348,29 @@ class Session:
         self._transcript_fd = transcript.open_for_turn(self.transcript)  # the last step: _end closes it
 
     def _end(self, status: str, text: str, error: str | None) -> None:
+        """End the turn: its unanswered calls answered, its ``turn_ended`` committed and sent. Never raises: a
+        store that cannot be written (a full disk) must not take the daemon and every other session down
+        with this one; the end is sent unsaved then, and saved by :meth:`settle`."""
         self._scope = None
         try:
-            self.close_open_calls(
-                "the turn was cancelled" if status == "cancelled" else "the turn ended first"
-            )
+            try:
+                self.close_open_calls(
+                    "the turn was cancelled" if status == "cancelled" else "the turn ended first"
+                )
+            finally:
+                transcript.close(self._transcript_fd)
+                self._transcript_fd = None
+            with self.together():  # one commit
+                self.store.touch_session(self.id)
+                self.emit("turn_ended", {"status": status, "text": text, "error": error})
+        except Exception as exc:
+            reason = self._failure(exc, "the turn's end could not be saved")
+            self.unsaved_end = {"status": "error", "text": text, "error": error or reason}
+            self._send_unsaved("turn_ended", self.unsaved_end)
         finally:
-            transcript.close(self._transcript_fd)
-            self._transcript_fd = None
-        self.running = False
-        self.idle_since = trio.current_time()
-        with self.together():  # one commit
-            self.store.touch_session(self.id)
-            self.emit("turn_ended", {"status": status, "text": text, "error": error})
-        self.turn_done.set()
+            self.running = False
+            self.idle_since = trio.current_time()
+            self.turn_done.set()
         if not self.subscribers:
             self._end_hooks()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -52,6 +53,9 @@ class Host:
 
     def detach(self, conn: Connection) -> None:
         self.detached.append(conn)
+
+    def unwritable(self, exc: BaseException) -> str | None:
+        return f"the disk is full: {exc}" if isinstance(exc, OSError) and exc.errno == errno.ENOSPC else None
 
 
 class Peer:
@@ -214,6 +218,22 @@ async def test_a_handler_that_raises_is_answered_with_internal_error_and_the_con
         assert "daemon.status failed inside the daemon: ValueError('boom')" in message
         assert "/var/empty/mmd.log" in message
         assert error_of(replies[3]) == ("no_session", "no session matches 3fa2")
+
+
+async def test_a_store_that_cannot_be_written_is_answered_with_what_to_do_not_as_a_bug() -> None:
+    async def full(daemon: Any, conn: Connection, params: Empty) -> Done:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    methods = table(**{"daemon.status": Method(Empty, full)})
+    async with serving(methods) as (peer, _, _):
+        await peer.send(HELLO, request(2, "daemon.status"), request(3, "daemon.status"))
+        await peer.response()
+        replies = await peer.responses(2)
+        assert error_of(replies[2]) == (
+            "store_unwritable",
+            "the disk is full: [Errno 28] No space left on device",
+        )
+        assert error_of(replies[3])[0] == "store_unwritable"  # and the connection goes on
 
 
 async def test_notifications_and_responses_from_the_client_are_ignored() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import stat
 import subprocess
@@ -630,3 +631,36 @@ def test_the_numbers_kept_are_bounded_and_a_forgotten_one_is_read_again(tmp_path
         assert [m.content for m in store.messages(first)] == ["hi", "yes"]
     finally:
         store.close()
+
+
+def test_a_write_the_disk_refused_is_told_with_what_to_do_and_anything_else_is_not(tmp_path):
+    store = Store.open(tmp_path / "mm.db")
+    s = store.create_session(cwd="/p", agent=None, model="m")
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own "database or disk is full"
+    with pytest.raises(sqlite3.OperationalError) as full:
+        store.append_event(s.id, "text", {"text": "x" * 100_000})
+    told = store.unwritable(full.value)
+    assert told == (
+        f"the store {store.path} could not be written: the disk is full; free space on it "
+        f"(`df -h {tmp_path}`), then try again (what was saved before is kept)"
+    )
+    store._conn.execute("PRAGMA max_page_count = 1073741823")
+    store.append_event(s.id, "text", {"text": "fits again"})  # nothing was left half-done
+    assert [e.data["text"] for e in store.events_after(s.id)] == ["fits again"]
+    # Another program holding the write lock past the busy timeout.
+    other = sqlite3.connect(tmp_path / "mm.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    store._conn.execute("PRAGMA busy_timeout = 10")
+    with pytest.raises(sqlite3.OperationalError) as busy:
+        store.append_event(s.id, "text", {"text": "waits"})
+    assert "another program holds its write lock" in store.unwritable(busy.value)
+    other.execute("ROLLBACK")
+    other.close()
+    assert "your disk quota is used up" in store.unwritable(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert "read-only" in store.unwritable(OSError(errno.EROFS, "Read-only file system"))
+    # Not the disk's doing: a bug, told as one by the caller.
+    assert store.unwritable(sqlite3.IntegrityError("UNIQUE constraint failed")) is None
+    assert store.unwritable(ValueError("boom")) is None
+    assert store.unwritable(OSError(errno.ENOENT, "No such file")) is None
+    store.close()

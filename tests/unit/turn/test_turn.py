@@ -648,3 +648,60 @@ async def test_a_read_repeated_after_a_write_runs_again(turn: Turn) -> None:
         yolo=True,
     )
     assert turn.lookup.ran == ["a", "a"] and turn.events("loop_detected") == []
+
+
+# --- a store that cannot be written ---------------------------------------------------------------
+
+
+class Freeze(Tool):
+    """A read tool after which the store refuses every write, as on a full disk (SQLITE_READONLY here)."""
+
+    name = "freeze"
+    description = "Freeze the store."
+    parameters = {"type": "object", "properties": {}}
+    tier = "read"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return "freeze"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.store._conn.execute("PRAGMA query_only = ON")
+        return ToolResult(ok=True, content="frozen")
+
+
+async def test_a_store_that_cannot_be_written_ends_the_turn_saying_so_and_its_end_is_saved_later(
+    turn: Turn,
+) -> None:
+    # Until 2026-12-05 the turn's end raised out of run_turn (its commit failed too), which ended the daemon
+    # and every session in it; and the client was told of an internal error.
+    store, session = turn.host.store, turn.session
+    turn.lookup = Freeze(store)  # type: ignore[assignment]
+    client = Client()
+    session.subscribe(client, interactive=False)
+    await turn.run(call("freeze", {}), answer("never read"))  # returns: nothing raises out of a turn
+    [ended] = [e for e in client.events if e.kind == "turn_ended"]
+    assert ended.data["status"] == "error"
+    assert ended.data["error"].startswith(
+        f"the store {store.path} could not be written: its file system is read-only"
+    )
+    assert "then try again (what was saved before is kept)" in ended.data["error"]
+    assert ended.seq == store.last_seq(session.id) + 1  # sent unsaved, with the number it will have
+    assert not session.running and session.unsaved_end is not None
+    assert session.idle_for(10**9) == 0  # kept loaded until its end is saved
+    store._conn.execute("PRAGMA query_only = OFF")  # space was freed
+    provider = await turn.run(answer("back"), prompt="again")  # start() saves the last end first
+    events = store.events_after(session.id)
+    ends = [e for e in events if e.kind == "turn_ended"]
+    assert [(e.seq, e.data) for e in ends[:1]] == [(ended.seq, ended.data)]
+    assert ends[1].data == {"status": "ok", "text": "back", "error": None}
+    kinds = [e.kind for e in events]
+    assert kinds.index("turn_ended") < kinds.index("turn_started", 1)  # saved before the next turn began
+    # The call the failed commit left unanswered was answered, so the history the model reads is valid.
+    [request] = provider.requests
+    [assistant] = [m for m in request.messages if m.tool_calls]
+    answers = {m.tool_call_id for m in request.messages if m.role == "tool"}
+    assert {c.id for c in assistant.tool_calls} <= answers
+    assert session.unsaved_end is None
