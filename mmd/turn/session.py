@@ -303,7 +303,15 @@ class Session:
         ``cancelled`` is committed before this returns.
         """
         status, text, error = "cancelled", "", None
-        self._begin(prompt, setup)
+        try:
+            self._begin(prompt, setup)
+        except Exception as exc:  # its start could not be saved (a full disk): no turn began in the store
+            self._send_unsaved(
+                "turn_ended",
+                {"status": "error", "text": "", "error": self._failure(exc, "the turn could not begin")},
+            )
+            self.abort_start()
+            return
         try:
             with trio.CancelScope() as self._scope:
                 start = None if self.hooks_started else ("resume" if self.messages else "startup")

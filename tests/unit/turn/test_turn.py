@@ -705,3 +705,26 @@ async def test_a_store_that_cannot_be_written_ends_the_turn_saying_so_and_its_en
     answers = {m.tool_call_id for m in request.messages if m.role == "tool"}
     assert {c.id for c in assistant.tool_calls} <= answers
     assert session.unsaved_end is None
+
+
+async def test_a_turn_whose_start_cannot_be_saved_is_ended_to_its_clients_and_leaves_nothing_open(
+    turn: Turn,
+) -> None:
+    # A session resumed on a full disk: its first write is the turn's start. That raised out of run_turn,
+    # outside its try: the daemon's nursery, and every session in it, ended with it.
+    store, session = turn.host.store, turn.session
+    await turn.run(answer("first"))
+    client = Client()
+    session.subscribe(client, interactive=False)
+    store._conn.execute("PRAGMA query_only = ON")
+    before = store.last_seq(session.id)
+    await turn.run(answer("never asked"), prompt="on a full disk")  # returns
+    [ended] = client.events
+    assert ended.kind == "turn_ended" and ended.seq == before + 1 and ended.data["status"] == "error"
+    assert "could not be written" in ended.data["error"]
+    assert not session.running and session.unsaved_end is None  # nothing began in the store to end
+    store._conn.execute("PRAGMA query_only = OFF")
+    await turn.run(answer("second"), prompt="again")
+    kinds = [e.kind for e in store.events_after(session.id)]
+    assert kinds.count("turn_started") == kinds.count("turn_ended") == 2
+    assert [e["text"] for e in turn.events("turn_ended")] == ["first", "second"]
