@@ -31,12 +31,25 @@ class NoRoom(OSError):
     """Writing on would leave the file system less free space than :func:`keep_free`."""
 
     def __init__(self, keep: int) -> None:
-        super().__init__(errno.ENOSPC, f"the disk would keep less than {_size(keep)} free")
+        super().__init__(errno.ENOSPC, f"the disk would keep less than {size(keep)} free")
 
 
 def keep_free(stat: os.statvfs_result) -> int:
     """The bytes a spill leaves free on the file system *stat* describes."""
     return min(KEEP_FREE_MAX, stat.f_blocks * stat.f_frsize // KEEP_FREE_SHARE)
+
+
+def short_of_room(folder: Path) -> int | None:
+    """The reserve of the file system that holds *folder* when its free space is below it (what else mm keeps
+    there, the undo snapshots, stops then too); None when there is room, or it cannot be told."""
+    while not folder.exists() and folder.parent != folder:  # not made yet: where it will be
+        folder = folder.parent
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    keep = keep_free(stat)
+    return keep if stat.f_bavail * stat.f_frsize < keep else None
 
 
 def reason(exc: OSError) -> str:
@@ -118,5 +131,6 @@ def write_whole(path: Path, data: bytes) -> str | None:
     return None if spill.keep else "the file system reported a lost write"
 
 
-def _size(n: int) -> str:
+def size(n: int) -> str:
+    """*n* bytes for a person: MiB from one on, else bytes."""
     return f"{n / 1024 / 1024:,.0f} MiB" if n >= 1024 * 1024 else f"{n:,} bytes"

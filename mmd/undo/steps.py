@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from ..procs import spill
 from ..store import CheckpointRow, Store
 from .shadow import Change, Shadow, SnapshotError, git_missing, shadow_dir
 
@@ -80,6 +81,8 @@ class Recorder:
             return None
         if self.counted and (tree := self.shadow.unchanged()) is not None:
             return tree  # nothing changed since the last snapshot: no lock, no git
+        if not self._room(call_id):
+            return None
         try:
             async with locked(self.shadow):
                 if not await self._small_enough(call_id):
@@ -97,6 +100,8 @@ class Recorder:
         """
         if self.shadow.unchanged() == before:
             return None  # the watch saw no change since the snapshot before the call
+        if not self._room(call_id):
+            return None
         with trio.CancelScope(shield=True), trio.move_on_after(60):
             try:
                 async with locked(self.shadow):
@@ -148,6 +153,22 @@ class Recorder:
             return False
         self.counted = True
         return True
+
+    def _room(self, call_id: str) -> bool:
+        """Whether the snapshots' disk has room: a snapshot stores every file a step changed, so a model that
+        wrote big files step after step would fill it (the spill files' reserve, mmd/procs/spill.py)."""
+        keep = spill.short_of_room(self.shadow.git_dir.parent)
+        if keep is None:
+            return True
+        folder = self.shadow.git_dir.parent
+        self._skip(
+            call_id,
+            "no_room",
+            f"the disk that holds {folder} has less than {spill.size(keep)} free: no snapshots in the rest of this "
+            f"turn, so its steps cannot be undone with mm undo; free space on it (`df -h {folder}`), or delete "
+            "the snapshots of past sessions you will not undo",
+        )
+        return False
 
     def _skip(self, call_id: str, reason: str, message: str) -> None:
         self.off = True

@@ -202,3 +202,24 @@ def test_a_daemon_that_cannot_create_its_store_on_a_full_disk_is_told_as_such(
         ok = run_mm("-p", "hello", cwd=mm_home / "work")
         assert ok.returncode == 0, ok.stderr
         assert "fine" in ok.stdout
+
+
+def test_no_snapshot_takes_the_disks_reserve_and_the_turn_says_so(
+    mm_home: Path, scripted: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The undo snapshots store every file a step changed, on the state folder's disk: with less free there
+    # than the spill files leave, none is taken (a model writing big files step after step would fill it).
+    with small_disk(mm_home / "disk", DISK) as disk:
+        state_on(disk, monkeypatch)
+        work = mm_home / "work"
+        scripted([bash("echo x > a.txt"), {"text": "written"}])
+        filler = fill(disk)
+        os.truncate(filler, filler.stat().st_size - RESERVE // 2)  # room, but less than the reserve
+        done = run_mm("--yolo", "--output-format", "events", "-p", "write", cwd=work)
+        assert done.returncode == 0, done.stderr
+        events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        [skipped] = [e["data"] for e in events if e["kind"] == "snapshot_skipped"]
+        assert skipped["reason"] == "no_room" and "cannot be undone" in skipped["message"]
+        assert "df -h" in skipped["message"]
+        assert (work / "a.txt").read_text() == "x\n"  # the call ran all the same
+        assert free_bytes(disk) > 0
