@@ -243,8 +243,8 @@ class Session:
         self.store.replace_messages(self.id, messages)
         self.messages = list(messages)
 
-    def close_open_calls(self, reason: str) -> None:
-        """Answer tool calls left without a result, so the history stays valid for the model."""
+    def close_open_calls(self, reason: str, *, lead: str = "Not run") -> None:
+        """Answer tool calls left without a result (``lead: reason.``), so the history stays valid for the model."""
         for index in range(len(self.messages) - 1, -1, -1):
             msg = self.messages[index]
             if msg.role == "user":
@@ -253,7 +253,7 @@ class Session:
                 answered = {m.tool_call_id for m in self.messages[index + 1 :] if m.role == "tool"}
                 for call in msg.tool_calls:
                     if call.id not in answered:
-                        content = f"Not run: {reason}."
+                        content = f"{lead}: {reason}."
                         self.add_message(
                             Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
                         )
@@ -284,7 +284,11 @@ class Session:
         if self.unsaved_end is None:
             return
         with self.together():
-            self.close_open_calls("the turn ended first")
+            # A call whose result could not be saved may have run: the model is told to look, not to repeat it.
+            self.close_open_calls(
+                "its result could not be saved, and it may have run: check what it did before running it again",
+                lead="No result",
+            )
             self.store.touch_session(self.id)
             self.emit("turn_ended", self.unsaved_end)
         self.unsaved_end = None
@@ -373,14 +377,21 @@ class Session:
                 self.emit("turn_ended", {"status": status, "text": text, "error": error})
         except Exception as exc:
             reason = self._failure(exc, "the turn's end could not be saved")
-            self.unsaved_end = {"status": "error", "text": text, "error": error or reason}
-            self._send_unsaved("turn_ended", self.unsaved_end)
+            if not self._saved_end():  # else committed, and what failed came after it
+                self.unsaved_end = {"status": "error", "text": text, "error": error or reason}
+                self._send_unsaved("turn_ended", self.unsaved_end)
         finally:
             self.running = False
             self.idle_since = trio.current_time()
             self.turn_done.set()
         if not self.subscribers:
             self._end_hooks()
+
+    def _saved_end(self) -> bool:
+        try:
+            return not self.store.turn_left_open(self.id)
+        except Exception:  # the disk fails reads too: it was not saved
+            return False
 
     def _end_hooks(self) -> None:
         """SessionEnd hooks, once the last client left a session whose SessionStart ran (in the daemon's
