@@ -90,11 +90,19 @@ class _Log(logging.FileHandler):
     RotatingFileHandler does this too, with 2 ms of imports, pickle's among them, at every start.)"""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.stream is not None and self.stream.tell() >= LOG_BYTES:
-            self.stream.close()
-            self.stream = None  # type: ignore[assignment]  # FileHandler.emit opens it again
-            with contextlib.suppress(OSError):  # then it is written on
-                os.replace(self.baseFilename, self.baseFilename + ".1")
+        # Never raises, as a handler must: on a full disk tell() and close() flush what a failed write left
+        # buffered, and their ENOSPC left the log call (any `log.error`) and stopped the daemon with it.
+        try:
+            if self.stream is not None and self.stream.tell() >= LOG_BYTES:
+                try:
+                    self.stream.close()
+                finally:
+                    self.stream = None  # type: ignore[assignment]  # FileHandler.emit opens it again
+                with contextlib.suppress(OSError):  # then it is written on
+                    os.replace(self.baseFilename, self.baseFilename + ".1")
+        except OSError:
+            self.handleError(record)  # logging's own report (to stderr), then the line is dropped
+            return
         super().emit(record)
 
     def _open(self) -> Any:

@@ -171,6 +171,8 @@ def test_a_full_disk_at_a_new_sessions_start_is_told_as_such(
         scripted([{"text": "fine"}])
         daemon = start_mmd(mm_home)
         try:
+            # Its socket shows before its store is open: once it answers, the store is made.
+            assert run_mm("daemon", "status").returncode == 0
             filler = fill(disk)
             refused = run_mm("-p", "hello", "--output-format", "json", cwd=mm_home / "work")
             assert refused.returncode == 1

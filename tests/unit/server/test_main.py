@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import sys
@@ -114,3 +115,25 @@ def test_the_log_is_private_and_bounded_past_log_bytes_it_starts_again_keeping_o
     assert (
         "an older mm's log" not in (tmp_path / "mmd.log").read_text() + (tmp_path / "mmd.log.1").read_text()
     )
+
+
+def test_a_log_on_a_full_disk_drops_its_lines_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /dev/full: every write fails with ENOSPC, as the log's disk once full. The first failed flush left the
+    # line buffered; the next record's tell() flushed it again and raised out of `log.error`: a daemon that
+    # logged on a full disk stopped (tests/e2e/adversarial/test_full_disk.py).
+    handler = main._Log("/dev/full", encoding="utf-8")
+    log = logging.getLogger("mmd.test_full_log")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        for i in range(3):
+            log.error("the store could not be written: %d", i)  # returns
+        monkeypatch.setattr(main, "LOG_BYTES", 0)  # the rotation's close flushes too
+        log.error("past the bound")
+    finally:
+        log.removeHandler(handler)
+        with contextlib.suppress(OSError):
+            handler.close()
+    assert "No space left on device" in capsys.readouterr().err  # logging's own report of the lost lines
