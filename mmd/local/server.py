@@ -115,12 +115,18 @@ class LocalServers:
         port = port if port is not None and _port_free(port) else selftest.free_port()
         crashed = False
         argv = selftest.server_argv(name, port)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = self.log_dir / f"llama-server-{name}.log"
         run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
         # Appended (the lines of a server that died stay readable), by the daemon: the server's lines of every
         # request once grew the file for as long as mm was used (mmd/procs/logfile.py).
-        with BoundedLog(logfile, f"--- mmd starts {shlex.join(argv)}\n") as err:
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            opened = BoundedLog(logfile, f"--- mmd starts {shlex.join(argv)}\n")
+        except (
+            OSError
+        ) as exc:  # a full disk, say: an error of this server (a restart's is logged), not the daemon's
+            raise LocalServerError(f"cannot write the log {logfile}: {exc.strerror or exc}") from None
+        with opened as err:
             try:
                 cm = supervised_process(
                     argv,

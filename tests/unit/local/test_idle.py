@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from mmd.local import server
@@ -26,3 +27,21 @@ async def test_idle_counts_from_the_end_of_the_last_turn(tmp_path: Path, monkeyp
     assert run.dead
     # A lower bound only (a loaded machine makes it later, never earlier): idle_timeout less a poll.
     assert stopped - turn_ends >= 0.6 - 0.05
+
+
+async def test_a_server_whose_log_cannot_be_written_is_not_restarted_and_the_daemon_goes_on(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A full disk (here: a file where the log folder would be) once raised OSError out of a restart, a task
+    # of the daemon's nursery: the daemon stopped with every session in it.
+    monkeypatch.setattr(server, "_check_servable", lambda name: None)
+    monkeypatch.setattr(server.selftest, "server_argv", lambda name, port: ["true"])
+    monkeypatch.setattr(server, "RESTART_DELAY", 0)
+    blocked = tmp_path / "logs"
+    blocked.write_text("not a folder")
+    async with trio.open_nursery() as nursery:
+        servers = server.LocalServers(nursery, blocked / "local", busy=lambda: False)
+        with pytest.raises(server.LocalServerError, match=r"cannot write the log .*llama-server-tiny\.log"):
+            await nursery.start(servers._serve, "tiny")
+        await servers._restart("tiny", 1)  # returns: logged, not raised into the nursery
+    assert "tiny" not in servers.running
