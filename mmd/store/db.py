@@ -186,7 +186,7 @@ _SQLITE_CAUSES = {
     13: "full",  # SQLITE_FULL
     10: "io",  # SQLITE_IOERR, any of its extended codes
     8: "readonly",  # SQLITE_READONLY
-    14: "io",  # SQLITE_CANTOPEN: its WAL or shared-memory file
+    14: "cantopen",  # SQLITE_CANTOPEN: its WAL or shared-memory file
     5: "busy",  # SQLITE_BUSY: another connection held the write lock past the busy timeout
     6: "busy",  # SQLITE_LOCKED
 }
@@ -204,6 +204,10 @@ _CAUSES = {
     "fsize": ("a file reached this process's size limit", "raise `ulimit -f` for mmd and restart it"),
     "readonly": ("its file system is read-only, or its permissions forbid it", "make {folder} writable"),
     "io": ("the disk reported an I/O error", "check the disk (`dmesg`)"),
+    "cantopen": (
+        "a file beside it (its -wal or -shm) cannot be opened",
+        "check that {folder} is yours and writable",
+    ),
     "busy": (
         "another program holds its write lock",
         "close it (a `sqlite3 {path}` shell in a transaction?)",
