@@ -40,7 +40,9 @@ class EchoLimiter:
         if self.left <= 0:
             return
         if len(text) >= self.left:
-            text = text[: self.left] + f"\n[echo stopped here; the whole output is in {self.spill}]\n"
+            # The spill is made when the output is first cut, long before: none now is none at all (a full disk).
+            where = f"the whole output is in {self.spill}" if self.spill.exists() else "the rest is not kept"
+            text = text[: self.left] + f"\n[echo stopped here; {where}]\n"
             self.left = 0
         else:
             self.left -= len(text)

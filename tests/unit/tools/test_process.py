@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mmd.tools.base import Limits, ToolContext
-from mmd.tools.process import run_process
+from mmd.tools.process import EchoLimiter, run_process
 
 
 async def test_the_sessions_folder_is_made_only_when_an_output_spills(tmp_path: Path) -> None:
@@ -21,3 +21,24 @@ async def test_the_sessions_folder_is_made_only_when_an_output_spills(tmp_path: 
     assert long.truncated and long.spill_path == str(session / "output-long.log")
     assert (session / "output-long.log").read_text() == "".join(f"{i}\n" for i in range(1, 501))
     assert session.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_echo_names_the_spill_file_only_where_one_was_made(tmp_path: Path) -> None:
+    # A spill that could not be made (a full disk: mmd/procs/spill.py) is named by no echo.
+    class Ctx:
+        call_id = "call_1"
+
+        def __init__(self) -> None:
+            self.echoed: list[str] = []
+
+        def emit(self, kind: str, data: dict[str, str]) -> None:
+            self.echoed.append(data["text"])
+
+    missing, made = Ctx(), Ctx()
+    EchoLimiter(missing, tmp_path / "output-call_1.log", limit=10)("stdout", "x" * 20)  # type: ignore[arg-type]
+    assert missing.echoed == ["x" * 10 + "\n[echo stopped here; the rest is not kept]\n"]
+    (tmp_path / "output-call_2.log").write_bytes(b"x" * 20)
+    EchoLimiter(made, tmp_path / "output-call_2.log", limit=10)("stdout", "x" * 20)  # type: ignore[arg-type]
+    assert made.echoed == [
+        "x" * 10 + f"\n[echo stopped here; the whole output is in {tmp_path}/output-call_2.log]\n"
+    ]
