@@ -122,9 +122,8 @@ class LocalServers:
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             opened = BoundedLog(logfile, f"--- mmd starts {shlex.join(argv)}\n")
-        except (
-            OSError
-        ) as exc:  # a full disk, say: an error of this server (a restart's is logged), not the daemon's
+        except OSError as exc:
+            # A full disk, say: this server's error (a restart logs it), not the daemon's.
             raise LocalServerError(f"cannot write the log {logfile}: {exc.strerror or exc}") from None
         with opened as err:
             try:

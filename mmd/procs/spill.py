@@ -69,7 +69,6 @@ class Spill:
         self.keep = False  # set by the caller: the output was cut, and the file is what the marker names
         self._fd: int | None = None
         self._until_look = 0  # bytes that may be written before the free space is looked at again
-        self._keep_free = 0
 
     def open(self) -> Spill:
         """Create (or empty) the file and its folder.

@@ -68,7 +68,6 @@ ACCEPT_RETRY = 0.1
 SOCKET_CHECK = 2.0
 
 
-# The error of a turn the previous daemon never finished.
 class Daemon:
     def __init__(
         self,
