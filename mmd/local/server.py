@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import trio
@@ -75,6 +76,21 @@ def _check_servable(name: str) -> None:
     problem = selftest.cpu_problem()
     if problem:
         raise LocalServerError(problem)
+
+
+def _as_raised(group: BaseExceptionGroup[Any], argv: list[str], folder: Path) -> BaseException:
+    """A server's failure as its callers catch it: the LocalServerError (or OSError, made one) a nursery
+    wrapped; a group of anything else, or of more, as it is. A restart caught only LocalServerError, and the
+    group of one left its task: the daemon stopped."""
+    if len(group.exceptions) == 1:
+        lone = group.exceptions[0]
+        if isinstance(lone, BaseExceptionGroup):
+            return _as_raised(lone, argv, folder)
+        if isinstance(lone, LocalServerError):
+            return lone
+        if isinstance(lone, OSError):
+            return LocalServerError(spawn_error_message(lone, argv, folder))
+    return group
 
 
 class LocalServers:
@@ -151,6 +167,8 @@ class LocalServers:
                         pumps.cancel_scope.cancel()
             except OSError as exc:
                 raise LocalServerError(spawn_error_message(exc, argv, self.log_dir)) from None
+            except BaseExceptionGroup as group:  # trio wraps what the pumps' nursery raised: unwrapped here
+                raise _as_raised(group, argv, self.log_dir) from None
             finally:
                 run.dead = True
                 if self.running.get(name) is run:
@@ -191,6 +209,9 @@ class LocalServers:
                 run = await self.nursery.start(self._serve, name, port)
             except LocalServerError as exc:
                 log.error("could not restart llama-server for %s: %s", name, exc)
+                return
+            except Exception:  # a task of the daemon's nursery: whatever failed, the daemon goes on
+                log.exception("could not restart llama-server for %s", name)
                 return
             self.running[name] = run
         log.info("llama-server for %s restarted: %s", name, run.url)

@@ -246,12 +246,13 @@ class McpConnection:
 
     async def _session(self) -> bool:
         """One connection, from connecting until it drops or idles out; whether it got ready."""
-        await load_sdk()
         self._begin_attempt()
         started = trio.current_time()
         reached, error = False, None
         timeout = self.server.spec.connect_timeout
         try:
+            # Within the guard: out of descriptors or threads, the SDK's import fails as a connect would.
+            await load_sdk()
             with trio.CancelScope(deadline=started + timeout) as scope:
                 async with self._client_context() as client:
                     tools, self.listing_cut = await _list_tools(client)

@@ -433,8 +433,8 @@ class Daemon:
         if mtime != self._idle[0]:
             try:
                 seconds = load_user_config(self.config_path).daemon.session_idle
-            except ConfigError as exc:  # the prompts that use it report it; keep the last value
-                log.warning("%s", exc)
+            except (ConfigError, OSError) as exc:  # the prompts that use it report it; keep the last value
+                log.warning("%s", exc)  # (an OSError: a folder of it turned unreadable, a task must not end)
                 seconds = self._idle[1]
             self._idle = (mtime, seconds)
         return self._idle[1]

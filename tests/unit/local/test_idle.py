@@ -45,3 +45,20 @@ async def test_a_server_whose_log_cannot_be_written_is_not_restarted_and_the_dae
             await nursery.start(servers._serve, "tiny")
         await servers._restart("tiny", 1)  # returns: logged, not raised into the nursery
     assert "tiny" not in servers.running
+
+
+async def test_a_restart_whose_server_dies_while_loading_is_given_up_and_the_daemon_goes_on(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Found by an audit of the daemon's long-lived tasks: the failure was raised within the pumps' nursery,
+    # which trio wraps in an ExceptionGroup; the restart caught LocalServerError only, and the group left
+    # its task into the daemon's nursery. A prompt's start got an internal error for it, not model_error.
+    monkeypatch.setattr(server, "_check_servable", lambda name: None)
+    monkeypatch.setattr(server.selftest, "server_argv", lambda name, port: ["sh", "-c", "exit 3"])
+    monkeypatch.setattr(server, "RESTART_DELAY", 0)
+    async with trio.open_nursery() as nursery:
+        servers = server.LocalServers(nursery, tmp_path, busy=lambda: False)
+        with pytest.raises(server.LocalServerError, match="exited with status 3 while loading"):
+            await nursery.start(servers._serve, "tiny")  # as callers catch it: not in a group
+        await servers._restart("tiny", 1)  # returns: logged, not raised into the nursery
+    assert "tiny" not in servers.running

@@ -5,6 +5,7 @@ The end-to-end behaviour against real servers is in tests/e2e/test_mcp.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -395,3 +396,22 @@ async def test_idle_connections_past_the_bound_are_forgotten_and_a_tool_still_he
         anew = pool.connection(server(2))
         assert anew is not conns[2] and pool.adopt(conns[2]) is anew and conns[2]._forgotten
         nursery.cancel_scope.cancel()
+
+
+async def test_an_sdk_that_cannot_be_imported_fails_the_connect_not_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK is imported at the first connect, in a worker thread: out of descriptors or threads then, the
+    import's error was raised before the connect's guard, out of the connection's task into the pool's nursery,
+    and the daemon stopped. It is a failed connect now, told as one."""
+
+    async def no_descriptors() -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(mcp_pool, "load_sdk", no_descriptors)
+    server = SimpleNamespace(
+        key="k", name="s", transport="stdio", argv=["srv"], cwd=None, spec=SimpleNamespace(connect_timeout=5)
+    )
+    conn = mcp_pool.McpConnection(mcp_pool.McpPool(log_dir=tmp_path), server)  # type: ignore[arg-type]
+    assert await conn._session() is False  # returns: the task goes on to its backoff
+    assert conn.state == "failed" and "Too many open files" in (conn.error or "")

@@ -7,6 +7,7 @@ only reads the store (show, diff, stats) loads none, and one client follows at m
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from mmd.api import session as session_api
 from mmd.api import tools as tools_api
 from mmd.rpc import RPCError
 from mmd.rpc.methods import Diff, SessionRef, ShowSession, Stats, Subscribe
+from mmd.server import daemon as daemon_module
 from mmd.server.daemon import Daemon
 from mmd.store import Store
 
@@ -139,3 +141,20 @@ async def test_the_sessions_confined_clients_started_are_remembered_within_a_bou
         daemon.remember_confined(f"s{n}")
     assert len(daemon.confined_sessions) == 100 and "s249" in daemon.confined_sessions
     assert "s0" not in daemon.confined_sessions
+
+
+async def test_a_config_folder_that_turned_unreadable_keeps_the_last_idle_time(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an audit of the daemon's long-lived tasks: a PermissionError from reading config.yaml again
+    # (its folder made unsearchable while the daemon runs) left the sweep's task, a task of the daemon's
+    # nursery: the daemon stopped. (As root, permissions cannot make it: the read is made to fail.)
+    assert daemon._session_idle() == 300
+
+    def unreadable(path: Path) -> Any:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(daemon_module, "load_user_config", unreadable)
+    (tmp_path / "config.yaml").write_text("daemon:\n  session_idle: 5\n")
+    os.utime(tmp_path / "config.yaml", (1, 1))  # a new mtime, whatever the clock's tick: read again
+    assert daemon._session_idle() == 300  # the last value, logged
