@@ -455,7 +455,10 @@ class Daemon:
         # long-lived trees (an MCP server's helper) while no call ends.
         while True:
             await trio.sleep(REAP_INTERVAL)
-            procs.reap_orphans()
+            try:
+                procs.reap_orphans()
+            except OSError as exc:  # /proc unreadable now (out of descriptors): looked at again next time
+                log.warning("cannot look for orphaned processes now: %s", exc)
 
     async def prompt(self, conn: Connection, p: Prompt) -> Session:
         """Start a turn for a ``session.prompt`` call and return its session.

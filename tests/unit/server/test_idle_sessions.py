@@ -7,6 +7,7 @@ only reads the store (show, diff, stats) loads none, and one client follows at m
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -158,3 +159,23 @@ async def test_a_config_folder_that_turned_unreadable_keeps_the_last_idle_time(
     (tmp_path / "config.yaml").write_text("daemon:\n  session_idle: 5\n")
     os.utime(tmp_path / "config.yaml", (1, 1))  # a new mtime, whatever the clock's tick: read again
     assert daemon._session_idle() == 300  # the last value, logged
+
+
+async def test_a_look_for_orphans_that_fails_is_made_again_later(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The same audit: where the kernel keeps no children lists, reaping lists /proc, and an EMFILE there left
+    # the reaper's task, a task of the daemon's nursery.
+    looks: list[float] = []
+
+    def out_of_descriptors() -> None:
+        looks.append(trio.current_time())
+        if len(looks) == 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(daemon_module.procs, "reap_orphans", out_of_descriptors)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(daemon._reap_orphans)
+        await trio.sleep(daemon_module.REAP_INTERVAL * 3 + 1)
+        nursery.cancel_scope.cancel()
+    assert len(looks) == 3  # it went on after the failed one
