@@ -441,14 +441,21 @@ class Store:
         program's doing (full, read-only, failing, locked): what happened and what to do; None for anything
         else. Every write is rolled back whole (Store's docstring): what was committed before is kept."""
         cause = unwritable_cause(exc)
-        if cause is None:
-            return None
+        if cause is None or (isinstance(exc, OSError) and not self._holds(exc.filename)):
+            return None  # (an OSError of a file elsewhere, a project's, is no news of the store's disk)
         what, todo = _CAUSES[cause]
         folder = self.path.parent
         return (
             f"the store {self.path} could not be written: {what}; {todo.format(folder=folder, path=self.path)}, "
             "then try again (what was saved before is kept)"
         )
+
+    def _holds(self, filename: object) -> bool:
+        """Whether *filename* (an OSError's) is in the store's folder."""
+        if not isinstance(filename, str | bytes):
+            return False
+        name = os.path.abspath(os.fsdecode(filename))
+        return os.path.commonpath([name, str(self.path.parent)]) == str(self.path.parent)
 
     def batch(self) -> Batch:
         """One transaction for the writes made within (``with store.batch():``): each runs (and fails) as it

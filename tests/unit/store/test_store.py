@@ -657,8 +657,14 @@ def test_a_write_the_disk_refused_is_told_with_what_to_do_and_anything_else_is_n
     assert "another program holds its write lock" in store.unwritable(busy.value)
     other.execute("ROLLBACK")
     other.close()
-    assert "your disk quota is used up" in store.unwritable(OSError(errno.EDQUOT, "Disk quota exceeded"))
-    assert "read-only" in store.unwritable(OSError(errno.EROFS, "Read-only file system"))
+    beside = str(tmp_path / "mm.db-wal")
+    assert "your disk quota is used up" in store.unwritable(
+        OSError(errno.EDQUOT, "Disk quota exceeded", beside)
+    )
+    assert "read-only" in store.unwritable(OSError(errno.EROFS, "Read-only file system", beside))
+    # The same errors of a file elsewhere (a project's) are no news of the store's disk.
+    assert store.unwritable(OSError(errno.EROFS, "Read-only file system", "/project/a.txt")) is None
+    assert store.unwritable(OSError(errno.ENOSPC, "No space left on device")) is None  # no file named
     # Not the disk's doing: a bug, told as one by the caller.
     assert store.unwritable(sqlite3.IntegrityError("UNIQUE constraint failed")) is None
     assert store.unwritable(ValueError("boom")) is None
