@@ -39,6 +39,13 @@ def keep_free(stat: os.statvfs_result) -> int:
     return min(KEEP_FREE_MAX, stat.f_blocks * stat.f_frsize // KEEP_FREE_SHARE)
 
 
+def _room(stat: os.statvfs_result) -> tuple[int, int]:
+    """The bytes that may be written on the file system *stat* describes (below 0: past the reserve), and
+    the reserve."""
+    keep = keep_free(stat)
+    return stat.f_bavail * stat.f_frsize - keep, keep
+
+
 def short_of_room(folder: Path) -> int | None:
     """The reserve of the file system that holds *folder* when its free space is below it (what else mm keeps
     there, the undo snapshots, stops then too); None when there is room, or it cannot be told."""
@@ -48,8 +55,8 @@ def short_of_room(folder: Path) -> int | None:
         stat = os.statvfs(folder)
     except OSError:
         return None
-    keep = keep_free(stat)
-    return keep if stat.f_bavail * stat.f_frsize < keep else None
+    room, keep = _room(stat)
+    return keep if room < 0 else None
 
 
 def reason(exc: OSError) -> str:
@@ -95,9 +102,7 @@ class Spill:
 
     def _look(self, size: int) -> None:
         assert self._fd is not None
-        stat = os.fstatvfs(self._fd)
-        keep = keep_free(stat)
-        room = stat.f_bavail * stat.f_frsize - keep
+        room, keep = _room(os.fstatvfs(self._fd))
         if size > room:
             raise NoRoom(keep)
         self._until_look = max(min(room // 2, _LOOK_MAX), min(_LOOK_MIN, room))

@@ -729,3 +729,36 @@ async def test_a_turn_whose_start_cannot_be_saved_is_ended_to_its_clients_and_le
     kinds = [e.kind for e in store.events_after(session.id)]
     assert kinds.count("turn_started") == kinds.count("turn_ended") == 2
     assert [e["text"] for e in turn.events("turn_ended")] == ["first", "second"]
+
+
+class Sever(Tool):
+    """A read tool after which the store can neither be written nor read (its connection closed)."""
+
+    name = "sever"
+    description = "Close the store."
+    parameters = {"type": "object", "properties": {}}
+    tier = "read"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def echo(self, args: dict[str, Any]) -> str:
+        return "sever"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.store._conn.close()
+        return ToolResult(ok=True, content="severed")
+
+
+async def test_a_store_that_fails_reads_too_still_ends_the_turn_to_its_clients(turn: Turn) -> None:
+    # Nothing of the store answers: the end is numbered after the last event the clients were sent, and the
+    # error, not the disk's doing, is told as an internal one.
+    session = turn.session
+    turn.lookup = Sever(turn.host.store)  # type: ignore[assignment]
+    client = Client()
+    session.subscribe(client, interactive=False)
+    await turn.run(call("sever", {}), answer("never read"))  # returns
+    *before, ended = client.events
+    assert ended.kind == "turn_ended" and ended.seq == before[-1].seq + 1 == session.sent_seq + 1
+    assert ended.data["status"] == "error" and ended.data["error"].startswith("internal error:")
+    assert not session.running and session.unsaved_end is not None
