@@ -138,13 +138,19 @@ class Daemon:
         if listen_sock is None:
             lock_fd = self._lock_fd = transport.lock_socket(self.socket_path)
         try:
-            if listen_sock is None:
-                listen_sock = transport.bind_unix(self.socket_path)
-                self._bound = transport.identity(self.socket_path)
             trust.ensure_private_dir(self.state_dir, fix=trust.STATE_FIX)
             # Spill files of tool calls: private like the store and the log.
             trust.ensure_private_dir(self.state_dir / "sessions", fix=trust.STATE_FIX)
+            # The store before the socket: a daemon that cannot open it exits with the reason before any
+            # client connects, and the client quotes that reason rather than "closed the connection".
             self.store = Store.open(self.store_path)
+            if listen_sock is None:
+                try:
+                    listen_sock = transport.bind_unix(self.socket_path)
+                except BaseException:
+                    self.store.close()
+                    raise
+                self._bound = transport.identity(self.socket_path)
             self._sweep_orphans()
             self._close_interrupted_turns()
             self._withhold_secrets()

@@ -646,3 +646,24 @@ def test_a_prompt_larger_than_the_daemon_reads_says_so_and_the_daemon_goes_on(mm
     assert "Broken pipe" not in result.stderr
     answered = run_mm("-p", "are you there?", cwd=work)
     assert answered.returncode == 0 and "still here" in answered.stdout
+
+
+def test_a_daemon_that_cannot_open_its_store_is_quoted_not_a_closed_connection(mm_home, scripted):
+    # The daemon opens its store before its socket exists: one that cannot (here a file that is no SQLite
+    # database) exits with the reason before any client connects, and the client quotes it. Opened after the
+    # bind, a client connected in between read "closed the connection", with the reason only in the log.
+    scripted([{"text": "fine"}])
+    store = mm_home / "state" / "mm" / "mm.db"
+    store.parent.mkdir(mode=0o700)
+    store.write_bytes(b"not a database, " * 512)
+    for _ in range(3):
+        refused = run_mm("-p", "hello", cwd=mm_home / "work")
+        assert refused.returncode == 1
+        told = f"mmd failed to start (exit code 1): cannot use the store {store}: file is not a database"
+        assert told in refused.stderr, refused.stderr
+        assert "closed the connection" not in refused.stderr
+        assert not daemon_pids(mm_home)
+    store.unlink()
+    ok = run_mm("-p", "hello", cwd=mm_home / "work")
+    assert ok.returncode == 0, ok.stderr
+    assert "fine" in ok.stdout
