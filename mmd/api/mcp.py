@@ -69,10 +69,10 @@ async def test(daemon: Daemon, conn: Connection, p: McpTest) -> McpTested:
     lists the tools afresh. ``ok`` is false when the server cannot be reached.
     Clashes are checked against this agent's built-in and declared tools.
     """
-    if sandbox.no_new_privs(conn.peer_pid):
+    if conn.confined:
         raise RPCError("confined_client", sandbox.CONFINED_CLIENT_MCP)
     cwd = Path(p.cwd)
-    trust = daemon.project_trust(conn, cwd, p.agent, confined=False)  # a confined client was refused above
+    trust = daemon.project_trust(conn, cwd, p.agent)
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
     entries = {e.name: e for e in servers_for(agent, config)}
     entry = entries.get(p.name)

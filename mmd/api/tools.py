@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import paths, sandbox
+from .. import paths
 from ..config.trust import everything
 from ..models.tokens import estimate
 from ..rpc.methods import SkillsList, Stats, ToolsCheck, ToolsList
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 async def list_(daemon: Daemon, conn: Connection, p: ToolsList) -> ToolsListed:
     """Every tool the model would be offered in *cwd*, with its tier, source and exact schema."""
     cwd = Path(p.cwd)
-    confined = sandbox.no_new_privs(conn.peer_pid)  # starts no MCP server (sandbox.CONFINED_CLIENT_MCP)
-    trust = daemon.project_trust(conn, cwd, p.agent, confined)
+    confined = conn.confined  # starts no MCP server (sandbox.CONFINED_CLIENT_MCP)
+    trust = daemon.project_trust(conn, cwd, p.agent)
     # In a worker thread: parsing a big or hostile agent file must not stall other clients.
     agent, config, _ = await trio.to_thread.run_sync(plan.load, cwd, p.agent, daemon.config_path, trust)
     mcp_tools, mcp_warnings = await daemon.mcp.tools(agent, config, confined_client=confined)

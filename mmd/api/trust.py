@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import sandbox
 from ..config.loader import MAX_FILE_BYTES, text_digest
 from ..rpc import RPCError
 from ..rpc.methods import Empty, TrustAdd, TrustCheck, TrustForget
@@ -44,7 +43,7 @@ async def check(daemon: Daemon, conn: Connection, p: TrustCheck) -> TrustChecked
 async def add(daemon: Daemon, conn: Connection, p: TrustAdd) -> Done:
     """Trust each file as the digest says its text was. A file changed meanwhile stays untrusted: the
     digest is of the text the person was shown."""
-    if sandbox.no_new_privs(conn.peer_pid):
+    if conn.confined:
         raise RPCError("confined_client", CONFINED_TRUST)
     daemon.store.trust_files([(f.path, f.digest) for f in p.files])
     return Done()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import socket
 import stat
 import struct
@@ -140,8 +141,18 @@ def check_peer(sock: socket.socket, path: Path, *, uid: int | None = None) -> No
     # A sandboxed turn may write the temp dir, and so the socket's folder when it lies there (/tmp/mm-<uid>,
     # without XDG_RUNTIME_DIR): one of its commands could put a socket of its own in the daemon's place. It
     # runs as you, but with no_new_privs, as every process of a sandboxed turn does: mmd never does unless
-    # its starter did (then this client does too, and cannot tell).
-    if in_temp_dir(path) and no_new_privs(pid) and not no_new_privs(os.getpid()):
+    # its starter did (then this client does too, and cannot tell). A listener that cannot be told (gone:
+    # one that listened, forked and exited leaves its socket to a child) is refused the same way.
+    if not in_temp_dir(path) or no_new_privs(os.getpid()):
+        return
+    confined = peer_no_new_privs(sock, pid)
+    if confined is None:
+        raise UnsafePath(
+            f"the process that listens on {path} (pid {pid}) is gone or cannot be read, so it cannot be told "
+            f"from a command of a sandboxed turn: it is not your mmd, so nothing was sent to it; remove "
+            f"{path}, {SOCKET_FIX}"
+        )
+    if confined:
         raise UnsafePath(
             f"the process answering on {path} (pid {pid}) runs with no_new_privs, as a command of a "
             f"sandboxed turn does, and you do not: it is not your mmd, so nothing was sent to it; stop it "
@@ -160,15 +171,64 @@ def in_temp_dir(path: Path) -> bool:
 
 def no_new_privs(pid: int) -> bool:
     """Whether process *pid* runs with no_new_privs, as every process of a sandboxed turn does; False for a
-    process that is gone or whose status cannot be read. Errors: none."""
+    process that is gone or whose status cannot be read: ask it of this process, or of one you keep alive
+    (a peer: :func:`peer_no_new_privs`). Errors: none."""
+    return _status_says(_status(pid)) is True
+
+
+# SO_PEERPIDFD (Linux 6.5; socket names it from Python 3.13): a pidfd of the process at the other end of a
+# Unix socket, as it connected (or listened). Before 6.5 the option is unknown (ENOPROTOOPT). 77 is its number
+# wherever Linux uses the generic ones: not on SPARC and PA-RISC, where it is not asked.
+SO_PEERPIDFD: int | None = getattr(
+    socket, "SO_PEERPIDFD", None if os.uname().machine.startswith(("sparc", "parisc")) else 77
+)
+
+
+def peer_no_new_privs(sock: socket.socket, pid: int) -> bool | None:
+    """Whether the process at the other end of *sock* (*pid*, from :func:`peer_credentials`: the one that
+    connected, or listened) runs with no_new_privs; None when that cannot be told: it is gone, or its status
+    cannot be read. A caller takes None as "confined": a sandboxed command can connect, fork and exit, and
+    leave the connection to its child, and a pid read after its process is gone may be another process's.
+
+    Where the kernel gives the peer's pidfd, the status read is known to be that process's: the pidfd
+    still reaches it after the read. Elsewhere a pid recycled between the process's end and the read goes
+    unseen (the kernel hands out every other pid first). Errors: none."""
+    pidfd = -1  # none: a kernel before 6.5
+    if SO_PEERPIDFD is not None:
+        try:
+            pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:  # the kernel knows the pid, and that its process is gone
+                return None
+    try:
+        said = _status_says(_status(pid))
+        if said is not None and pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(pidfd, 0)
+            except OSError:  # gone, reaped: the status read may be of a process that took its pid
+                return None
+        return said
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def _status(pid: int) -> bytes | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as status:
-            text = status.read()
+            return status.read()
     except OSError:
-        return False
-    # One search, not a split of each of the file's ~60 lines: every prompt asks it.
-    at = text.find(b"\nNoNewPrivs:")
-    return at >= 0 and text[at + 12 :].split(None, 1)[:1] == [b"1"]
+        return None
+
+
+def _status_says(text: bytes | None) -> bool | None:
+    """The NoNewPrivs flag of a /proc status, None without one."""
+    # One search, not a split of each of the file's ~60 lines: every connection asks it.
+    at = -1 if text is None else text.find(b"\nNoNewPrivs:")
+    if at < 0:
+        return None
+    assert text is not None
+    return text[at + 12 :].split(None, 1)[:1] == [b"1"]
 
 
 def open_lock(path: Path, *, uid: int | None = None) -> int:

@@ -158,11 +158,16 @@ class Host(Protocol):
 
 
 class Connection:
-    def __init__(self, daemon: Host, stream: trio.SocketStream, peer_pid: int) -> None:
+    def __init__(
+        self, daemon: Host, stream: trio.SocketStream, peer_pid: int, *, confined: bool = True
+    ) -> None:
         self.id = next(_ids)
         self.daemon = daemon
         self.stream = stream
         self.peer_pid = peer_pid
+        # The client runs with no_new_privs (a sandboxed command, most likely), or could not be told not to:
+        # judged once, as it connected (Daemon._serve_client).
+        self.confined = confined
         self.client = "unknown"
         self.protocol = ServerProtocol(daemon.methods, max_frame=daemon.max_frame)
         # Sessions this connection gets events for, and whether it answers consent asks there.

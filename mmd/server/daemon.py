@@ -113,6 +113,7 @@ class Daemon:
         self._turns: trio.Nursery
         # Replaced in tests to fake another uid's connection.
         self.peer_credentials = transport.peer_credentials
+        self.peer_confined = transport.peer_confined
         # Called once when a stop is requested (main.py tells systemd: STOPPING=1).
         self.on_stopping: Callable[[], object] | None = None
 
@@ -348,7 +349,9 @@ class Daemon:
             )
             return
         self._refusing = False
-        conn = Connection(self, stream, pid)
+        # Judged once, now, of the process that connected: asked later, a process gone since (a command that
+        # connected, forked and exited) could not be told from one that never was confined.
+        conn = Connection(self, stream, pid, confined=self.peer_confined(stream.socket, pid))
         self.connections.add(conn)
         await conn.serve()
 
@@ -372,16 +375,11 @@ class Daemon:
         if self.confined_out_of(conn, session_id):
             raise RPCError("confined_client", sandbox.confined_refusal(doing))
 
-    def project_trust(
-        self, conn: Connection, cwd: Path, named: str | None, confined: bool | None = None
-    ) -> Trust:
+    def project_trust(self, conn: Connection, cwd: Path, named: str | None) -> Trust:
         """The trust of a request from *conn* in *cwd* (mmd/config/trust.py): the files you trusted, and the
-        agent file the request names (*named*, ``--agent``) — unless *conn* runs with no_new_privs
-        (*confined*, when the caller knows it): what a sandboxed command names is trusted no more than what
-        it writes."""
-        if confined is None:
-            confined = sandbox.no_new_privs(conn.peer_pid)
-        return Trust(self.store.trusted_files(), named=None if confined else named_file(cwd, named))
+        agent file the request names (*named*, ``--agent``) — unless *conn* runs with no_new_privs: what a
+        sandboxed command names is trusted no more than what it writes."""
+        return Trust(self.store.trusted_files(), named=None if conn.confined else named_file(cwd, named))
 
     def remember_confined(self, session_id: str) -> None:
         """*session_id* was started by a confined client: such clients may act on it (CONFINED_SESSIONS
@@ -392,7 +390,7 @@ class Daemon:
 
     def confined_out_of(self, conn: Connection, session_id: str | None) -> bool:
         """Whether *conn* runs with no_new_privs and *session_id* is no session such a client started."""
-        return session_id not in self.confined_sessions and sandbox.no_new_privs(conn.peer_pid)
+        return session_id not in self.confined_sessions and conn.confined
 
     def detach(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -478,9 +476,9 @@ class Daemon:
             self.refuse_confined(conn, session.id, "continue this session")
         cwd = Path(session.row.cwd if session else p.cwd)
         agent = p.agent or (session.row.agent if session else None)
-        confined = sandbox.no_new_privs(conn.peer_pid)
+        confined = conn.confined
         # A resumed session's agent file is trusted as any other, not as one named now (config/trust.py).
-        trust = self.project_trust(conn, cwd, p.agent, confined)
+        trust = self.project_trust(conn, cwd, p.agent)
         # In a worker thread: parsing a big or hostile agent file must not stall other clients.
         resolved = await trio.to_thread.run_sync(
             lambda: plan.resolve(
@@ -538,7 +536,7 @@ class Daemon:
                 cwd, agent=agent, model=model, yolo=False, config_path=self.config_path, trust=trust
             )
         )
-        resolved.confined_client = sandbox.no_new_privs(conn.peer_pid)
+        resolved.confined_client = conn.confined
         session = self.session(session.id)  # the one loaded now
         if session.running:
             raise RPCError("busy", f"session {session.id} is running a turn; compact it once the turn ends")

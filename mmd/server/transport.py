@@ -134,6 +134,12 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return trust.peer_credentials(sock)
 
 
+def peer_confined(sock: socket.socket, pid: int) -> bool:
+    """Whether the process that connected *sock* (*pid*) runs with no_new_privs, as every process of a
+    sandboxed turn does — or cannot be told so (gone, unreadable: mmd/rpc/trust.py, peer_no_new_privs)."""
+    return trust.peer_no_new_privs(sock, pid) is not False
+
+
 def remove_socket(path: Path) -> None:
     """Remove the socket file at shutdown.
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mmd.sandbox import PRETEND_VAR, support
+from mmd.api.trust import CONFINED_TRUST
+from mmd.sandbox import PRETEND_VAR, confined_refusal, support
 
 from .conftest import run_mm, trust_here
 from .test_declared import call, connect, interactive_turn, of, session_events, tool_messages
@@ -553,6 +556,65 @@ def test_a_process_with_no_new_privs_acts_on_no_session_it_did_not_start(home, s
         assert own.returncode == 0 and said in own.stdout, own.stderr
     newest = json.loads(run_mm("sessions", "list", "--json", cwd=work).stdout)[0]
     assert newest["id"] != session_id and newest["turns"] == 2
+
+
+# CALLS, made by the child of the process that connected, once that process is gone: its parent exits as
+# soon as it connected and forked, and bash (as the bash tool's does) reaps it. Its pid then names no process.
+FORKED = """
+import json, os, socket, sys, time
+from mm.connection import Client
+from mmd import paths
+from mmd.rpc import RPCError
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(str(paths.socket_path()))
+parent = os.getpid()
+if os.fork():
+    os._exit(0)
+while os.path.exists(f"/proc/{parent}"):
+    time.sleep(0.01)  # exited, and reaped by bash
+client = Client(sock, paths.socket_path())
+client.handshake("forked", False)
+for method, params in map(json.loads, sys.argv[1:]):
+    try:
+        client.call(method, params)
+    except RPCError as exc:
+        print(exc.code, exc.message)
+    else:
+        print("ok")
+"""
+
+
+def test_a_sandboxed_command_whose_connecting_process_is_gone_is_still_confined(home, scripted):
+    # A command of a confined turn connected, forked and exited, and its child called through the connection.
+    # The daemon asked the connecting pid, at each request, whether it ran with no_new_privs, and read "no"
+    # of a pid that named no process: the child trusted files, stopped the daemon and got a turn with the
+    # sandbox off. The client is judged as it connects now, and one that cannot be told counts as confined.
+    work, outside = home / "work", home / "home"
+    assert run_mm("daemon", "start").returncode == 0
+    server = scripted([bash(f"echo x > {outside}/escape.txt; echo y > inside.txt"), {"text": "ok"}])
+    agent_file = work / "mm.yaml"
+    agent_file.write_text(f"hooks:\n  preToolCall:\n    - command: touch {outside}/hooked\n")
+    calls = [
+        ("trust.add", {"files": [{"path": str(agent_file), "digest": "0" * 64}]}),
+        ("daemon.stop", {}),
+        ("session.prompt", {"prompt": "go", "cwd": str(work), "yolo": True, "sandbox": "off"}),
+    ]
+    code = f"{sys.executable} -c {shlex.quote(FORKED)} {' '.join(shlex.quote(json.dumps(c)) for c in calls)}"
+    done = sandboxed("bash", "-c", f"{code}; true", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"confined_client {CONFINED_TRUST}",
+        f"confined_client {confined_refusal('stop the daemon')}",
+        "ok",
+    ]
+    assert json.loads(run_mm("trust", "list", "--json").stdout) == []
+    assert run_mm("daemon", "status").returncode == 0
+    deadline = time.monotonic() + 30
+    while len(server.requests()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [answer] = tool_messages(server.requests()[-1])
+    assert "sandbox read-only" in answer
+    assert not (outside / "escape.txt").exists() and not (work / "inside.txt").exists()
 
 
 @pytest.mark.skipif(support().abi < 6, reason="the kernel's Landlock has no scopes (ABI 6, Linux 6.12)")

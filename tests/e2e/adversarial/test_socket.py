@@ -76,6 +76,11 @@ srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(os.path.join(folder, "mmd.sock"))
 os.chmod(os.path.join(folder, "mmd.sock"), 0o777)
 srv.listen(16)
+if sys.argv[3:] == ["fork"]:  # the process that listened exits; its child serves, its pid in FOLDER/pid
+    if os.fork():
+        os._exit(0)
+    with open(os.path.join(folder, "pid"), "w") as f:
+        f.write(str(os.getpid()))
 print("ready", flush=True)
 while True:
     conn, _ = srv.accept()
@@ -218,6 +223,61 @@ class Impostor(Squatter):
             cwd="/",
         )
         _wait_ready(self.proc)
+
+
+class ForkedImpostor(Impostor):
+    """An impostor whose listening process forked and exited: its child serves, and SO_PEERCRED names a pid
+    that is gone. Asked of that pid, "with no_new_privs?" read "no"."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.socket = folder, folder / "mmd.sock"
+        self.proc = subprocess.Popen(
+            ["setpriv", "--no-new-privs", sys.executable, "-I", "-c", SQUATTER, str(folder), "700", "fork"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        _wait_ready(self.proc)
+        self.proc.wait(15)  # the listener is gone, and reaped
+        self.server = psutil.Process(int((folder / "pid").read_text()))
+
+    def stop(self) -> None:
+        self.server.terminate()
+        self.server.wait(15)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@needs_setpriv
+@pytest.mark.parametrize("client", ["mm", pytest.param("nvim", marks=needs_nvim)])
+def test_a_socket_whose_listener_is_gone_receives_nothing(mm_home, daemon, client):
+    # A sandboxed command's socket in the daemon's place, whose listening process forked and exited: the
+    # clients asked that gone pid whether it ran with no_new_privs, read "no", and sent the prompt to its
+    # child. A listener that cannot be told is refused like one with no_new_privs.
+    folder = Path(tempfile.mkdtemp(prefix="mm-imp-", dir="/tmp")) / "mm"
+    impostor = ForkedImpostor(folder)
+    try:
+        pid = impostor.proc.pid
+        told = (
+            f"the process that listens on {impostor.socket} (pid {pid}) is gone or cannot be read, so it cannot "
+            f"be told from a command of a sandboxed turn: it is not your mmd, so nothing was sent to it; remove "
+            f"{impostor.socket}, or set MM_SOCKET"
+        )
+        if client == "mm":
+            result = mm(
+                "-p", "the secret plan", env={"MM_SOCKET": str(impostor.socket)}, cwd=mm_home / "work"
+            )
+            assert result.returncode == 1 and result.stdout == ""
+            assert told in result.stderr
+        else:
+            got = nvim_request({"MM_SOCKET": str(impostor.socket)}, mm_home / "work")
+            assert not got["answered"]
+            assert told in got["err"]
+        assert impostor.received() == ["0 b''"]  # it connected, to learn who answers: no byte sent
+    finally:
+        impostor.stop()
+        shutil.rmtree(folder.parent, ignore_errors=True)
+    assert_daemon_serves(mm_home)
 
 
 @needs_setpriv

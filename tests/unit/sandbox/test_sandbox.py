@@ -21,6 +21,7 @@ from mmd.config import ConfigError, load_agent_file
 from mmd.config.declared import DeclaredToolSpec
 from mmd.config.sandbox import SandboxSpec
 from mmd.procs import run_tool_process
+from mmd.rpc import trust as rpc_trust
 from mmd.sandbox import Sandbox, no_new_privs, support
 from mmd.sandbox.explain import refusal_note
 from mmd.sandbox.links import HardLinkRefused, check_links
@@ -437,3 +438,31 @@ def test_no_new_privs_is_read_from_the_process_status() -> None:
     mine = b"NoNewPrivs:\t1\n" in Path(f"/proc/{os.getpid()}/status").read_bytes()
     assert no_new_privs(os.getpid()) == mine
     assert not no_new_privs(child.pid)  # gone
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no pidfd"])
+def test_a_peer_that_is_gone_cannot_be_told_not_to_be_confined(tmp_path, monkeypatch, pidfd) -> None:
+    # Asked as a client connects (the daemon) or is answered (the client): a process that connected and is
+    # gone, its pid free for another, must not read as "no no_new_privs". Without SO_PEERPIDFD (a kernel
+    # before 6.5), the gone pid is all there is.
+    if not pidfd:
+        monkeypatch.setattr(rpc_trust, "SO_PEERPIDFD", None)
+    path = str(tmp_path / "s")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen()
+        with socket.socket(socket.AF_UNIX) as mine:
+            mine.connect(path)
+            accepted, _ = listener.accept()
+            with accepted:
+                pid = rpc_trust.peer_credentials(accepted)[0]
+                assert pid == os.getpid()
+                assert rpc_trust.peer_no_new_privs(accepted, pid) is no_new_privs(os.getpid())
+        code = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])"
+        child = subprocess.run([sys.executable, "-c", code, path], check=True)
+        assert child.returncode == 0
+        accepted, _ = listener.accept()
+        with accepted:
+            pid = rpc_trust.peer_credentials(accepted)[0]
+            assert pid != os.getpid()
+            assert rpc_trust.peer_no_new_privs(accepted, pid) is None

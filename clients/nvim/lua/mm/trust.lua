@@ -5,7 +5,7 @@
 -- sandboxed turn (your uid, with no_new_privs) can put a socket of its own in the temp dir. Either would
 -- receive your prompts and buffers. So the folder must be yours (or root's) and writable by no one else, the
 -- socket file yours, and the process that answers must run as you (SO_PEERCRED, through LuaJIT's FFI) and,
--- for a socket in a temp dir, not with no_new_privs unless this Neovim runs so too.
+-- for a socket in a temp dir, not with no_new_privs (nor gone) unless this Neovim runs so too.
 --
 -- Each check returns nil, or the message that says what is wrong and what to do.
 
@@ -103,6 +103,9 @@ local function load_ffi()
   -- Each in its own pcall: a reloaded plugin (or another one) may have declared either already.
   pcall(ffi.cdef, 'struct mm_ucred { int32_t pid; uint32_t uid; uint32_t gid; };')
   pcall(ffi.cdef, 'int getsockopt(int sockfd, int level, int optname, void *optval, uint32_t *optlen);')
+  pcall(ffi.cdef, 'int close(int fd);')
+  -- Under a name of its own: another plugin may have declared syscall() as variadic.
+  pcall(ffi.cdef, 'long mm_syscall4(long number, long a, long b, void *c, long d) __asm__("syscall");')
   ffi_ready = ffi
   return ffi
 end
@@ -127,15 +130,58 @@ function M.peer_credentials(pipe)
   return tonumber(cred.pid), tonumber(cred.uid)
 end
 
--- Whether process *pid* ('self' for this one) runs with no_new_privs; false when its status is unreadable.
-function M.no_new_privs(pid)
+-- Whether process *pid* ('self' for this one) runs with no_new_privs: true, false, or nil when its status cannot
+-- be read (gone).
+local function status_says(pid)
   local file = io.open('/proc/' .. tostring(pid) .. '/status', 'rb')
   if not file then
-    return false
+    return nil
   end
   local text = file:read('*a') or ''
   file:close()
-  return text:match('\nNoNewPrivs:%s*1') ~= nil
+  local flag = text:match('\nNoNewPrivs:%s*(%d)')
+  if flag == nil then
+    return nil
+  end
+  return flag == '1'
+end
+
+-- Whether process *pid* ('self' for this one) runs with no_new_privs; false when its status is unreadable.
+function M.no_new_privs(pid)
+  return status_says(pid) == true
+end
+
+-- SO_PEERPIDFD (Linux 6.5) and pidfd_send_signal's number (Linux 5.1), where LuaJIT runs with the generic
+-- numbers (not MIPS: other syscall numbers).
+local SO_PEERPIDFD, SYS_PIDFD_SEND_SIGNAL, ESRCH = 77, 424, 3
+
+-- Whether the process at the other end of *pipe* (*pid*, from SO_PEERCRED: the one that listened) runs with
+-- no_new_privs; nil when that cannot be told: gone (one that listened, forked and exited leaves its socket to
+-- a child), or unreadable. Where the kernel gives the peer's pidfd, the status read is known to be that
+-- process's: the pidfd still reaches it after the read (mmd/rpc/trust.py, peer_no_new_privs).
+function M.peer_no_new_privs(pipe, pid)
+  local ffi = load_ffi()
+  local arch = jit and jit.arch or ''
+  local pidfd = -1
+  if ffi and not arch:match('^mips') then
+    local fd = pipe:fileno()
+    local level = peercred_constants()
+    local out = ffi.new('int[1]')
+    local len = ffi.new('uint32_t[1]', ffi.sizeof('int'))
+    if type(fd) == 'number' and ffi.C.getsockopt(fd, level, SO_PEERPIDFD, out, len) == 0 then
+      pidfd = tonumber(out[0])
+    elseif ffi.errno() == ESRCH then
+      return nil -- the kernel knows the pid, and that its process is gone
+    end
+  end
+  local said = status_says(pid)
+  if pidfd >= 0 then
+    if said ~= nil and ffi.C.mm_syscall4(SYS_PIDFD_SEND_SIGNAL, pidfd, 0, nil, 0) ~= 0 then
+      said = nil -- gone, reaped: the status read may be of a process that took its pid
+    end
+    ffi.C.close(pidfd)
+  end
+  return said
 end
 
 -- Whether *path* lies in a temp dir a sandboxed turn may write ($TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp).
@@ -171,7 +217,17 @@ function M.check_peer(pipe, path)
       'the process answering on %s (pid %d) runs as uid %d, not you (%d): it is not your mmd, so nothing was '
         .. 'sent to it; remove %s, %s', path, pid, uid, me, path, M.FIX)
   end
-  if M.in_temp_dir(path) and M.no_new_privs(pid) and not M.no_new_privs('self') then
+  if not M.in_temp_dir(path) or M.no_new_privs('self') then
+    return nil, pid
+  end
+  local confined = M.peer_no_new_privs(pipe, pid)
+  if confined == nil then
+    return string.format(
+      'the process that listens on %s (pid %d) is gone or cannot be read, so it cannot be told from a command '
+        .. 'of a sandboxed turn: it is not your mmd, so nothing was sent to it; remove %s, %s',
+      path, pid, path, M.FIX)
+  end
+  if confined then
     return string.format(
       'the process answering on %s (pid %d) runs with no_new_privs, as a command of a sandboxed turn does, '
         .. 'and you do not: it is not your mmd, so nothing was sent to it; stop it (kill %d) and remove %s, %s',
