@@ -182,11 +182,18 @@ def _farm(path: str) -> tuple[str, str] | None:
 
 
 def _made_by_uv(cfg: str) -> bool:
+    # Opened without waiting, and read only if a regular file: a FIFO a project holds as pyvenv.cfg hung
+    # this thread (the sandbox's spawner) in open(), and with it every confined call and the daemon's stop.
     try:
-        with open(cfg, "rb") as f:
-            return any(line.split(b"=")[0].strip() == b"uv" for line in f.read(4096).splitlines())
+        fd = os.open(cfg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        with os.fdopen(fd, "rb") as f:
+            head = f.read(4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return False
+    return any(line.split(b"=")[0].strip() == b"uv" for line in head.splitlines())
 
 
 def _walk(roots: list[str], max_entries: int, quiet: _Quiet | None) -> tuple[list[str], list[str], bool]:

@@ -35,6 +35,7 @@ import msgspec
 import trio
 
 from ..procs import communicate, supervised_process
+from ..untrusted import open_regular, read_at_most
 from .watch import Unwatchable, Watch, refuse, watch_of
 
 # The tree of an empty project: what ``git write-tree`` gives for an empty index.
@@ -45,6 +46,12 @@ EMPTY_BLOB_ID = b"0" * 40
 MAX_DIFF_BYTES = 4 << 20
 # Bytes kept of a git's stderr, for the error message.
 MAX_STDERR = 8192
+# The most of a project's .git/info/exclude copied into its shadow repository.
+MAX_EXCLUDE = 1 << 20
+# The heap one git of a snapshot may take (RLIMIT_DATA): far above what a tree of snapshot_max_files files
+# needs (git maps the files it hashes, which does not count), far below what a project's endless file would
+# take of the machine (a nested repository's ref linked to /dev/zero: git reads a ref whole).
+MAX_GIT_DATA = 1 << 30
 # Written into the shadow repository's config: nothing of the user's git setup may run.
 CONFIG = """\
 [core]
@@ -162,6 +169,12 @@ class Shadow(msgspec.Struct):
         out, err, code = await self._run([*argv, *args], stdin, stop, literal)
         if code is not None and code not in ok:
             message = err.decode("utf-8", "replace").strip() or f"exit code {code}"
+            if "out of memory" in message.lower():
+                message += (
+                    f" (mm lets it take {MAX_GIT_DATA >> 20} MiB: a file of the project may be endless, a "
+                    "nested repository's ref linked to /dev/zero; or turn snapshots off for this project, "
+                    "daemon.snapshot_max_files: 0)"
+                )
             raise SnapshotError(f"git {args[0]} failed in {self.project}: {message}")
         return out
 
@@ -179,6 +192,7 @@ class Shadow(msgspec.Struct):
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     grace=1.0,
+                    max_data=MAX_GIT_DATA,
                 ) as proc:
                     return await communicate(proc, stdin, stop=stop, max_stderr=MAX_STDERR)
         except trio.TooSlowError:
@@ -197,12 +211,30 @@ class Shadow(msgspec.Struct):
         if not (self.git_dir / "HEAD").exists():
             self.git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             await self._init()
-        exclude = self.project / ".git" / "info" / "exclude"
-        lines = exclude.read_bytes() if exclude.is_file() and not exclude.is_symlink() else b""
+        lines = self._project_excludes()
         target = self.git_dir / "info" / "exclude"
         wanted = b".git\n" + lines
         if not target.exists() or target.read_bytes() != wanted:
             target.write_bytes(wanted)
+
+    def _project_excludes(self) -> bytes:
+        """The project's ``.git/info/exclude``, if a regular file of at most MAX_EXCLUDE bytes: a project may
+        hold a FIFO there, or a sparse file of 200 GB that a tarball ships in a few bytes (read whole, it
+        stopped the daemon). Errors: SnapshotError for one too big or unreadable."""
+        exclude = self.project / ".git" / "info" / "exclude"
+        if exclude.is_symlink() or not exclude.is_file():
+            return b""
+        try:
+            with open_regular(exclude) as f:
+                lines = read_at_most(f, MAX_EXCLUDE)
+        except OSError as exc:
+            raise SnapshotError(f"cannot read {exclude}: {exc.strerror or exc}") from None
+        if len(lines) > MAX_EXCLUDE:
+            raise SnapshotError(
+                f"{exclude} holds more than {MAX_EXCLUDE >> 20} MiB of patterns: no snapshot copies it; "
+                "make it smaller, or turn snapshots off for this project (daemon.snapshot_max_files: 0)"
+            )
+        return lines
 
     async def _init(self) -> None:
         _out, err, code = await self._run(["git", "init", "--quiet", "--bare", str(self.git_dir)], None, None)

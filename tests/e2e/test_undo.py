@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import stat
 import subprocess
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import run_mm, trust_here
+from mmd.undo.shadow import MAX_GIT_DATA
+
+from .conftest import daemon_pids, run_mm, trust_here
 
 BINARY = bytes(range(256)) * 4  # every byte value, NUL and invalid UTF-8 included
 
@@ -250,3 +253,29 @@ def test_read_calls_are_not_steps_and_diff_of_a_step_it_does_not_have_says_which
     assert step["step"] == 1
     wrong = run_mm("diff", "--step", "7", cwd=work)
     assert wrong.returncode == 1 and "steps are 1 to 1" in wrong.stderr
+
+
+def test_a_project_file_git_would_read_without_end_takes_no_more_memory_than_mm_allows(mm_home, scripted):
+    # A nested repository (a tarball can ship one) whose branch ref is a link to /dev/zero: a snapshot's
+    # `git add` resolves the embedded repository's HEAD and reads the ref whole. Before each git of a
+    # snapshot had a heap limit, it grew until the kernel's OOM killer ran (21 GB in 40 s). The daemon gets
+    # a limit of its own here too, above mm's, so that a regression fails this test rather than the machine.
+    work = mm_home / "work"
+    (work / "README").write_text("hello\n")
+    nested = work / "vendor" / "lib" / ".git"
+    (nested / "refs" / "heads").mkdir(parents=True)
+    (nested / "objects").mkdir()
+    (nested / "HEAD").write_text("ref: refs/heads/main\n")
+    os.symlink("/dev/zero", nested / "refs" / "heads" / "main")
+    mm_ok("daemon", "start", cwd=work)
+    [pid] = daemon_pids(mm_home)
+    resource.prlimit(pid, resource.RLIMIT_DATA, (3 << 30, 3 << 30))
+    scripted([bash("echo ran > ran.txt"), {"text": "Done."}])
+    events = turn(work)
+    [skipped, *_] = [e["data"] for e in events if e["kind"] == "snapshot_skipped"]
+    assert "git add failed" in skipped["message"]
+    assert f"mm lets it take {MAX_GIT_DATA >> 20} MiB" in skipped["message"]
+    assert "daemon.snapshot_max_files: 0" in skipped["message"]
+    assert (work / "ran.txt").read_text() == "ran\n"  # the call ran, and the turn ended with its answer
+    assert events[-1]["kind"] == "turn_ended" and events[-1]["data"]["status"] == "ok"
+    assert daemon_pids(mm_home) == [pid]

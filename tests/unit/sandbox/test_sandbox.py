@@ -216,6 +216,39 @@ def test_a_hard_link_made_beforehand_refuses_the_spawn(dirs) -> None:
     assert (outside / "victim").read_text() == "untouched\n"
 
 
+def test_a_fifo_where_a_virtual_environments_pyvenv_cfg_would_be_does_not_hold_the_refusal(
+    tmp_path: Path,
+) -> None:
+    # The refusal names the package manager whose link farm a refused file lies in, and read each folder's
+    # pyvenv.cfg on the way up with a blocking open(): a project's FIFO there held the sandbox's spawner
+    # thread, every confined call after, and the daemon's stop.
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    (project / "src").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "main.c").write_text("int x;\n")
+    os.link(outside / "main.c", project / "src" / "main.c")
+    os.mkfifo(project / "src" / "pyvenv.cfg")
+    raised: list[BaseException] = []
+
+    def walk() -> None:
+        try:
+            check_links([str(project)])
+        except BaseException as exc:
+            raised.append(exc)
+
+    walker = threading.Thread(target=walk)
+    walker.start()
+    walker.join(10)
+    held = walker.is_alive()
+    if held:  # let it go: a writer opens the FIFO
+        with open(project / "src" / "pyvenv.cfg", "wb"):
+            pass
+        walker.join(10)
+    assert not held, "the refusal waited on a FIFO"
+    [refused] = raised
+    assert isinstance(refused, HardLinkRefused) and "src/main.c" in str(refused)
+
+
 def test_hard_links_whose_names_are_all_inside_are_fine(tmp_path: Path) -> None:
     (tmp_path / "a").write_text("x")
     (tmp_path / "sub").mkdir()

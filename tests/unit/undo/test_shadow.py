@@ -119,6 +119,31 @@ async def test_the_projects_own_info_exclude_is_respected_and_its_git_folder_nev
     assert b".git" not in await shadow.git("ls-tree", "-r", "--name-only", tree)
 
 
+async def test_every_git_of_a_snapshot_runs_with_mms_heap_limit(project, shadow):
+    # A project can feed git without end (a nested repository's ref linked to /dev/zero): each git of a
+    # snapshot runs with RLIMIT_DATA, so it fails for want of memory, not the machine (e2e: test_undo.py).
+    out, _err, code = await shadow._run(["sh", "-c", "ulimit -d"], None, None)
+    assert code == 0 and out.strip() == str(shadow_module.MAX_GIT_DATA >> 10).encode()
+
+
+@pytest.mark.parametrize(
+    "exclude", ["fifo", "big"], ids=["a FIFO", "a file over the bound (sparse: no disk)"]
+)
+async def test_a_projects_info_exclude_that_is_no_small_file_is_never_read_whole(project, shadow, exclude):
+    # Read whole on the event loop, a sparse 200 GB exclude stopped the daemon (MemoryError or the OOM
+    # killer); a FIFO there is no file.
+    info = project / ".git" / "info"
+    info.mkdir(parents=True)
+    if exclude == "fifo":
+        os.mkfifo(info / "exclude")
+        await shadow.snapshot()  # is_file() is False for a FIFO: as if there were none
+        return
+    with open(info / "exclude", "wb") as f:
+        f.truncate(200 << 30)
+    with pytest.raises(SnapshotError, match="holds more than 1 MiB of patterns: no snapshot copies it"):
+        await shadow.snapshot()
+
+
 async def test_count_files_stops_past_the_limit(project, shadow):
     for n in range(50):
         (project / f"f{n}").write_text("x")
