@@ -10,8 +10,8 @@ spawn function, and leaves out every variable that holds a secret:
   config is read: each provider's ``api_key_env``, the variables MCP headers
   and credential-looking MCP ``env:`` entries refer to;
 - the names that look like secrets (:func:`looks_secret`): a ``_``-separated
-  word KEY, TOKEN, SECRET, PASSWORD, CREDENTIALS... (``OPENAI_API_KEY``,
-  ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``), or PASSWORD, PASSWD, SECRET,
+  word KEY, TOKEN, SECRET, PASSWORD, CREDENTIALS, AUTH, DSN, PWD... (``OPENAI_API_KEY``,
+  ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``SENTRY_DSN``, ``MYSQL_PWD``), or PASSWORD, PASSWD, SECRET,
   APIKEY inside a word (``PGPASSWORD``). Codex leaves out ``*KEY*``,
   ``*SECRET*`` and ``*TOKEN*`` by default; matching whole words instead keeps
   ``KEYTIMEOUT`` or ``TOKENIZERS_PARALLELISM`` while catching the same keys.
@@ -47,12 +47,19 @@ SECRET_WORDS = frozenset(
         "COOKIE",
         "COOKIES",
         "PAT",
+        "AUTH",  # ANTHROPIC_AUTH, NPM_CONFIG__AUTH, DOCKER_AUTH_CONFIG
+        "AUTHTOKEN",  # NGROK_AUTHTOKEN, npm's //registry/:_authToken
+        "DSN",  # SENTRY_DSN: a URL that carries its key
+        "PWD",  # MYSQL_PWD (PWD itself is ESSENTIAL)
     }
 )
 # Parts that mark a secret even inside a longer word: PGPASSWORD, MYSECRET, OPENAIAPIKEY.
 SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
 # Never withheld, whatever a config names: no child works without them, and none holds a secret.
 ESSENTIAL = frozenset({"PATH", "HOME", "PWD", "SHELL", "USER", "LOGNAME", "TERM", "LANG", "TMPDIR", "TZ"})
+# Names a secret word is part of that hold no secret, only where one is kept: the ssh agent's socket (a
+# command the model runs may push with your keys through it, as from your shell; its keys stay in the agent).
+NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "OLDPWD"})
 
 # Names a config read by this daemon uses for secrets. It only grows: a name that
 # held a key once stays withheld for the daemon's life, even after the config changes.
@@ -63,7 +70,7 @@ _withheld: set[str] = set()
 def looks_secret(name: str) -> bool:
     """Whether the variable *name* looks like it holds a secret (see the module docstring)."""
     upper = name.upper()
-    if upper in ESSENTIAL:
+    if upper in ESSENTIAL or upper in NOT_SECRET:
         return False
     return any(word in SECRET_WORDS for word in upper.split("_")) or any(p in upper for p in SECRET_PARTS)
 
