@@ -147,6 +147,8 @@ def _turns(messages: list[Message]) -> list[dict[str, Any]]:
         elif message.role == "assistant":
             if blocks := _assistant_blocks(message):
                 turns.append({"role": "assistant", "content": blocks})
+        elif message.role == "user" and previous == "tool":  # a note after a step's results: one turn
+            turns[-1]["content"].append({"type": "text", "text": message.content})
         else:
             turns.append({"role": message.role, "content": message.content})
         previous = message.role

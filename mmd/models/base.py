@@ -85,6 +85,7 @@ class Completion(msgspec.Struct, kw_only=True):
     finish_reason: str = ""
     usage: Usage = msgspec.field(default_factory=Usage)
     timings: Timings | None = None  # None: the server reported none (only llama-server does)
+    dropped_calls: int = 0  # calls past the turn's bound per step, left out (mmd/turn/loop.py)
 
 
 class ModelError(Exception):

@@ -59,6 +59,8 @@ async def run_steps(session: Conversation, setup: TurnSetup) -> tuple[str, str]:
         before = len(progress.ran)
         for call in completion.tool_calls:
             await _one_call(session, runner, progress, call)
+        if completion.dropped_calls:  # calls left out of the step: the model is told once the rest ran
+            session.add_message(Message(role="user", content=_dropped_note(completion.dropped_calls)))
         # Measured: after a call that worked, small models repeat it rather than answer. Their next step
         # must open with words; a call may still follow them.
         ran = progress.ran[before:]
@@ -375,6 +377,8 @@ async def model_step(
             session.emit("recovered_tool_call", {"call_id": c.id, "name": c.name, "arguments": c.arguments})
     if held:
         held.finish(was_call=bool(completion.tool_calls))
+    completion = _at_most_calls(completion)
+    dropped = completion.dropped_calls
     kept = [_kept(c) for c in completion.tool_calls]
     # Calls read from the text: the text is kept as written (Message.said), unless an argument was too big
     # or the text is (it is stored beside the message's content and sent again with every later step).
@@ -383,9 +387,34 @@ async def model_step(
     with session.together():  # the message and its event: one commit
         session.add_message(Message(role="assistant", content=completion.text, tool_calls=kept, said=said))
         session.emit("assistant", _assistant_record(completion))
+        if dropped:
+            session.emit("warning", {"message": _dropped_note(dropped)})
         if then is not None:
             then(completion)
     return completion
+
+
+# Tool calls one model step may make; those past it are left out of the step and the model told. Each call
+# is two events to every client and a message sent back with every later step: 10,000 calls of one answer
+# (the 2 Mi-character bound of a step allows ~100,000) filled a client's queue, and the daemon dropped it.
+MAX_STEP_CALLS = 64
+
+
+def _at_most_calls(completion: Completion) -> Completion:
+    """*completion* with its first MAX_STEP_CALLS calls, how many were left out in ``dropped_calls``."""
+    dropped = len(completion.tool_calls) - MAX_STEP_CALLS
+    if dropped <= 0:
+        return completion
+    calls = completion.tool_calls[:MAX_STEP_CALLS]
+    return msgspec.structs.replace(completion, tool_calls=calls, dropped_calls=dropped)
+
+
+def _dropped_note(dropped: int) -> str:
+    return (
+        f"[mm] That step made {MAX_STEP_CALLS + dropped} tool calls; a step may make {MAX_STEP_CALLS}. "
+        f"The first {MAX_STEP_CALLS} ran; the other {dropped} were left out and did not run: make those "
+        f"you still need in later steps, at most {MAX_STEP_CALLS} a step."
+    )
 
 
 # Bytes of one call's arguments the history keeps and sends back with every later request.

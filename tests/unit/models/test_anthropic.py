@@ -9,7 +9,7 @@ import msgspec
 import pytest
 import trio
 
-from mmd.models.anthropic import AnthropicProvider
+from mmd.models.anthropic import AnthropicProvider, request_body
 from mmd.models.base import Message, ModelError, ToolCall, ToolSpec
 from mmd.models.scripted import serve
 
@@ -175,9 +175,9 @@ async def test_request_shape(start: Any) -> None:
             "content": [
                 {"type": "tool_result", "tool_use_id": "c1", "content": "a.txt"},
                 {"type": "tool_result", "tool_use_id": "c2", "content": "error: arguments are not JSON"},
+                {"type": "text", "text": "thanks"},  # a user message after the results joins their turn
             ],
         },
-        {"role": "user", "content": "thanks"},
     ]
     assert body["tools"] == [{"name": "bash", "description": "Run a command.", "input_schema": schema}]
     assert request["headers"]["x-api-key"] == "<redacted>"
@@ -310,3 +310,20 @@ async def test_token_counts_that_are_no_counts_are_dropped_and_the_step_can_be_s
     result = await complete(provider, Recorder())
     assert (result.usage.input_tokens, result.usage.output_tokens) == (0, 3)
     msgspec.msgpack.encode(result)  # as the step's event is stored: 10**40 was an OverflowError there
+
+
+def test_a_note_after_a_steps_results_joins_their_user_turn() -> None:
+    # The turn tells the model of calls left out of a step (mmd/turn/loop.py) in a user message after the
+    # step's results: one user turn holding the results, then the text.
+    messages = [
+        Message(role="user", content="go"),
+        Message(role="assistant", content="", tool_calls=[ToolCall(id="t1", name="now", arguments="{}")]),
+        Message(role="tool", content="noon", tool_call_id="t1"),
+        Message(role="user", content="[mm] note"),
+    ]
+    turns = request_body("m", messages, [], 100)["messages"]
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    assert turns[-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "noon"},
+        {"type": "text", "text": "[mm] note"},
+    ]

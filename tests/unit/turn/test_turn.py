@@ -27,6 +27,7 @@ from mmd.rpc.methods import ConsentAnswer
 from mmd.store import Store
 from mmd.tools.base import Tool, ToolContext
 from mmd.tools.registry import Registry
+from mmd.turn.loop import MAX_STEP_CALLS
 from mmd.turn.plan import TurnSetup
 from mmd.turn.session import Session
 
@@ -288,6 +289,27 @@ async def test_several_calls_in_one_step_run_in_order(turn: Turn) -> None:
     await turn.run(calls(("lookup", {"key": "c"}), ("lookup", {"key": "a"})), answer("ok"))
     assert turn.lookup.ran == ["c", "a"]
     assert tool_messages(turn.session.messages) == ["c is 3", "a is 1"]
+
+
+async def test_calls_past_a_steps_bound_are_left_out_and_the_model_told(turn: Turn) -> None:
+    # 10,000 calls of one answer were 20,000 events to every client (one filled its queue and was dropped)
+    # and 10,000 messages sent back with every later step. The first MAX_STEP_CALLS run; the rest are left
+    # out of the step, the person warned and the model told once the others ran.
+    many = [("lookup", {"key": f"k{n}"}) for n in range(MAX_STEP_CALLS + 500)]
+    provider = await turn.run(calls(*many), answer("ok"))
+    assert turn.lookup.ran == [f"k{n}" for n in range(MAX_STEP_CALLS)]
+    [step] = [m for m in turn.session.messages if m.role == "assistant" and m.tool_calls]
+    assert len(step.tool_calls) == MAX_STEP_CALLS
+    note = (
+        f"[mm] That step made {MAX_STEP_CALLS + 500} tool calls; a step may make {MAX_STEP_CALLS}. "
+        f"The first {MAX_STEP_CALLS} ran; the other 500 were left out and did not run: make those you still "
+        f"need in later steps, at most {MAX_STEP_CALLS} a step."
+    )
+    sent = provider.requests[1].messages
+    assert len(tool_messages(sent)) == MAX_STEP_CALLS and (sent[-1].role, sent[-1].content) == ("user", note)
+    assert turn.events("warning") == [{"message": note}]
+    assert len(turn.events("tool_call")) == MAX_STEP_CALLS
+    assert turn.ended()["status"] == "ok"
 
 
 async def test_an_invalid_call_is_answered_with_the_call_quoted_back_and_never_runs(turn: Turn) -> None:
