@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -196,7 +197,8 @@ class Shadow(msgspec.Struct):
                 ) as proc:
                     return await communicate(proc, stdin, stop=stop, max_stderr=MAX_STDERR)
         except trio.TooSlowError:
-            what = " ".join(a for a in argv[1:] if not a.startswith("-"))[:60]
+            shown = [a for before, a in itertools.pairwise(argv) if not a.startswith("-") and before != "-c"]
+            what = " ".join(shown)[:60]  # not the -c setting mm gives every git (safe.directory=*)
             raise SnapshotError(f"git {what} took over {self.timeout:.0f} s in {self.project}") from None
         except OSError as exc:
             raise SnapshotError(f"cannot run git in {self.project}: {exc.strerror or exc}") from None

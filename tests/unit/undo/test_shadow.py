@@ -144,6 +144,16 @@ async def test_a_projects_info_exclude_that_is_no_small_file_is_never_read_whole
         await shadow.snapshot()
 
 
+async def test_a_git_that_takes_too_long_is_stopped_and_named_in_the_error(tmp_path, project):
+    # A project's .gitignore that is a FIFO holds git in its open() (so would a hung network mount): the
+    # git is stopped at the shadow's timeout, and the error names the git command, not mm's own -c setting.
+    os.mkfifo(project / ".gitignore")
+    shadow = Shadow(shadow_dir(tmp_path / "snapshots", project), project, timeout=1.0)
+    with pytest.raises(SnapshotError) as raised:
+        await shadow.snapshot()
+    assert str(raised.value) == f"git ls-files took over 1 s in {project}"
+
+
 async def test_count_files_stops_past_the_limit(project, shadow):
     for n in range(50):
         (project / f"f{n}").write_text("x")
