@@ -42,7 +42,6 @@ import errno
 import fcntl
 import logging
 import os
-import resource
 import secrets
 import select
 import signal
@@ -231,9 +230,11 @@ async def supervised_process(
     the child's environment is ``env`` alone (plus TAG_VAR and the ``pass_env``
     names): a third-party server never sees the daemon's API keys. A
     ``sandbox`` that is not off confines the child as :func:`run_tool_process` does. ``max_data``
-    bounds the child's heap (RLIMIT_DATA, in bytes: its writable private memory; mapped files do not count),
-    set by the spawner thread as soon as the child has exec'd: a git of mm's own that a project's file
-    would feed without end (a ref linked to /dev/zero) fails for want of memory, not the machine.
+    bounds the child's heap (RLIMIT_DATA, in bytes: its writable private memory; mapped files do not count):
+    a git of mm's own that a project's file would feed without end (a ref linked to /dev/zero) fails for
+    want of memory, not the machine. The child is started by ``/bin/sh``, which sets the limit and execs it
+    (same pid): neither posix_spawn nor a Popen without preexec_fn sets a limit before the exec, and one
+    set from outside after it came too late for a child that reads at once (a test caught ``sh`` doing so).
 
     Errors: OSError (or ValueError for a NUL in ``argv``) if the child cannot
     start (landlock.Unavailable, an OSError, if the sandbox cannot be
@@ -242,6 +243,8 @@ async def supervised_process(
     Cancellation: leaving the block by Cancelled stops the tree in a shielded
     scope (up to ``grace`` seconds), then Cancelled goes on.
     """
+    if max_data is not None:
+        argv = [*_LIMITED, str(max_data >> 10), *argv]
     tree = await _spawn(
         argv,
         cwd=cwd,
@@ -252,7 +255,6 @@ async def supervised_process(
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
-        **({"max_data": max_data} if max_data is not None else {}),
     )
     assert isinstance(tree.proc, trio.Process)  # raw_outputs (run_tool_process) alone starts other kinds
     try:
@@ -591,34 +593,19 @@ def _start(
         found = check_links(box.roots, config=box.config_file())
         if raw:  # a tool call's process (run_tool_process): its changes to git's files are put back
             guarded = gitguard.before(found)
-    max_data = options.pop("max_data", None)
     try:
         if raw and (child := _posix_spawn(argv, options, varying)) is not None:
             return child, guarded
-        popen = subprocess.Popen(argv, start_new_session=True, **options)
-        if max_data is not None:
-            _limit_data(popen, max_data)
-        return popen, guarded
+        return subprocess.Popen(argv, start_new_session=True, **options), guarded
     except BaseException:
         if guarded is not None:
             gitguard.release(guarded)
         raise
 
 
-def _limit_data(popen: subprocess.Popen[bytes], most: int) -> None:
-    """RLIMIT_DATA of the child *popen*, which has exec'd (Popen returns once it has): lowered from outside,
-    as neither posix_spawn nor a Popen without preexec_fn can set a limit before the exec. A child that
-    exited already needs none. Errors: OSError but ESRCH, once the child, which may not run without the
-    limit, is killed and reaped."""
-    try:
-        resource.prlimit(popen.pid, resource.RLIMIT_DATA, (most, most))
-    except ProcessLookupError:
-        pass
-    except OSError:
-        os.killpg(popen.pid, signal.SIGKILL)
-        popen.wait()
-        raise
-
+# How a child with ``max_data`` starts: the limit in KiB is $0, the command "$@"; a shell whose ulimit
+# cannot set it ends with 125 rather than run the command unbounded.
+_LIMITED = ["/bin/sh", "-c", 'ulimit -d "$0" || exit 125; exec "$@"']
 
 _cspawn_works = cspawn.AVAILABLE  # False once this C library's posix_spawn turned out to lack a feature
 
