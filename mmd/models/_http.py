@@ -659,6 +659,12 @@ class HttpModel:
                 raise ModelError(
                     f"{self.label}: cannot send a request to {url} ({exc}). Check base_url in config.yaml."
                 ) from None
+            if exc.kind == "encoding":  # another attempt is answered the same way
+                raise ModelError(
+                    f"{self.label}: {exc}; the answer was refused unread. Have the server (or the proxy in "
+                    "front of it) send answers uncompressed, or check that base_url in config.yaml is the "
+                    "server you meant."
+                ) from None
             if exc.kind == "timeout":
                 reason = f"no answer within {self._timeout:g} s ({exc})"
                 raise self._broken(

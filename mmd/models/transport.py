@@ -12,9 +12,16 @@ after every read and write even when nothing had to wait. Requests to any other 
 httpx (:class:`HttpxClient`, imported on first use): TLS, proxies from the environment,
 HTTP/2-capable pools are worth their cost where the network's latency dwarfs it.
 
-Both raise :class:`TransportError` (with ``kind``: ``"url"``, ``"connect"``, ``"timeout"``
-or ``"protocol"``) for whatever keeps an answer from arriving; an HTTP error status is an
-answer, not an error.
+Both raise :class:`TransportError` (with ``kind``: ``"url"``, ``"connect"``, ``"timeout"``,
+``"protocol"`` or ``"encoding"``) for whatever keeps an answer from arriving; an HTTP error status
+is an answer, not an error.
+
+Neither decodes a compressed body. A body's bound (a model step's 64 MiB, :func:`fetch`'s) is only a
+bound on what the daemon holds if the bytes counted are the bytes kept: a gzip member of a few MB is
+gigabytes decoded, and httpx decodes each chunk of ``gzip, gzip`` whole in one call before any reader
+can count it. So both ask for the body as it is (``Accept-Encoding: identity``, whatever the caller's
+headers say), read it undecoded (httpx's raw bytes), and refuse an answer that comes with any other
+Content-Encoding, before a byte of its body is read: :func:`check_encoding`, kind ``"encoding"``.
 
 - :func:`client_for` ``(url, timeout)``: the client for requests to *url*.
 - :func:`is_loopback` ``(url)``: whether *url* is plain HTTP to this machine.
@@ -59,6 +66,8 @@ CONNECT_TIMEOUT = 10.0
 # Bytes of an answer :func:`fetch` reads whole (llama-server's /props, /tokenize, /health: a few KB to some
 # hundreds with a long chat template): past it, a TransportError. An endless body was read into memory.
 FETCH_MAX_BYTES = 4 * 1024 * 1024
+# The one content coding asked for and taken: none (see the module's docstring).
+IDENTITY = "identity"
 
 
 class TransportError(Exception):
@@ -110,6 +119,21 @@ def _where(url: str) -> tuple[tuple[str, int], str, str]:
     if parts.query:
         target += "?" + parts.query
     return (parts.hostname or "127.0.0.1", parts.port or 80), target, parts.netloc.rpartition("@")[2]
+
+
+def check_encoding(status: int, headers: Any, url: str) -> None:
+    """Refuse an answer whose body is encoded (a Content-Encoding other than identity): mm asked for none and
+    decodes none, so a body's bound is a bound on the bytes held.
+
+    Errors: TransportError ``encoding``, naming the encoding.
+    """
+    coding = headers.get("content-encoding")
+    if coding and any(part.strip().lower() not in ("", IDENTITY) for part in coding.split(",")):
+        raise TransportError(
+            "encoding",
+            f"the server at {url} answered HTTP {status} with its body in Content-Encoding {coding[:60]!r}, "
+            f"which mm does not decode: it asks for answers as they are (Accept-Encoding: {IDENTITY})",
+        )
 
 
 def client_for(url: str, timeout: float) -> Client:
@@ -387,6 +411,7 @@ class LoopbackClient:
             conn, status, response_headers = await self._send(address, head + (content or b""), flight)
             response = LoopbackResponse(self, conn, status, response_headers, method)
             try:
+                check_encoding(status, response_headers, url)
                 yield response
             finally:
                 conn.flight = None
@@ -587,11 +612,11 @@ def _length(value: str) -> int:
 
 
 def _request_head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"host: {host}"]
+    lines = [f"{method} {target} HTTP/1.1", f"host: {host}", f"accept-encoding: {IDENTITY}"]
     lines += [
         f"{name}: {value}"
         for name, value in headers.items()
-        if name.lower() not in ("host", "content-length")
+        if name.lower() not in ("host", "content-length", "accept-encoding")
     ]
     if body is not None:
         lines.append(f"content-length: {len(body)}")
@@ -621,19 +646,39 @@ class HttpxClient:
     async def stream(
         self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
     ) -> AsyncIterator[Response]:
-        httpx = self._httpx
+        # httpx would ask for gzip, deflate (br, zstd) and decode them: the answer's body is asked for and
+        # read as it is (see the module's docstring).
+        sent = {name: value for name, value in headers.items() if name.lower() != "accept-encoding"}
+        sent["accept-encoding"] = IDENTITY
+        answered = False
         try:
-            async with self._client.stream(method, url, content=content, headers=headers) as response:
+            async with self._client.stream(method, url, content=content, headers=sent) as response:
+                answered = True
+                check_encoding(response.status_code, response.headers, url)
                 yield _HttpxResponse(response)
-        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+        except self._httpx.HTTPError as exc:
+            raise _httpx_error(self._httpx, exc) from None
+        except (self._httpx.InvalidURL, UnicodeError) as exc:
+            if answered:  # not httpx's: a UnicodeError of the reader's
+                raise
+            # A URL httpx cannot send to: a NUL in it, a host name IDNA refuses (``a..b``, a label over 63).
             raise TransportError("url", f"{type(exc).__name__}: {exc}") from None
-        except httpx.TimeoutException as exc:
-            raise TransportError("timeout", f"no answer in time ({type(exc).__name__})") from None
-        except httpx.TransportError as exc:
-            raise TransportError("connect", f"{type(exc).__name__}: {exc or 'no detail'}") from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _httpx_error(httpx: Any, exc: Exception) -> TransportError:
+    """The TransportError for an error of httpx's (any ``httpx.HTTPError``)."""
+    name = type(exc).__name__
+    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
+        return TransportError("url", f"{name}: {exc}")
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportError("timeout", f"no answer in time ({name})")
+    if isinstance(exc, httpx.TransportError):
+        return TransportError("connect", f"{name}: {exc or 'no detail'}")
+    # DecodingError (no body is decoded now, but one would be this), TooManyRedirects, any other.
+    return TransportError("protocol", f"{name}: {exc or 'no detail'}")
 
 
 class _HttpxResponse:
@@ -643,7 +688,8 @@ class _HttpxResponse:
         self.headers = response.headers
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
-        return self._response.aiter_bytes()
+        # The raw bytes: no decoder runs, whatever the headers say (check_encoding refused an encoded body).
+        return self._response.aiter_raw()
 
     async def end(self, chunks: AsyncIterator[bytes]) -> None:
         # Read on, a second at most, so that httpx keeps the connection.

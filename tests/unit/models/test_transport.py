@@ -10,6 +10,7 @@ arrives in exactly the pieces they choose.
 from __future__ import annotations
 
 import functools
+import gzip
 import socket
 import struct
 import sys
@@ -19,12 +20,15 @@ from typing import Any
 import pytest
 import trio
 
-from mmd.models import tokens, transport
+from mmd.models import _http, tokens, transport
+from mmd.models.base import Message, ModelError
+from mmd.models.openai import OpenAIProvider
 from mmd.models.transport import LoopbackClient, TransportError
 
 from ...counting import CountingBuffer
 
 Handler = Callable[[trio.SocketStream, bytes], Awaitable[bool]]
+MiB = 1024 * 1024
 
 
 async def read_request(stream: trio.SocketStream, buffer: bytearray) -> bytes | None:
@@ -442,9 +446,11 @@ async def test_httpx_errors_come_out_as_transport_errors() -> None:
     with pytest.raises(TransportError) as caught:
         await transport.fetch(client, "GET", "http://mm-test.invalid/")
     assert caught.value.kind == "connect"
-    with pytest.raises(TransportError) as caught:
-        await transport.fetch(client, "GET", "gopher://mm-test.invalid/")
-    assert caught.value.kind == "url"
+    # A URL httpx cannot send to: a NUL in it, host names IDNA refuses. Each escaped as an internal error.
+    for url in ("gopher://mm-test.invalid/", "http://a\x00b/", "http://a..b/", f"http://{'a' * 64}.com/"):
+        with pytest.raises(TransportError) as caught:
+            await transport.fetch(client, "GET", url)
+        assert caught.value.kind == "url", url
     await client.aclose()
 
 
@@ -584,3 +590,96 @@ async def test_a_window_in_an_answer_nested_past_the_limit_is_none(nursery: trio
 
     url = await Server(props).serve(nursery)
     assert await tokens.server_window(url) == (None, True)
+
+
+def gzip_bomb(size: int, layers: int = 1) -> bytes:
+    """*size* zero bytes behind *layers* of gzip: a few KB on the wire."""
+    data = b"\0" * size
+    for _ in range(layers):
+        data = gzip.compress(data, 9)
+    return data
+
+
+def encoded(body: bytes, coding: str, content_type: str = "text/event-stream") -> Handler:
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(
+            sized(body, extra=f"content-type: {content_type}\r\ncontent-encoding: {coding}\r\n")
+        )
+        return True
+
+    return answer
+
+
+def client_of(where: str, url: str) -> transport.Client:
+    """mm's own client, or httpx as for a server beyond this machine (here on loopback all the same)."""
+    return LoopbackClient(timeout=5) if where == "loopback" else transport.HttpxClient(url, 5)
+
+
+@pytest.mark.parametrize("where", ["loopback", "httpx"])
+async def test_a_model_answer_in_a_content_encoding_is_refused_unread(
+    nursery: trio.Nursery, where: str
+) -> None:
+    # Content-Encoding: gzip, gzip: httpx decoded both layers of a chunk in one call, before the 64 MiB bound
+    # counted a byte (a remote server's 1 MB was gigabytes in the daemon). Here 8 MiB behind a few KB, the
+    # bound set to 1 MiB: the answer is refused for its encoding, unread and not tried again.
+    server = Server(encoded(gzip_bomb(8 * MiB, layers=2), "gzip, gzip"))
+    url = await server.serve(nursery)
+    client = client_of(where, url)
+    provider = OpenAIProvider(
+        name="remote/test",
+        base_url=url + "/v1",
+        model="m",
+        client=client,
+        headers={"Accept-Encoding": "gzip"},
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_http, "MAX_RESPONSE_BYTES", MiB)
+        with pytest.raises(ModelError) as refused:
+            await provider.complete([Message(role="user", content="hi")], [])
+    message = str(refused.value)
+    assert (
+        "answered HTTP 200 with its body in Content-Encoding 'gzip, gzip', which mm does not decode"
+        in message
+    )
+    assert "send answers uncompressed" in message and not refused.value.retryable
+    assert len(server.requests) == 1  # not tried again: it would be answered the same
+    head = server.requests[0].split(b"\r\n\r\n")[0].lower()
+    assert head.count(b"accept-encoding") == 1 and b"accept-encoding: identity" in head
+    await client.aclose()
+
+
+@pytest.mark.parametrize("where", ["loopback", "httpx"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "x-unknown", "identity, gzip"])
+async def test_an_answer_read_whole_in_a_content_encoding_is_refused(
+    nursery: trio.Nursery, where: str, coding: str
+) -> None:
+    # /props, /tokenize and /health (fetch): the same refusal, whatever the encoding, a broken gzip too (its
+    # DecodingError was an internal error out of the turn).
+    url = await Server(encoded(b"\x1f\x8b" + b"x" * 18, coding, "application/json")).serve(nursery)
+    client = client_of(where, url)
+    with pytest.raises(TransportError) as refused:
+        await transport.fetch(client, "GET", f"{url}/props")
+    assert refused.value.kind == "encoding" and f"Content-Encoding {coding!r}" in str(refused.value)
+    await client.aclose()
+
+
+@pytest.mark.parametrize("where", ["loopback", "httpx"])
+async def test_an_answer_in_identity_is_read(nursery: trio.Nursery, where: str) -> None:
+    url = await Server(encoded(b'{"ok": 1}', "identity", "application/json")).serve(nursery)
+    client = client_of(where, url)
+    assert await transport.fetch(client, "GET", f"{url}/props") == (200, b'{"ok": 1}')
+    await client.aclose()
+
+
+def test_every_error_of_httpx_is_a_transport_error() -> None:
+    import httpx
+
+    kinds = {
+        httpx.DecodingError("bad gzip"): "protocol",
+        httpx.TooManyRedirects("loop"): "protocol",
+        httpx.RemoteProtocolError("cut"): "connect",
+        httpx.ReadTimeout("slow"): "timeout",
+        httpx.UnsupportedProtocol("gopher"): "url",
+    }
+    for error, kind in kinds.items():
+        assert transport._httpx_error(httpx, error).kind == kind
