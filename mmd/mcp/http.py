@@ -9,6 +9,13 @@ the body as an error of its own (``Failed to parse JSON response: …``), the co
 stream is left whole: the SDK bounds each of its events (``max_sse_event_size``, 1 MiB) and such a
 stream may stay open for hours.
 
+Both bounds count the bytes the SDK is given, so the client decodes nothing: httpx2 would ask for gzip,
+deflate, br and zstd and decode them after the counter, and a few MB of gzip are gigabytes decoded (3 MB
+on the wire held 3.3 GB). Every request asks for the body as it is (``Accept-Encoding: identity``, over
+any header of the agent file's), and an answer that comes with another Content-Encoding, an event stream
+too, is refused before a byte of its body is read or decoded: its read fails with AnswerRefused (an
+``httpx2.StreamError`` as well, and an ``SSEError``), naming the encoding.
+
 httpx2 is imported on first use, as the SDK is (mmd/mcp/pool.py: load_sdk): the daemon starts
 without it. The body's wrapper must be an ``httpx2.AsyncByteStream``, so its class is made then.
 """
@@ -22,6 +29,8 @@ import trio
 
 # Bytes of one answer's body at most; an event stream's events are bounded by the SDK.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# The one content coding asked for and taken: none.
+IDENTITY = "identity"
 
 
 def bounded_client(
@@ -35,16 +44,18 @@ def bounded_client(
     signature: ``sse_client(httpx_client_factory=…)`` takes it as it is)."""
     import httpx2
 
-    limited, _ = _classes()
+    limited, _, refused, _ = _classes()
 
     async def bound(response: httpx2.Response) -> None:
         # An event hook: the answer's head has come, its body not yet been read.
-        if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+        if (coding := _encoding(response.headers)) is not None:
+            response.stream = refused(response.stream, coding, str(response.url))
+        elif not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             response.stream = limited(response.stream, most, str(response.url))
 
-    options: dict[str, Any] = {"event_hooks": {"response": [bound]}}
-    if headers is not None:
-        options["headers"] = headers
+    sent = {k: v for k, v in (headers or {}).items() if k.lower() != "accept-encoding"}
+    sent["accept-encoding"] = IDENTITY
+    options: dict[str, Any] = {"event_hooks": {"response": [bound]}, "headers": sent}
     if timeout is not None:
         options["timeout"] = timeout
     if auth is not None:
@@ -57,8 +68,21 @@ def answer_too_large() -> type[Exception]:
     return _classes()[1]
 
 
+def answer_refused() -> type[Exception]:
+    """The error an encoded body raises as it is read (an ``httpx2.StreamError`` and ``SSEError``)."""
+    return _classes()[3]
+
+
+def _encoding(headers: Any) -> str | None:
+    """The answer's Content-Encoding if it is not identity (its body would be decoded), else None."""
+    coding = headers.get("content-encoding")
+    if coding and any(part.strip().lower() not in ("", IDENTITY) for part in coding.split(",")):
+        return str(coding)
+    return None
+
+
 @functools.cache
-def _classes() -> tuple[type[Any], type[Exception]]:
+def _classes() -> tuple[type[Any], type[Exception], type[Any], type[Exception]]:
     import httpx2
 
     class AnswerTooLarge(httpx2.StreamError):
@@ -87,7 +111,30 @@ def _classes() -> tuple[type[Any], type[Exception]]:
         async def aclose(self) -> None:
             await self._stream.aclose()
 
-    return Limited, AnswerTooLarge
+    class AnswerRefused(httpx2.StreamError, httpx2.SSEError):
+        """An answer came encoded and was not read. An SSEError too: the SDK quotes those of an event
+        stream to the request that waited (``SSE stream failed: …``), and drops any other's message."""
+
+    class Refused(httpx2.AsyncByteStream):
+        """An encoded body: its read fails at once, before a byte of it is read (or decoded); the response's
+        close drops the connection, its body unread."""
+
+        def __init__(self, stream: httpx2.AsyncByteStream, coding: str, url: str) -> None:
+            self._stream, self._coding, self._url = stream, coding, url
+
+        async def __aiter__(self) -> Any:
+            raise AnswerRefused(
+                f"the MCP server at {self._url} answered with its body in Content-Encoding "
+                f"{self._coding[:60]!r}, which mm does not decode (it asks for answers as they are: "
+                f"Accept-Encoding: {IDENTITY}); it was refused unread (have the server, or the proxy in "
+                "front of it, send answers uncompressed)"
+            )
+            yield b""  # an async generator, as the stream it replaces
+
+        async def aclose(self) -> None:
+            await self._stream.aclose()
+
+    return Limited, AnswerTooLarge, Refused, AnswerRefused
 
 
 async def _abandon(chunks: Any) -> None:

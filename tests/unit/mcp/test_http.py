@@ -4,6 +4,7 @@ HTTP server on 127.0.0.1 that streams a body of its choosing."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import threading
@@ -15,7 +16,7 @@ import trio
 
 from mmd import __version__
 from mmd.mcp import pool
-from mmd.mcp.http import answer_too_large, bounded_client
+from mmd.mcp.http import answer_refused, answer_too_large, bounded_client
 
 MiB = 1024 * 1024
 # What the hostile server writes at most: a client that reads it all (no bound) gets it whole and fails the
@@ -28,9 +29,10 @@ class _Server:
     """A one-thread HTTP/1.1 server: each request is answered with the chunks of ``chunks(request)``, chunked,
     as ``content_type`` (a text, or what it gives for the request)."""
 
-    def __init__(self, content_type: Any, chunks: Any) -> None:
-        self.content_type, self.chunks = content_type, chunks
+    def __init__(self, content_type: Any, chunks: Any, encoding: str = "") -> None:
+        self.content_type, self.chunks, self.encoding = content_type, chunks, encoding
         self.sent = 0  # body bytes written, all connections together
+        self.heads: list[bytes] = []  # each request's head
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -61,8 +63,10 @@ class _Server:
             while len(body) < length:
                 body += conn.recv(65536)
             request = head.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n" + body
+            self.heads.append(request.split(b"\r\n\r\n", 1)[0])
             kind = self.content_type(request) if callable(self.content_type) else self.content_type
-            start = f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nTransfer-Encoding: chunked\r\n\r\n"
+            coded = f"Content-Encoding: {self.encoding}\r\n" if self.encoding else ""
+            start = f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\n{coded}Transfer-Encoding: chunked\r\n\r\n"
             try:
                 conn.sendall(start.encode())
                 for chunk in self.chunks(request):
@@ -174,3 +178,40 @@ async def test_the_sse_transport_reads_no_posts_answer_past_the_bound(
         stop.set()
     await trio.sleep(0.2)  # the server notices the closed connection
     assert 0 < server.sent < SERVED // 2
+
+
+# 8 MiB behind about 8 KB of gzip: the counter saw the 8 KB, and httpx2 decoded the rest after it, into the
+# SDK's read of the whole body (3 MB on the wire held 3.3 GB of the daemon).
+BOMB = gzip.compress(b'{"jsonrpc": "2.0", "id": 0, "result": "' + b" " * (8 * MiB) + b'"}', 9)
+
+
+def _bomb(_request: bytes) -> Iterator[bytes]:
+    yield BOMB
+
+
+async def test_an_answer_in_a_content_encoding_is_refused_unread(servers: list[_Server]) -> None:
+    server = _Server("application/json", _bomb, encoding="gzip")
+    servers.append(server)
+    async with bounded_client({"Accept-Encoding": "gzip"}, most=MiB) as client:
+        with pytest.raises(answer_refused()) as refused:
+            await client.post(server.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize"})
+    assert "in Content-Encoding 'gzip', which mm does not decode" in str(refused.value)
+    assert server.url in str(refused.value)
+    head = server.heads[0].lower()  # asked for the body as it is, over the agent file's header
+    assert head.count(b"accept-encoding") == 1 and b"accept-encoding: identity" in head
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+async def test_an_mcp_server_answering_in_a_content_encoding_fails_its_request_with_the_encoding_named(
+    servers: list[_Server], monkeypatch: pytest.MonkeyPatch, content_type: str
+) -> None:
+    # Through the SDK as the pool connects: initialize is answered by the bomb, as one JSON document or as
+    # an event stream (left to the SDK's bound of each event, which counted decoded bytes too late as well).
+    server = _Server(content_type, _bomb, encoding="gzip")
+    servers.append(server)
+    monkeypatch.setattr(pool, "bounded_client", _with_bound(MiB))
+    client = await _sdk_client(pool._http_transport(server.url, {}, 10.0))
+    with trio.fail_after(20), pytest.raises(Exception) as failed:  # the SDK's own error
+        async with client:
+            pass
+    assert "in Content-Encoding 'gzip', which mm does not decode" in pool.describe(failed.value)
