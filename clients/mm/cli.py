@@ -541,9 +541,8 @@ def sessions_list(limit: int, here: bool, as_json: bool) -> None:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"]))
         last = row.get("last_status")
         state = " (running)" if row["running"] else f" ({last})" if last not in (None, "ok") else ""
-        terminal.echo(
-            f"{row['id']}  {when}  {row['title'] or '(untitled)'}{state}\n    {row['cwd']}  {row['model']}"
-        )
+        title, cwd, model = (terminal.cell(row[key] or "(untitled)") for key in ("title", "cwd", "model"))
+        terminal.echo(f"{row['id']}  {when}  {title}{state}\n    {cwd}  {model}")
 
 
 @sessions.command("show")
@@ -630,7 +629,8 @@ def consent_list(here: bool, as_json: bool) -> None:
         terminal.echo("no consent rules: answer [a] always to a consent ask to add one")
     for r in rules:
         what = r["tool"] if r["kind"] == "tool" else f"{r['tool']} {r['kind']}: {r['rule']}"
-        where = r["scope"] + (f" {r['scope_key']}" if r["scope_key"] else "")
+        what = terminal.cell(what)  # a command the model wrote, a tool an MCP server named
+        where = terminal.cell(r["scope"] + (f" {r['scope_key']}" if r["scope_key"] else ""))
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
         terminal.echo(f"{r['id']:>4}  allow {what}  [{where}]  {when}  by {r['origin']}")
 
@@ -703,7 +703,7 @@ def tools_list(agent: str | None, as_json: bool) -> None:
         terminal.echo(json.dumps(listed["tools"], indent=2))
         return
     for warning in listed["warnings"]:
-        terminal.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {terminal.cell(warning, err=True)}", err=True)
     for line in tool_table(listed["tools"]):
         terminal.echo(line)
 
@@ -720,7 +720,7 @@ def tools_check(agent_file: str) -> None:
         checked = client.call("tools.check", {"agent": os.path.abspath(agent_file)})
     except RPCError as exc:
         _fail(exc.message)
-    names = ", ".join(checked["tools"]) or "none"
+    names = terminal.cell(", ".join(checked["tools"]) or "none")
     terminal.echo(f"{agent_file}: ok (declared tools: {names})")
 
 
@@ -749,9 +749,8 @@ def stats(session_id: str | None, as_json: bool) -> None:
         first = f"{r['first_valid']}/{r['first_attempts']}" if r["first_attempts"] else "-"
         rate = f" ({100 * r['first_valid'] // r['first_attempts']}%)" if r["first_attempts"] else ""
         recovered = f"{r['recoveries']}/{r['first_invalid']}" if r["first_invalid"] else "-"
-        terminal.echo(
-            f"{r['tool']:<20} {r['calls']:>6} {first + rate:>12} {recovered:>10}  {r['top_error'] or ''}"
-        )
+        tool, error = terminal.cell(r["tool"]), terminal.cell(r["top_error"] or "")  # a model's, a server's
+        terminal.echo(f"{tool:<20} {r['calls']:>6} {first + rate:>12} {recovered:>10}  {error}")
 
 
 # -- eval -----------------------------------------------------------------------------------

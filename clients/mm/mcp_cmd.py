@@ -85,7 +85,7 @@ def mcp_list(agent: str | None, as_json: bool) -> None:
     """
     listed = _call("mcp.list", _params(agent))
     for warning in listed.get("warnings", []):
-        terminal.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {terminal.cell(warning, err=True)}", err=True)
     if as_json:
         terminal.echo(json.dumps(listed["servers"], indent=2))
         return
@@ -102,11 +102,12 @@ def mcp_list(agent: str | None, as_json: bool) -> None:
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + f"  {row[3]}"
         )
         if s.get("error"):
-            terminal.echo(f"{'':<{widths[0]}}  error: {s['error']}")
+            terminal.echo(f"{'':<{widths[0]}}  error: {terminal.cell(s['error'])}")
 
 
 def _list_row(s: dict[str, Any]) -> list[str]:
-    """name, transport, state (with its facts), then target and where it is configured."""
+    """name, transport, state (with its facts), then target and where it is configured: each cell as
+    :func:`terminal.cell` (a project's .mcp.json names them)."""
     state = s["state"] if s["enabled"] else "disabled"
     facts = [f"pid {s['pid']}" if s.get("pid") else ""]
     if s.get("tools_offered") is not None:
@@ -116,7 +117,8 @@ def _list_row(s: dict[str, Any]) -> list[str]:
     detail = ", ".join(f for f in facts if f)
     origin = Path(s.get("origin") or "").name
     where = f"  ({origin})" if origin else ""
-    return [s["name"], s["transport"], state + (f" ({detail})" if detail else ""), f"{s['target']}{where}"]
+    row = [s["name"], s["transport"], state + (f" ({detail})" if detail else ""), f"{s['target']}{where}"]
+    return [terminal.cell(value) for value in row]
 
 
 @mcp.command("test")
@@ -137,33 +139,36 @@ def mcp_test(name: str, agent: str | None, as_json: bool) -> None:
         sys.exit(EXIT_OK if result["ok"] else EXIT_ERROR)
     if not result["ok"]:
         for warning in result["warnings"]:
-            terminal.echo(f"warning: {warning}", err=True)
-        _fail(f"MCP server {name} ({result['transport']}: {result['target']}) failed: {result['error']}")
+            terminal.echo(f"warning: {terminal.cell(warning, err=True)}", err=True)
+        where, error = (terminal.cell(result[key], err=True) for key in ("target", "error"))
+        _fail(f"MCP server {terminal.cell(name, err=True)} ({result['transport']}: {where}) failed: {error}")
     server = result["server"]
-    ident = " ".join(str(v) for v in (server.get("name"), server.get("version")) if v)
+    ident = terminal.cell(" ".join(str(v) for v in (server.get("name"), server.get("version")) if v))
     how = (
         "reused the daemon's open connection"
         if result["reused"]
         else f"connected in {result['connect_seconds']:.2f} s"
     )
-    terminal.echo(f"{name}: ok — {result['transport']} {result['target']}")
+    terminal.echo(f"{terminal.cell(name)}: ok — {result['transport']} {terminal.cell(result['target'])}")
     terminal.echo(f"server {ident or '?'}, protocol {result['protocol']}; {how}")
     terminal.echo(f"{len(result['tools'])} of {result['offered']} tools exposed:")
     for line in tool_lines(result["tools"], shutil.get_terminal_size((100, 24)).columns):
         terminal.echo(line)
     terminal.echo(f"total ~{result['tokens']} tokens in every request (characters of the tools' JSON / 4)")
     for warning in result["warnings"]:
-        terminal.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {terminal.cell(warning, err=True)}", err=True)
 
 
 def tool_lines(tools: list[dict[str, Any]], columns: int) -> list[str]:
     """One aligned line per tool: name (and the server's name when it differs), tier, tokens, description.
 
     The columns are as wide as their longest cell, so a long prefixed name never
-    pushes its row out of line; the description is cut to what the terminal has left.
+    pushes its row out of line; the description is cut to what the terminal has left. Names and
+    descriptions are the server's: each is a :func:`terminal.cell`, measured as it is shown.
     """
     labels = [
-        t["name"] if t["name"] == t["remote_name"] else f"{t['name']} ({t['remote_name']})" for t in tools
+        terminal.cell(t["name"] if t["name"] == t["remote_name"] else f"{t['name']} ({t['remote_name']})")
+        for t in tools
     ]
     name_width = max((len(label) for label in labels), default=0)
     tier_width = max((len(t["tier"]) for t in tools), default=0)
@@ -173,7 +178,7 @@ def tool_lines(tools: list[dict[str, Any]], columns: int) -> list[str]:
         head = (
             f"  {label:<{name_width}}  {tool['tier']:<{tier_width}}  ~{tool['tokens']:>{token_width}} tokens"
         )
-        first = tool["description"].split(". ")[0].rstrip(".")
+        first = terminal.cell(tool["description"].split(". ")[0].rstrip("."))
         room = columns - len(head) - 2
         if room < 12:  # no room to say anything useful: the description goes whole on the line
             room = len(first)

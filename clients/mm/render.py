@@ -319,9 +319,10 @@ def tool_table(tools: list[dict[str, Any]], cut: int | None = None) -> list[str]
         by_source.setdefault(tool["source"], []).append(tool)
     lines = []
     for source, group in by_source.items():
-        lines.append(f"{source}:")
+        lines.append(f"{terminal.cell(source)}:")
         for tool in group:
-            first = tool["description"].split(". ")[0].rstrip(".")
+            # The name and description may be an MCP server's or a project's: each a terminal.cell.
+            first = terminal.cell(tool["description"].split(". ")[0].rstrip("."))
             box = tool.get("sandbox") or "-"
-            lines.append(f"  {tool['name']:<18} {tool['tier']:<12} {box:<10} {first[:cut]}")
+            lines.append(f"  {terminal.cell(tool['name']):<18} {tool['tier']:<12} {box:<10} {first[:cut]}")
     return lines

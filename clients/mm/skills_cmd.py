@@ -53,20 +53,24 @@ def skills_list(agent: str | None, as_json: bool) -> None:
         terminal.echo(f"mm: {getattr(exc, 'message', exc)}", err=True)
         sys.exit(1)
     for warning in listed["warnings"]:
-        terminal.echo(f"warning: {warning}", err=True)
+        terminal.echo(f"warning: {terminal.cell(warning, err=True)}", err=True)
     if as_json:
         terminal.echo(json.dumps(listed["skills"], indent=2))
         return
     if not listed["skills"]:
         terminal.echo("no skills here; mm looks in:")
         for folder in listed["folders"]:
-            terminal.echo(f"  {_short(folder)}")
+            terminal.echo(f"  {terminal.cell(_short(folder))}")
         return
     _table(listed["skills"])
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    where = {r["name"]: f"{r['source']}: {_short(r['folder'])}" for r in rows}
+    # A project's skills name themselves and their folders: every cell a terminal.cell, measured as shown.
+    rows = [
+        {**r, "name": terminal.cell(r["name"]), "description": terminal.cell(r["description"])} for r in rows
+    ]
+    where = {r["name"]: terminal.cell(f"{r['source']}: {_short(r['folder'])}") for r in rows}
     cost = {r["name"]: f"{r['tokens']}+{r['body_tokens']}" for r in rows}
     name_w = max(4, *(len(r["name"]) for r in rows))
     where_w = max(5, *(len(w) for w in where.values()))
@@ -80,7 +84,8 @@ def _table(rows: list[dict[str, Any]]) -> None:
             f"{r['name']:<{name_w}}  {where[r['name']]:<{where_w}}  {cost[r['name']]:>{cost_w}}  {text}"
         )
         if r["allowed_tools"] is not None:
-            terminal.echo(f"{'':<{name_w}}  allowed-tools: {', '.join(r['allowed_tools']) or '(none)'}")
+            allowed = terminal.cell(", ".join(r["allowed_tools"]) or "(none)")
+            terminal.echo(f"{'':<{name_w}}  allowed-tools: {allowed}")
 
 
 def _short(path: str) -> str:

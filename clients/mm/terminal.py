@@ -13,8 +13,11 @@ program reading ``mm -p``'s answer gets it exact.
 - :func:`code`: what a person decides on — a command, its arguments, a path, a name: carriage returns too,
   and the bidirectional overrides and isolates (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F), which show
   the characters of a line in another order than they run.
+- :func:`line`: one cell of a listing's row — a name, a description, a path, a server's error:
+  :func:`code`, and line feeds and tabs too, so that it stays in its row and its column (an MCP tool named
+  ``ok\r\n\u202eevil`` began a row of its own and wrote it backwards).
 - :func:`echo`: ``click.echo`` of text, made inert when the stream is a terminal; :func:`inert` the same for
-  text styled after.
+  text styled after; :func:`cell` is :func:`line` on a terminal.
 - :func:`json_text`: JSON that keeps non-ASCII text readable (``ensure_ascii=False``) with DEL and the C1
   controls written as ``\\u`` escapes: the same JSON to a program, nothing a terminal obeys (json.dumps
   escapes the C0 controls itself).
@@ -34,6 +37,7 @@ import click
 _TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _JSON_RAW = re.compile("[\x7f-\x9f]")  # what json.dumps(ensure_ascii=False) leaves as it is
 _CODE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -52,6 +56,11 @@ def code(value: str) -> str:
     return _CODE.sub(_escape, value)
 
 
+def line(value: str) -> str:
+    """*value* as one cell of a row: :func:`code`, and line feeds and tabs shown as escapes too."""
+    return _LINE.sub(_escape, value)
+
+
 def is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -65,6 +74,13 @@ def inert(value: str, *, err: bool = False, as_code: bool = False) -> str:
     if not is_terminal(sys.stderr if err else sys.stdout):
         return value
     return code(value) if as_code else text(value)
+
+
+def cell(value: Any, *, err: bool = False) -> str:
+    """``str(value)`` as :func:`line` when stdout (or stderr) is a terminal, else as it is: a string of a
+    server's or a project's in a listing, escaped before the columns are measured."""
+    value = str(value)
+    return line(value) if is_terminal(sys.stderr if err else sys.stdout) else value
 
 
 def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:

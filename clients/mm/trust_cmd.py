@@ -141,7 +141,7 @@ def trust_list(as_json: bool) -> None:
         return
     for row in listed:
         when = datetime.datetime.fromtimestamp(row["trusted"]).strftime("%Y-%m-%d %H:%M")
-        terminal.echo(f"{row['state']:<10}  {when}  {row['path']}")
+        terminal.echo(f"{row['state']:<10}  {when}  {terminal.cell(row['path'])}")
 
 
 @trust.command("forget")

@@ -1,8 +1,11 @@
-"""``mm mcp test``'s table: columns as wide as their longest cell, whatever the names' prefixes."""
+"""``mm mcp test``'s table: columns as wide as their longest cell, whatever the names' prefixes; a server's
+names and descriptions shown inert on a terminal (``mm tools list``'s table too)."""
 
 from __future__ import annotations
 
+from mm import terminal
 from mm.mcp_cmd import tool_lines
+from mm.render import tool_table
 
 TOOLS = [
     {
@@ -46,3 +49,31 @@ def test_the_description_is_cut_to_the_terminal():
     assert all(len(line) <= 100 for line in lines)
     assert lines[1].endswith("…")
     assert tool_lines([], 80) == []
+
+
+EVIL = {
+    "name": "srv_ok\r\n\u202eevil\tx",
+    "remote_name": "ok\r\n\u202eevil\tx",
+    "tier": "read",
+    "tokens": 5,
+    "description": "fine\r\x1b[2Kgone\nnext line\u2066.",
+}
+
+
+def test_a_servers_names_and_descriptions_stay_on_their_row_on_a_terminal(monkeypatch):
+    # A tool named ok\r\n\u202eevil reached the terminal as it was: a row of its own, written backwards.
+    monkeypatch.setattr(terminal, "is_terminal", lambda stream: True)
+    lines = tool_lines([*TOOLS, EVIL], 200)
+    assert len(lines) == 4
+    assert all(not set(line) & set("\r\n\t\x1b\u202e\u2066") for line in lines)
+    assert "srv_ok\\x0d\\x0a\\u202eevil\\x09x (ok\\x0d\\x0a\\u202eevil\\x09x)" in lines[3]
+    assert lines[3].endswith("fine\\x0d\\x1b[2Kgone\\x0anext line\\u2066")
+    tiers = {line.index(tool["tier"]) for line, tool in zip(lines, [*TOOLS, EVIL], strict=True)}
+    assert len(tiers) == 1  # measured as shown: the escapes push no row out of its columns
+    tables = [tool_table([{**EVIL, "source": "mcp: srv\n"}]), tool_table([{**TOOLS[0], "source": "builtin"}])]
+    assert all(not set(line) & set("\r\n\t\x1b\u202e\u2066") for table in tables for line in table)
+
+
+def test_a_pipe_gets_the_names_as_they_are(monkeypatch):
+    monkeypatch.setattr(terminal, "is_terminal", lambda stream: False)
+    assert "\u202e" in tool_lines([EVIL], 200)[0]
