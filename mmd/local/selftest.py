@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -101,6 +102,16 @@ def cpu_problem(flags: frozenset[str] | None = None) -> str | None:
     )
 
 
+# The variable llama-server reads its API key from: every request but /health must carry the key (a bearer
+# token). Given in the environment, which only this user may read, not in argv, which every user may.
+KEY_VAR = "LLAMA_API_KEY"
+
+
+def new_key() -> str:
+    """A fresh API key for one llama-server start."""
+    return secrets.token_urlsafe(24)
+
+
 def server_argv(name: str, port: int) -> list[str]:
     """How llama-server serves local/*name*: the daemon and the self-test start it the same way."""
     return [
@@ -173,6 +184,7 @@ def run(name: str, *, expect_answer: bool = True) -> Result:
 def _run(name: str, expect_answer: bool) -> Result:
     port = free_port()
     argv = server_argv(name, port)
+    key = new_key()
     logfile = log_path(name)
     logfile.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -180,11 +192,11 @@ def _run(name: str, expect_answer: bool) -> Result:
         log.write(f"--- mm self-test starts {' '.join(argv)}\n".encode())
         log.flush()
         try:
-            proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={})
+            proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={KEY_VAR: key})
         except OSError as exc:
             return Result("error", f"could not start {argv[0]}: {exc.strerror or exc}", log=str(logfile))
         try:
-            result = _exchange(proc, port, expect_answer)
+            result = _exchange(proc, port, expect_answer, key)
         finally:
             children.stop_group(proc, grace=5.0)
     result.seconds = round(time.monotonic() - t0, 2)
@@ -194,12 +206,12 @@ def _run(name: str, expect_answer: bool) -> Result:
     return result
 
 
-def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool) -> Result:
+def _exchange(proc: subprocess.Popen[bytes], port: int, expect_answer: bool, key: str) -> Result:
     base = f"http://127.0.0.1:{port}"
     failed = _wait_loaded(proc, port, base)
     if failed is not None:
         return failed
-    answer = _ask(proc, base)
+    answer = _ask(proc, base, key)
     if isinstance(answer, Result):
         return answer
     return _judge(answer.strip(), expect_answer)
@@ -227,7 +239,7 @@ def _wait_loaded(proc: subprocess.Popen[bytes], port: int, base: str) -> Result 
         time.sleep(0.25)
 
 
-def _ask(proc: subprocess.Popen[bytes], base: str) -> str | Result:
+def _ask(proc: subprocess.Popen[bytes], base: str, key: str) -> str | Result:
     """The server's answer to QUESTION, or why there is none."""
     import urllib.request  # the self-test's process only: the daemon, which imports this module, never
 
@@ -240,7 +252,9 @@ def _ask(proc: subprocess.Popen[bytes], base: str) -> str | Result:
         }
     ).encode()
     req = urllib.request.Request(
-        f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        f"{base}/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
     )
     try:
         with urllib.request.urlopen(req, timeout=ANSWER_TIMEOUT) as resp:

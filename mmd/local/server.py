@@ -48,6 +48,7 @@ class LocalServerError(Exception):
 
 class _Running(msgspec.Struct):
     url: str
+    key: str  # the API key the server asks of every request but /health (another local user has none)
     last_used: float
     stop: trio.Event = msgspec.field(default_factory=trio.Event)
     dead: bool = False
@@ -109,8 +110,9 @@ class LocalServers:
         self.crashes: dict[str, list[float]] = {}  # monotonic times a server died by itself
         self._lock = trio.Lock()
 
-    async def url(self, name: str) -> str:
-        """The base URL (…/v1) of the model's server, started (or restarted) if it is not running.
+    async def url(self, name: str) -> tuple[str, str]:
+        """The base URL (…/v1) of the model's server, started (or restarted) if it is not running, and the API
+        key its requests must carry.
 
         Errors: LocalServerError (not set up, failed to start, or not healthy in time).
         """
@@ -120,10 +122,15 @@ class LocalServers:
                 run = await self.nursery.start(self._serve, name)
                 self.running[name] = run
             run.last_used = time.monotonic()
-            return run.url
+            return run.url, run.key
 
     async def _serve(
-        self, name: str, port: int | None = None, *, task_status: trio.TaskStatus[_Running]
+        self,
+        name: str,
+        port: int | None = None,
+        key: str | None = None,
+        *,
+        task_status: trio.TaskStatus[_Running],
     ) -> None:
         _check_servable(name)
         # A restart takes the old port when it is still free, so the retries of a request
@@ -132,7 +139,11 @@ class LocalServers:
         crashed = False
         argv = selftest.server_argv(name, port)
         logfile = self.log_dir / f"llama-server-{name}.log"
-        run = _Running(url=f"http://127.0.0.1:{port}/v1", last_used=time.monotonic())
+        # A key of its own, in its environment (not its argv, which every user may read): the port is any local
+        # user's to connect to, and the server's one slot holds this user's prompt, whose cached prefix its
+        # timings would tell a guesser. A restart keeps the key, as the port: retried requests still carry it.
+        key = key or selftest.new_key()
+        run = _Running(url=f"http://127.0.0.1:{port}/v1", key=key, last_used=time.monotonic())
         # Appended (the lines of a server that died stay readable), by the daemon: the server's lines of every
         # request once grew the file for as long as mm was used (mmd/procs/logfile.py).
         try:
@@ -146,7 +157,7 @@ class LocalServers:
                 cm = supervised_process(
                     argv,
                     cwd=self.log_dir,
-                    env={},
+                    env={selftest.KEY_VAR: run.key},
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
@@ -174,7 +185,7 @@ class LocalServers:
                 if self.running.get(name) is run:
                     del self.running[name]
         if crashed:
-            self.nursery.start_soon(self._restart, name, port)
+            self.nursery.start_soon(self._restart, name, port, run.key)
 
     async def _until_exit(self, proc: trio.Process, run: _Running, name: str) -> bool:
         """Wait for the server to exit, or stop it once idle; whether it died by itself."""
@@ -188,7 +199,7 @@ class LocalServers:
             log.warning("llama-server for %s exited with %s: %s", name, proc.returncode, how)
         return crashed
 
-    async def _restart(self, name: str, port: int) -> None:
+    async def _restart(self, name: str, port: int, key: str) -> None:
         """Start a server that died again at once, unless it keeps dying (then the next turn tries)."""
         now = time.monotonic()
         recent = [t for t in self.crashes.get(name, []) if now - t < CRASH_WINDOW]
@@ -206,7 +217,7 @@ class LocalServers:
             if name in self.running:  # a turn started one meanwhile
                 return
             try:
-                run = await self.nursery.start(self._serve, name, port)
+                run = await self.nursery.start(self._serve, name, port, key)
             except LocalServerError as exc:
                 log.error("could not restart llama-server for %s: %s", name, exc)
                 return

@@ -151,8 +151,9 @@ class ModelRef(msgspec.Struct, frozen=True, kw_only=True):
             )
         return key
 
-    def build(self, *, base_url: str | None = None) -> Provider:
-        """The provider of this kind (mmd/models/__init__.py's table), not yet connected.
+    def build(self, *, base_url: str | None = None, api_key: str | None = None) -> Provider:
+        """The provider of this kind (mmd/models/__init__.py's table), not yet connected; *base_url* and
+        *api_key* are a local model's server's (mmd/local/server.py), else the config's.
 
         Errors: ConfigError when the API key's variable is not set.
         """
@@ -160,7 +161,7 @@ class ModelRef(msgspec.Struct, frozen=True, kw_only=True):
             "name": self.label,
             "base_url": base_url or self.base_url,
             "model": self.model,
-            "api_key": self.api_key(),
+            "api_key": api_key or self.api_key(),
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "headers": dict(self.headers),

@@ -110,16 +110,17 @@ class LlamaCounter(Counter):
 
     exact = True
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, key: str | None = None) -> None:
         super().__init__()
         self.root = root
+        self.key = key  # the API key of a llama-server mm runs
         self._http = transport.client_for(root, TIMEOUT)
 
     async def _count(self, text: str) -> int | None:
         url = f"{self.root}/tokenize"
         try:
             status, data = await transport.fetch(
-                self._http, "POST", url, msgspec.json.encode({"content": text})
+                self._http, "POST", url, msgspec.json.encode({"content": text}), key=self.key
             )
             if status != 200:
                 raise ValueError(f"HTTP {status}")
@@ -155,11 +156,11 @@ async def server_window(root: str) -> tuple[int | None, bool]:
     return props.window, props.answered
 
 
-async def server_props(root: str) -> Props:
-    """What the llama-server at *root* says of its window and model (:class:`Props`)."""
+async def server_props(root: str, key: str | None = None) -> Props:
+    """What the llama-server at *root* says of its window and model (:class:`Props`); *key*: its API key."""
     http = transport.client_for(root, TIMEOUT)
     try:
-        status, data = await transport.fetch(http, "GET", f"{root}/props")
+        status, data = await transport.fetch(http, "GET", f"{root}/props", key=key)
         if status != 200:
             return Props(None, True)
         check_json(data, what="the answer is")  # a ValueError before the decoder recurses

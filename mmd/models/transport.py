@@ -142,13 +142,21 @@ def client_for(url: str, timeout: float) -> Client:
 
 
 async def fetch(
-    client: Client, method: str, url: str, body: bytes | None = None, max_bytes: int = FETCH_MAX_BYTES
+    client: Client,
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    max_bytes: int = FETCH_MAX_BYTES,
+    key: str | None = None,
 ) -> tuple[int, bytes]:
-    """One request read to its end: the status and the body, *max_bytes* at most.
+    """One request read to its end: the status and the body, *max_bytes* at most; *key*: an API key, sent as
+    a bearer token (a llama-server mm runs asks one).
 
     Errors: TransportError (``protocol`` for a body past *max_bytes*: the connection is closed).
     """
     headers = {"content-type": "application/json"} if body is not None else {}
+    if key is not None:
+        headers["authorization"] = f"Bearer {key}"
     data = bytearray()
     async with (
         client.stream(method, url, content=body, headers=headers) as response,

@@ -60,7 +60,7 @@ class Providers:
         self._scripted: dict[str, _Scripted] = {}
         self._positions: dict[str, scripted.Position] = {}
         # Token counters of the llama-servers asked (by URL): each keeps the counts of its texts.
-        self._counters: OrderedDict[str, tokens.Counter] = OrderedDict()
+        self._counters: OrderedDict[tuple[str, str | None], tokens.Counter] = OrderedDict()
         self._estimate = tokens.Counter()
         # What each server root said of its window and model, and when (monotonic): kept WINDOW_TTL seconds.
         self._windows: dict[str, tuple[float, tokens.Props]] = {}
@@ -76,12 +76,12 @@ class Providers:
         """
         if model.script is not None:
             return await self._start_scripted(model, session_id)
-        url = await self._local_url(model) if "local" in model.extra else None
-        key = (url, *model.key)
+        url, api_key = await self._local_url(model) if "local" in model.extra else (None, None)
+        key = (url, api_key, *model.key)  # a restarted server has a key of its own
         provider = self.cache.get(key)
         if provider is None:
             try:
-                provider = model.build(base_url=url)
+                provider = model.build(base_url=url, api_key=api_key)
             except ConfigError as exc:  # e.g. the API key's variable is not set
                 raise RPCError("config_error", str(exc)) from None
         await self._keep(self.cache, key, provider, PROVIDERS_KEPT)
@@ -97,48 +97,51 @@ class Providers:
 
         Errors: RPCError model_error (a local server that cannot start).
         """
-        root = await self._root(model, session_id)
+        root, api_key = await self._root(model, session_id)
         asked = model.kind == "openai" and tokens.on_loopback(root)
-        props = await self._props(root) if asked else tokens.Props(None, False)
+        props = await self._props(root, api_key) if asked else tokens.Props(None, False)
         server = props.window
         local = catalog.context_size(model.extra["local"]) if "local" in model.extra else None
         size, source = window_tokens(model.kind, config=model.context_window, server=server, catalog=local)
         # A local model's server is llama-server even when /props did not answer: its /tokenize is
         # tried, and a text it does not count is counted as dense (mmd/models/tokens.py).
-        counter = await self._counter(root, session_id) if server or local else self._estimate
+        counter = await self._counter(root, session_id, api_key) if server or local else self._estimate
         if props.model is not None:  # another model on the same port: the counts of the last one go
             counter.serving(props.model)
         self._held.setdefault(session_id, {})[id(counter)] = counter
         return Budget(window=Window.of(size, model.max_tokens), counter=counter, source=source)
 
-    async def _props(self, root: str) -> tokens.Props:
+    async def _props(self, root: str, api_key: str | None) -> tokens.Props:
         """What the server at *root* says of its window and model: asked at most once in WINDOW_TTL seconds
         while it answers (a server that does not answer is asked at every prompt: it may be up by the next)."""
         now = time.monotonic()
         kept = self._windows.get(root)
         if kept is not None and now - kept[0] < WINDOW_TTL:
             return kept[1]
-        props = await tokens.server_props(root)
+        props = await tokens.server_props(root, api_key)
         # Expired answers go as another is kept: a scripted model's server has a root of its own per turn.
         self._windows = {r: k for r, k in self._windows.items() if now - k[0] < WINDOW_TTL}
         if props.answered:
             self._windows[root] = (time.monotonic(), props)
         return props
 
-    async def _root(self, model: ModelRef, session_id: str) -> str:
+    async def _root(self, model: ModelRef, session_id: str) -> tuple[str, str | None]:
+        """The root of *model*'s server, and the API key it asks (a local model's)."""
         if "local" in model.extra:
-            return tokens.server_root(await self._local_url(model))
+            url, api_key = await self._local_url(model)
+            return tokens.server_root(url), api_key
         if model.script is not None and session_id in self._scripted:
-            return self._scripted[session_id].server.url
-        return tokens.server_root(model.base_url)
+            return self._scripted[session_id].server.url, None
+        return tokens.server_root(model.base_url), None
 
-    async def _counter(self, root: str, session_id: str) -> tokens.Counter:
+    async def _counter(self, root: str, session_id: str, api_key: str | None) -> tokens.Counter:
         entry = self._scripted.get(session_id)
         if entry is not None and entry.server.url == root:  # lives as long as the turn's server
             entry.counter = entry.counter or tokens.LlamaCounter(root)
             return entry.counter
-        counter = self._counters.get(root) or tokens.LlamaCounter(root)
-        await self._keep(self._counters, root, counter, COUNTERS_KEPT)
+        key = (root, api_key)  # a restarted server has a key of its own
+        counter = self._counters.get(key) or tokens.LlamaCounter(root, api_key)
+        await self._keep(self._counters, key, counter, COUNTERS_KEPT)
         return counter
 
     async def _keep(self, kept: OrderedDict[Any, Any], key: Any, thing: Any, most: int) -> None:
@@ -159,7 +162,7 @@ class Providers:
         """Whether a running turn was given *thing*."""
         return any(id(thing) in held for held in self._held.values())
 
-    async def _local_url(self, model: ModelRef) -> str:
+    async def _local_url(self, model: ModelRef) -> tuple[str, str]:
         try:
             return await self.local.url(model.extra["local"])
         except LocalServerError as exc:

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -378,6 +379,7 @@ def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped
     [first] = _llama_servers(mm_home)
     cmd = first.cmdline()
     port = cmd[cmd.index("--port") + 1]
+    first_key = first.environ()["LLAMA_API_KEY"]
     first.kill()  # a crash, as the kernel's OOM killer would do it
     second = _wait(
         f"a new llama-server healthy on port {port}",
@@ -386,6 +388,22 @@ def test_a_killed_llama_server_comes_back_on_its_port_and_an_idle_one_is_stopped
         explain=lambda: _what_ran(mm_home),
     )[0]
     assert second.cmdline() == cmd  # same model, same port: requests retried after the crash reach it
+    # Its port is any local user's to reach: every request but /health asks the key mm gave it in its
+    # environment (not its argv, which every user may read), the same key again after the restart.
+    assert not any("key" in arg.lower() for arg in cmd)
+    assert second.environ()["LLAMA_API_KEY"] == first_key
+    for method, path, body in (
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}]}'),
+        ("POST", "/completion", b'{"prompt": "hi", "n_predict": 1}'),
+        ("GET", "/props", None),
+        ("GET", "/slots", None),
+    ):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401, path
+    again = run_mm("-p", "Reply with one word: ok", cwd=work, timeout=300)
+    assert again.returncode == 0, again.stderr
     log = mm_home / "state" / "mm" / "mmd.log"
     _wait("the restart in mmd.log", lambda: f"restarted: http://127.0.0.1:{port}/v1" in log.read_text(), 10)
     assert "exited with -9" in log.read_text()

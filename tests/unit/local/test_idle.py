@@ -20,7 +20,7 @@ async def test_idle_counts_from_the_end_of_the_last_turn(tmp_path: Path, monkeyp
         servers = server.LocalServers(
             nursery, tmp_path, idle_timeout=0.6, busy=lambda: time.monotonic() < turn_ends
         )
-        run = server._Running(url="http://127.0.0.1:1/v1", last_used=time.monotonic())
+        run = server._Running(url="http://127.0.0.1:1/v1", key="k", last_used=time.monotonic())
         with trio.CancelScope() as scope:
             await servers._idle(run, scope)
         stopped = time.monotonic()

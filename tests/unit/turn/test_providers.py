@@ -81,7 +81,7 @@ async def test_a_servers_window_is_asked_once_in_a_while_and_a_silent_server_at_
     asked: list[str] = []
     ask = tokens.server_props
 
-    async def counted(root: str) -> tokens.Props:
+    async def counted(root: str, key: str | None = None) -> tokens.Props:
         asked.append(root)
         return await ask(root)
 
@@ -165,7 +165,7 @@ async def test_the_token_counters_of_the_servers_used_last_are_kept(
     tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A local server restarted on a new port each time added a counter, with its counts, for good.
-    async def props(root: str) -> tokens.Props:
+    async def props(root: str, key: str | None = None) -> tokens.Props:
         return tokens.Props(4096, True, ("/models/a.gguf", 4096))
 
     monkeypatch.setattr(tokens, "server_props", props)
