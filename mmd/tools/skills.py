@@ -24,7 +24,7 @@ import msgspec
 import yaml
 
 from ..kept import Kept
-from ..untrusted import YamlLimitError, open_regular, read_at_most, safe_load
+from ..untrusted import YamlLimitError, open_regular, read_at_most, safe_load, walk
 
 # Largest front matter read: it holds a name, a description and keywords (a few hundred bytes; a description
 # is at most 1,024 characters in Claude's format). YAML is read in Python, ~4 ms a kilobyte here.
@@ -44,6 +44,9 @@ _CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 # Entries of one skills folder read: a cloned repository's 100,000 folders must not become 100,000 warnings
 # (and reads) on every prompt; real skill folders hold tens.
 MAX_FOLDERS = 500
+# Folders of a skill looked through for its other files (read_skill names them): a chain of empty folders
+# in a cloned repository's skill must not be walked to its end at every read.
+OTHER_FILES_FOLDERS = 1000
 # Folders without SKILL.md warned about one by one in one skills folder; the rest in one line.
 MAX_SKIPPED_WARNINGS = 20
 # The skills read last, by folder, source and whole SKILL.md text: every prompt reads every skill again, and
@@ -79,15 +82,16 @@ class Skill(msgspec.Struct, frozen=True):
     source: str = ""  # where it was found, as `mm skills list` shows it: "project .claude", "user mm", ...
 
     def other_files(self, cap: int = 50) -> list[str]:
-        """The skill's other files, relative to its folder, hidden ones left out."""
+        """The skill's other files, relative to its folder, hidden ones left out; those of its first
+        OTHER_FILES_FOLDERS folders (a walk without recursion: a skill's folder is a project's input)."""
         out = []
-        for top, dirs, files in os.walk(self.folder):
+        for seen, (top, dirs, files) in enumerate(walk(self.folder), 1):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for name in sorted(files):
                 rel = Path(top, name).relative_to(self.folder).as_posix()
                 if not name.startswith(".") and rel != "SKILL.md":
                     out.append(rel)
-            if len(out) >= cap:
+            if len(out) >= cap or seen >= OTHER_FILES_FOLDERS:
                 break
         return out[:cap]
 

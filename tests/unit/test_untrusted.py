@@ -12,6 +12,7 @@ import io
 import json
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,11 @@ from mmd.untrusted import (
     open_regular,
     read_at_most,
     value_depth,
+    walk,
 )
 
 from ..budget import examples
+from ..folders import DEEP, chain
 
 # Generated cases per hypothesis test: each stays well under 30 s on two cores.
 CASES = settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -243,3 +246,41 @@ def test_a_bounded_read_asks_for_what_the_file_holds_and_still_tells_a_file_past
         assert read_at_most(f, 256 * 1024) == b"x" * 3000
     with open_regular(big) as f:
         assert read_at_most(f, 4096) == b"y" * 4097
+
+
+# --- folders mm did not make ----------------------------------------------------------------------
+
+
+def test_walk_goes_down_a_chain_deeper_than_the_recursion_limit(tmp_path) -> None:
+    with chain(tmp_path) as bottom:
+        (bottom / "bottom.txt").write_text("x")
+        seen = list(walk(tmp_path))
+        assert len(seen) == DEEP + 1
+        assert seen[-1][2] == ["bottom.txt"] and seen[-1][0].count("/d") == DEEP
+        if sys.version_info < (3, 12):  # what os.walk did here (it recurses once per folder)
+            with pytest.raises(RecursionError):
+                list(os.walk(tmp_path))
+
+
+def test_walk_gives_what_os_walk_gives_and_may_be_pruned(tmp_path) -> None:
+    for rel in ("a/b/c", "a/skip/x", "e", "f/g"):
+        (tmp_path / rel).mkdir(parents=True)
+    for rel in ("top.txt", "a/one", "a/b/c/two", "a/skip/x/no", "f/g/three"):
+        (tmp_path / rel).write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "a")  # a subfolder by name, never entered
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "e").chmod(0)  # cannot be listed (unless root): left out, as os.walk leaves it
+
+    def pruned(walker):
+        out = []
+        for top, dirs, files in walker:
+            dirs[:] = sorted(d for d in dirs if d != "skip")
+            out.append((top, list(dirs), sorted(files)))
+        return out
+
+    try:
+        assert pruned(walk(tmp_path)) == pruned(os.walk(tmp_path))
+        assert any(top.endswith("/f/g") for top, _, _ in pruned(walk(tmp_path)))
+        assert not any("skip" in top or top.endswith("/link") for top, _, _ in pruned(walk(tmp_path)))
+    finally:
+        (tmp_path / "e").chmod(0o700)

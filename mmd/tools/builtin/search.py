@@ -30,7 +30,7 @@ from mmd.procs import communicate, supervised_process
 from mmd.sandbox import Sandbox
 from mmd.tools.base import Tool, ToolContext, ToolError, ToolResult
 from mmd.tools.builtin._fs import SNIFF_BYTES, display, is_binary, not_found, os_errors, resolve
-from mmd.untrusted import bounded_lines, open_regular
+from mmd.untrusted import bounded_lines, open_regular, walk
 
 # Entries list_files shows at most.
 LIST_CAP = 500
@@ -131,7 +131,7 @@ def _walk_glob(root: Path, regex: patterns.Pattern, timeout: float) -> tuple[lis
     Errors: ToolError ``slow_pattern`` or ``timeout``; OSError from the walk."""
     whole = patterns.Deadline(timeout)
     found, skipped = [], set()
-    for top, dirs, files in os.walk(root):
+    for top, dirs, files in walk(root):  # os.walk recurses: a deep tree was a RecursionError
         if whole.left() <= 0:
             raise _slow_listing(whole, whole.seconds)
         rel_top = os.path.relpath(top, root)
@@ -460,7 +460,7 @@ def _files_under(root: Path) -> Iterator[tuple[str, Path]]:
     if not root.is_dir():
         yield "", root
         return
-    for top, dirs, files in os.walk(root):
+    for top, dirs, files in walk(root):  # os.walk recurses: a deep tree was a RecursionError
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(f for f in files if not f.startswith(".")):
             path = Path(top, name)

@@ -5,8 +5,8 @@ RecursionError inside mmd: the daemon died with every running turn. Each decoder
 not write now runs a depth (and size) check first (mmd/untrusted.py, mmd/rpc/framing.py). The
 decode layer, driven with thousands of generated nestings, is in tests/unit/test_untrusted.py;
 these drive a real daemon over its real socket: the scripted model sends the hostile arguments, a raw socket sends
-the hostile frames, a real hook and real MCP servers print the hostile JSON. Every case ends
-with ``assert_daemon_serves``.
+the hostile frames, a real hook and real MCP servers print the hostile JSON, a project nests its folders
+1,500 deep (os.walk recursed too). Every case ends with ``assert_daemon_serves``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from mmd.untrusted import (
     MAX_DOCUMENT_DEPTH,
 )
 
+from ...folders import chain
 from ..conftest import run_mm, socket_of, spawn_mm, write_config
 from ..mcp_servers import SEED
 from .serves import assert_daemon_serves
@@ -126,6 +127,31 @@ def test_arguments_nested_1500_deep_are_answered_and_the_turn_goes_on(mm_home, s
     if how == "anthropic":  # the refused call goes back as an empty input, never decoded
         uses = [b for b in blocks(server.requests()[-1]["body"]) if b.get("type") == "tool_use"]
         assert [u["input"] for u in uses] == [{}, {"path": "notes.txt"}]
+    assert_daemon_serves(mm_home)
+
+
+def test_a_project_s_folders_nested_1500_deep_are_listed_and_searched_and_the_turn_goes_on(mm_home):
+    """The red team's tree: list_files walked it with os.walk, which recursed (an internal error ended the
+    turn). Its in-process half: the deep-tree tests of tests/unit/tools/test_file_tools.py."""
+    work = mm_home / "work"
+    (work / "main.py").write_text("print(1)\n")
+    steps = [
+        call("list_files", {"pattern": "**/*.py"}),
+        call("grep", {"pattern": "secret", "glob": "*.py"}),
+        {"text": "done"},
+    ]
+    use_model(mm_home, work, None, steps, "in-daemon")
+    with chain(work, REPORTED) as bottom:
+        (bottom / "deep.py").write_text("secret = 1\n")
+        result = prompt(work)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "done\n"
+        results = of(session_events(work), "tool_result")
+        deep = "d/" * REPORTED + "deep.py"
+        assert [(r["ok"], r["content"]) for r in results] == [
+            (True, f"{deep}\nmain.py"),
+            (True, f"{deep}:1:secret = 1"),
+        ]
     assert_daemon_serves(mm_home)
 
 

@@ -24,6 +24,7 @@ from mmd.tools.builtin import files as file_tools
 from mmd.tools.builtin import make_builtins, search
 
 from ...budget import examples
+from ...folders import DEEP, chain
 
 FILE_TOOLS = {
     t.name: t for t in make_builtins(["read_file", "write_file", "edit_file", "list_files", "grep"])
@@ -582,6 +583,19 @@ async def test_list_files_answers_a_pattern_too_slow_to_match(ctx: ToolContext, 
         "pattern is too slow to match: one path took longer than 0 s.",
     )
     assert err.fix == "Use a simpler glob, with fewer * and ? in a row, such as **/*.py."
+
+
+async def test_list_files_and_grep_walk_a_tree_deeper_than_the_recursion_limit(
+    ctx: ToolContext, monkeypatch
+) -> None:
+    """A project's chain of folders deeper than Python's recursion limit (os.walk recursed: RecursionError
+    out of the tool, an internal error that ended the turn) is walked to its end."""
+    with chain(ctx.cwd) as bottom:
+        (bottom / "deep.py").write_text("secret = 1\n")
+        shown = "d/" * DEEP + "deep.py"
+        assert (await call("list_files", ctx, pattern="**/*.py")).content == shown
+        monkeypatch.setattr(search.shutil, "which", lambda name: None)  # grep's own walk, without ripgrep
+        assert (await call("grep", ctx, pattern="secret")).content == f"{shown}:1:secret = 1"
 
 
 async def test_list_files_stops_at_the_timeout(ctx: ToolContext) -> None:

@@ -13,6 +13,8 @@ from mmd.tools.builtin import BUILTIN_TOOLS, make_builtins
 from mmd.tools.builtin.skill import ReadSkill
 from mmd.tools.skills import Catalogue, load_skills
 
+from ...folders import chain
+
 RELEASE_MD = """\
 ---
 name: release
@@ -136,6 +138,16 @@ def test_folders_without_skill_md(tmp_path: Path) -> None:
         f"{tmp_path / 'draft'}: no SKILL.md in this folder, so it is not a skill. Skipped.",
         f"{tmp_path / 'lower'}: has skill.md; the file must be named SKILL.md. Skipped.",
     ]
+
+
+def test_a_skill_s_other_files_are_looked_for_in_its_first_folders_without_recursion(tmp_path: Path) -> None:
+    folder = skill(tmp_path, "deep", front("deep"), **{"notes.md": "n"})
+    with chain(folder) as bottom:  # deeper than os.walk could go
+        (bottom / "far.md").write_text("never reached")
+        catalogue, _ = load_skills([tmp_path])
+        assert catalogue.skills["deep"].other_files() == [
+            "notes.md"
+        ]  # past OTHER_FILES_FOLDERS: not looked at
 
 
 def test_a_load_reads_at_most_its_budget_the_first_dirs_first_and_says_what_it_skipped(
