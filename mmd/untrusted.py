@@ -22,7 +22,8 @@ bound. Every decoder of such input goes through one of these checks first:
   /dev/zero) can neither hang the reader nor feed it without end, and
   :func:`bounded_lines` reads its lines in bounded memory, however long one is;
 - :func:`walk` is ``os.walk`` without recursion (a folder chain a thousand deep is a list, not a
-  RecursionError).
+  RecursionError), and :func:`first_names` lists a folder's first entries and no more (a folder of a
+  million entries is not read whole, nor sorted, to take a few hundred).
 
 Each refusal is a :class:`TooDeep`, :class:`TooLarge` or :class:`YamlLimitError`
 whose text names what was too deep or too big, how much, and the limit; the
@@ -562,3 +563,20 @@ def walk(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], list[str
             continue
         yield folder, dirs, other
         pending += [os.path.join(folder, name) for name in reversed(dirs) if name not in links]
+
+
+def first_names(folder: str | os.PathLike[str], most: int) -> list[str]:
+    """The names of *folder*'s first *most* entries as the file system lists them (an order that holds while
+    the folder is unchanged, not by name), read with ``os.scandir`` and no further: a folder of a million
+    entries costs what *most* do, not a listing of all of it sorted. One more than *most* came back says the
+    folder holds more.
+
+    Errors: OSError from opening the folder.
+    """
+    names: list[str] = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            names.append(entry.name)
+            if len(names) > most:
+                break
+    return names

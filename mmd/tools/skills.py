@@ -24,7 +24,7 @@ import msgspec
 import yaml
 
 from ..kept import Kept
-from ..untrusted import YamlLimitError, open_regular, read_at_most, safe_load, walk
+from ..untrusted import YamlLimitError, first_names, open_regular, read_at_most, safe_load, walk
 
 # Largest front matter read: it holds a name, a description and keywords (a few hundred bytes; a description
 # is at most 1,024 characters in Claude's format). YAML is read in Python, ~4 ms a kilobyte here.
@@ -42,7 +42,8 @@ _NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 # The line that closes the front matter.
 _CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 # Entries of one skills folder read: a cloned repository's 100,000 folders must not become 100,000 warnings
-# (and reads) on every prompt; real skill folders hold tens.
+# (and reads) on every prompt; real skill folders hold tens. The listing stops there (untrusted.first_names):
+# sorting a million entries to take 500 added 11 s and 300 MB to every prompt in that project.
 MAX_FOLDERS = 500
 # Folders of a skill looked through for its other files (read_skill names them): a chain of empty folders
 # in a cloned repository's skill must not be walked to its end at every read.
@@ -218,14 +219,19 @@ def _skill_folders(d: Path, warnings: list[str]) -> list[Path]:
     if (d / "SKILL.md").is_file():
         return [d.absolute()]
     out = []
-    subs = sorted(d.iterdir())
-    if len(subs) > MAX_FOLDERS:
+    try:
+        names = first_names(d, MAX_FOLDERS)  # never the whole folder: a cloned repository's may hold millions
+    except OSError:
+        return []
+    if len(names) > MAX_FOLDERS:
+        names = names[:MAX_FOLDERS]
         warnings.append(
-            f"{d}: {len(subs):,} entries; only the first {MAX_FOLDERS} (by name) are read as skills: "
-            "a skills folder holds one folder per skill"
+            f"{d}: more than {MAX_FOLDERS} entries; only the first {MAX_FOLDERS} the file system lists are "
+            f"read as skills (from {min(names)} to {max(names)} by name; the same ones while the folder is "
+            "unchanged): a skills folder holds one folder per skill"
         )
     skipped = []
-    for sub in subs[:MAX_FOLDERS]:
+    for sub in (d / name for name in sorted(names)):
         if not sub.is_dir() or sub.name.startswith((".", "_")) or sub.name in _IGNORED:
             continue
         if (sub / "SKILL.md").is_file():

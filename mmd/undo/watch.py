@@ -229,15 +229,20 @@ class _Tree:
                         path = os.path.join(folder, entry.name) if folder else entry.name
                         if entry.is_dir(follow_symlinks=False) and path + b"/" not in ignored:
                             pending.append(path)
+                            self._room(len(pending))  # a folder of a million folders is not listed whole
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone meanwhile: its parent's event says so
             except OSError as exc:  # unreadable: what changes in it would go unseen
                 raise Unwatchable(f"cannot list {os.fsdecode(folder)}: {exc.strerror}") from None
 
+    def _room(self, pending: int = 0) -> None:
+        """Errors: Unwatchable once the folders watched and *pending* are more than max_folders."""
+        if len(self.folders) + pending > self.max_folders:
+            raise Unwatchable(f"more than {self.max_folders} folders to watch")
+
     def _add(self, folder: bytes) -> bool:
         assert inotify.LIBC is not None
-        if len(self.folders) >= self.max_folders:
-            raise Unwatchable(f"more than {self.max_folders} folders to watch")
+        self._room(1)
         try:
             device = os.lstat(os.path.join(self.project, folder) if folder else self.project).st_dev
         except (FileNotFoundError, NotADirectoryError):

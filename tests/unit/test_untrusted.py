@@ -31,6 +31,7 @@ from mmd.untrusted import (
     TooDeep,
     bounded_lines,
     check_json,
+    first_names,
     first_value_depth,
     json_depth,
     open_regular,
@@ -284,3 +285,30 @@ def test_walk_gives_what_os_walk_gives_and_may_be_pruned(tmp_path) -> None:
         assert not any("skip" in top or top.endswith("/link") for top, _, _ in pruned(walk(tmp_path)))
     finally:
         (tmp_path / "e").chmod(0o700)
+
+
+def test_first_names_stops_one_past_what_is_asked(tmp_path, monkeypatch) -> None:
+    for i in range(100):
+        (tmp_path / f"n{i:03}").touch()
+    read = []
+    real = os.scandir
+
+    def counted(path):
+        listing = real(path)
+
+        class Counted:
+            def __enter__(self):
+                listing.__enter__()
+                return (read.append(e.name) or e for e in listing)
+
+            def __exit__(self, *exc):
+                return listing.__exit__(*exc)
+
+        return Counted()
+
+    monkeypatch.setattr(os, "scandir", counted)
+    names = first_names(tmp_path, 10)
+    assert len(names) == 11 and read == names  # the file system's first 11: the folder holds more
+    with real(tmp_path) as listing:
+        assert names == [e.name for e in listing][:11]
+    assert sorted(first_names(tmp_path, 1000)) == [f"n{i:03}" for i in range(100)]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mmd.contract import closest
 from mmd.tools.base import ToolContext, ToolError
-from mmd.untrusted import open_regular
+from mmd.untrusted import first_names, open_regular
 
 # The longest line shown whole; a longer one is cut with a note.
 MAX_LINE = 2000
@@ -26,6 +26,9 @@ MAX_LINE = 2000
 LINE_BYTES = 4 * (MAX_LINE + 1)
 # Bytes looked at to tell a binary file from a text file.
 SNIFF_BYTES = 8192
+# Names of a folder a missing path's did-you-mean is chosen from, the first the file system lists: a
+# project's folder of a million entries was listed whole and sorted, on the event loop, for three names.
+MAX_SIBLINGS = 2000
 # Leading bytes of common binary formats, for the binary_file answer.
 _MAGIC = {
     b"\x7fELF": "ELF executable",
@@ -65,7 +68,10 @@ def not_found(ctx: ToolContext, shown: str) -> ToolError:
     chain = [*reversed(Path(shown).parents), Path(shown)]
     missing = next(p for p in chain if not resolve(ctx, str(p)).exists())
     parent = resolve(ctx, str(missing.parent))
-    siblings = sorted(os.listdir(parent)) if parent.is_dir() else []
+    siblings = []
+    if parent.is_dir():
+        with contextlib.suppress(OSError):  # a folder that cannot be listed suggests nothing
+            siblings = sorted(first_names(parent, MAX_SIBLINGS)[:MAX_SIBLINGS])
     maybe = [str(missing.parent / name) for name in closest(missing.name, siblings, n=3)]
     reason = (
         f"{shown} does not exist."

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from mmd import patterns
 from mmd.contract import validate
 from mmd.tools.base import ToolContext, ToolError, ToolResult
+from mmd.tools.builtin import _fs, make_builtins, search
 from mmd.tools.builtin import files as file_tools
-from mmd.tools.builtin import make_builtins, search
 
 from ...budget import examples
 from ...folders import DEEP, chain
@@ -224,6 +224,21 @@ async def test_read_file_missing_file_suggests_near_names(ctx: ToolContext) -> N
         "src/mian.py does not exist.",
         "Did you mean src/main.py or src/mains.py? Use list_files to see what exists.",
     )
+
+
+async def test_a_missing_file_s_near_names_come_from_the_first_entries_of_a_large_folder(
+    ctx: ToolContext, monkeypatch
+) -> None:
+    """A project's folder of a million entries was listed whole and sorted, on the event loop, for three
+    names: the did-you-mean reads the first MAX_SIBLINGS the file system lists."""
+    monkeypatch.setattr(_fs, "MAX_SIBLINGS", 10, raising=False)
+    files(ctx.cwd, {f"big/file{i:03}.txt": "" for i in range(300)})
+    with os.scandir(ctx.cwd / "big") as listing:
+        first = [e.name for e in listing][:10]
+    wanted = next(f"file{i:03}.txt" for i in range(300) if f"file{i:03}.txt" not in first)
+    err = await refused("read_file", ctx, path=f"big/{wanted}x")
+    named = re.findall(r"big/(\S+?)(?: or |\?)", err.fix)
+    assert named and set(named) <= set(first)  # never the exact near name past the first ten
 
 
 async def test_read_file_missing_folder_is_named(ctx: ToolContext) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,50 @@ def test_folders_without_skill_md(tmp_path: Path) -> None:
         f"{tmp_path / 'draft'}: no SKILL.md in this folder, so it is not a skill. Skipped.",
         f"{tmp_path / 'lower'}: has skill.md; the file must be named SKILL.md. Skipped.",
     ]
+
+
+def test_a_skills_folder_of_many_entries_is_listed_only_to_its_cap(tmp_path: Path, monkeypatch) -> None:
+    """A cloned repository's skills folder of a million entries was listed whole and sorted at every prompt
+    (11 s, 300 MB): the listing stops at MAX_FOLDERS, the file system's first, and the warning says so."""
+    monkeypatch.setattr(skills, "MAX_FOLDERS", 5)
+    for i in range(40):
+        skill(tmp_path, f"s{i:02}", front(f"s{i:02}"))
+    listed = []
+    real = os.scandir
+
+    def counted(path):
+        listing = real(path)
+        if Path(path) == tmp_path:
+            listing = contextlib.closing(_Counting(listing, listed))  # type: ignore[assignment]
+        return listing
+
+    monkeypatch.setattr(os, "scandir", counted)
+    catalogue, warnings = load_skills([tmp_path])
+    monkeypatch.undo()
+    with os.scandir(tmp_path) as listing:
+        first = sorted([e.name for e in listing][:5])
+    assert catalogue.names() == first  # the file system's first five, by name
+    assert len(listed) <= 6  # one past the cap tells the folder holds more; no more is read
+    assert warnings == [
+        f"{tmp_path}: more than 5 entries; only the first 5 the file system lists are read as skills "
+        f"(from {first[0]} to {first[-1]} by name; the same ones while the folder is unchanged): "
+        "a skills folder holds one folder per skill"
+    ]
+
+
+class _Counting:
+    """A scandir listing that notes each entry it gives."""
+
+    def __init__(self, listing, seen: list[str]) -> None:
+        self.listing, self.seen = listing, seen
+
+    def __iter__(self):
+        for entry in self.listing:
+            self.seen.append(entry.name)
+            yield entry
+
+    def close(self) -> None:
+        self.listing.close()
 
 
 def test_a_skill_s_other_files_are_looked_for_in_its_first_folders_without_recursion(tmp_path: Path) -> None:

@@ -396,6 +396,34 @@ def test_a_project_never_takes_more_than_a_32nd_of_the_user_s_watches(tmp_path, 
         Watch(tmp_path).start(set())
 
 
+def test_a_folder_of_more_folders_than_are_watched_is_not_listed_to_its_end(tmp_path, monkeypatch):
+    """Each subfolder waits to be watched: a folder of a million of them held a million paths before the
+    first past the bound was refused. The listing stops once the folders waiting pass the bound."""
+    monkeypatch.setattr(inotify, "user_watches", lambda: 64)  # 2 folders
+    for i in range(200):
+        (tmp_path / f"f{i:03}").mkdir()
+    given = []
+    real = os.scandir
+
+    def counted(path):
+        with real(path) as listing:
+            entries = list(listing)
+
+        class Listing:
+            def __enter__(self):
+                return (given.append(e.name) or e for e in entries)
+
+            def __exit__(self, *exc):
+                return False
+
+        return Listing()
+
+    monkeypatch.setattr(watch.os, "scandir", counted)
+    with pytest.raises(watch.Unwatchable, match="more than 2 folders"):
+        Watch(tmp_path).start(set())
+    assert len(given) <= 2
+
+
 async def test_a_project_on_a_file_system_changed_from_elsewhere_is_not_watched(
     shadows, project, monkeypatch
 ):
