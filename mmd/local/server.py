@@ -133,17 +133,14 @@ class LocalServers:
         task_status: trio.TaskStatus[_Running],
     ) -> None:
         _check_servable(name)
-        # A restart takes the old port when it is still free, so the retries of a request
-        # that was running when the server died reach the new one.
+        # A restart takes the old port when it is still free, and the old key (in its environment, not its
+        # argv, which every user may read: the port is any local user's to reach, and the slot's prompt cache
+        # would tell a guesser how much of a text matches), so a request retried after a crash reaches it.
         port = port if port is not None and _port_free(port) else selftest.free_port()
         crashed = False
         argv = selftest.server_argv(name, port)
         logfile = self.log_dir / f"llama-server-{name}.log"
-        # A key of its own, in its environment (not its argv, which every user may read): the port is any local
-        # user's to connect to, and the server's one slot holds this user's prompt, whose cached prefix its
-        # timings would tell a guesser. A restart keeps the key, as the port: retried requests still carry it.
-        key = key or selftest.new_key()
-        run = _Running(url=f"http://127.0.0.1:{port}/v1", key=key, last_used=time.monotonic())
+        run = _Running(f"http://127.0.0.1:{port}/v1", key or selftest.new_key(), last_used=time.monotonic())
         # Appended (the lines of a server that died stay readable), by the daemon: the server's lines of every
         # request once grew the file for as long as mm was used (mmd/procs/logfile.py).
         try:

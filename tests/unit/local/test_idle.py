@@ -43,7 +43,7 @@ async def test_a_server_whose_log_cannot_be_written_is_not_restarted_and_the_dae
         servers = server.LocalServers(nursery, blocked / "local", busy=lambda: False)
         with pytest.raises(server.LocalServerError, match=r"cannot write the log .*llama-server-tiny\.log"):
             await nursery.start(servers._serve, "tiny")
-        await servers._restart("tiny", 1)  # returns: logged, not raised into the nursery
+        await servers._restart("tiny", 1, "k")  # returns: logged, not raised into the nursery
     assert "tiny" not in servers.running
 
 
@@ -60,5 +60,5 @@ async def test_a_restart_whose_server_dies_while_loading_is_given_up_and_the_dae
         servers = server.LocalServers(nursery, tmp_path, busy=lambda: False)
         with pytest.raises(server.LocalServerError, match="exited with status 3 while loading"):
             await nursery.start(servers._serve, "tiny")  # as callers catch it: not in a group
-        await servers._restart("tiny", 1)  # returns: logged, not raised into the nursery
+        await servers._restart("tiny", 1, "k")  # returns: logged, not raised into the nursery
     assert "tiny" not in servers.running
