@@ -315,7 +315,11 @@ class Shadow(msgspec.Struct):
             refuse(self.git_dir, str(exc))
 
     async def _write_tree(self) -> str:
-        await self.git("add", "--all", "--", ".")
+        try:
+            await self.git("add", "--all", "--", ".")
+        except SnapshotError:
+            self._drop_temporaries()
+            raise
         # The same index gives the same tree: the index's own checksum (its last 20 bytes) says
         # whether `git add` changed it, which saves one git process in most snapshots (the one
         # before a call finds the tree as the one after the last call left it).
@@ -328,6 +332,15 @@ class Shadow(msgspec.Struct):
         if checksum is not None:
             _trees[index] = (checksum, tree)
         return tree
+
+    def _drop_temporaries(self) -> None:
+        """Remove what a ``git add`` stopped midway left in the object store: a pack it was writing (a file
+        over git's big-file threshold, hashed until the timeout: 16 MB a try) and loose objects it had not
+        named yet. Called under the shadow's lock (steps.py), so no other git of it is writing."""
+        objects = self.git_dir / "objects"
+        for left in (*objects.glob("pack/tmp_*"), *objects.glob("??/tmp_obj_*")):
+            with contextlib.suppress(OSError):
+                left.unlink()
 
     async def changes(self, before: str, after: str) -> list[Change]:
         """The paths that differ between two trees, with how."""

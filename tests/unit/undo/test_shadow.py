@@ -154,6 +154,20 @@ async def test_a_git_that_takes_too_long_is_stopped_and_named_in_the_error(tmp_p
     assert str(raised.value) == f"git ls-files took over 1 s in {project}"
 
 
+async def test_a_git_add_stopped_midway_leaves_no_partial_pack_behind(tmp_path, project):
+    # A sparse file of 1 TiB (a few bytes in a tarball): git hashes it until the timeout, writing a pack;
+    # stopped, it left the pack (16 MB a try at 120 s) in the shadow repository at every snapshot.
+    with open(project / "big", "wb") as f:
+        f.truncate(1 << 40)
+    shadow = Shadow(shadow_dir(tmp_path / "snapshots", project), project, timeout=2.0)
+    for _ in range(2):
+        with pytest.raises(SnapshotError, match=r"git add \. took over 2 s"):
+            await shadow.snapshot()
+        assert not [p for p in (shadow.git_dir / "objects").rglob("tmp_*")]
+    (project / "big").unlink()
+    assert await shadow.snapshot()
+
+
 async def test_count_files_stops_past_the_limit(project, shadow):
     for n in range(50):
         (project / f"f{n}").write_text("x")
