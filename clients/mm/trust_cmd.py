@@ -2,7 +2,7 @@
 on a terminal asks about them.
 
 A cloned repository's ``mm.yaml``, ``.mcp.json`` and Claude Code settings can name commands mm would run
-without asking: hooks, MCP servers, declared tools, and keys that loosen its guards. The daemon goes
+without asking: hooks, MCP servers, declared tools, a ``scripted:`` model, and keys that loosen its guards. The daemon goes
 without such a file until you trust it, and trusts it only as it was then (its digest): an edit, a pull, a
 command of a turn that rewrote it make it untrusted again (docs/security.md#project-trust). This module is
 a thin client of ``trust.check``, ``trust.add``, ``trust.list`` and ``trust.forget`` (docs/protocol.md).
@@ -89,7 +89,8 @@ def trust(ctx: click.Context, yes: bool) -> None:
     \b
     A cloned repository's mm.yaml (or .mm/agent.yaml), .mcp.json and Claude
     Code settings can name commands mm would run without asking: hooks, MCP
-    servers, declared tools; and yolo, pass_env, sandbox: off. mm goes without
+    servers, declared tools, a scripted: model (the project's script answering
+    in place of your model); and yolo, pass_env, sandbox: off. mm goes without
     such a file until you trust it, and trusts it only as it is when you do:
     any change to it makes it untrusted again. Read the files, then trust them.
     `mm trust list` shows what you trusted; `mm trust forget` takes it back.

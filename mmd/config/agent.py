@@ -33,6 +33,9 @@ _DISCOVERED = ("mm.yaml", ".mm/agent.yaml")
 # no power (nothing runs), so a cloned repository's file is read without trust, and every prompt looks at
 # each folder and warns about each missing one: 20,000 entries were ~300 MiB of the daemon's cache.
 MAX_SKILL_FOLDERS = 64
+# Prefix of a model reference that replays a script (mmd.models.factory): the script, not the person's
+# model, then answers, and what it answers mm does. Named by a project's file, it is a power (powers()).
+SCRIPTED = "scripted:"
 
 
 class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -96,10 +99,13 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen
 def powers(agent: AgentFile) -> list[str]:
     """What *agent* would make mm run, or let through its guards, that no one is asked about — each
     command as it would run, at most trust.SHOWN_POWERS lines: empty for a file of words, choices and
-    limits (config/trust.py)."""
+    limits (config/trust.py). A ``scripted:`` model is one: the file's script would answer in place of the
+    person's model, and its tool calls are the calls of the turn (under ``--yolo``, run unasked)."""
     found = [f"declared tool {tool.name}: runs {command_text(tool.command)}" for tool in agent.tools]
     found += hook_commands(agent.hooks)
     found += server_commands(agent.mcp)
+    if agent.model is not None and agent.model.startswith(SCRIPTED):
+        found.append(f"model {agent.model}: the file's own script answers in place of your model")
     if agent.yolo:
         found.append("yolo: write tools run without asking")
     if agent.pass_env:

@@ -13,13 +13,12 @@ from typing import Any
 import msgspec
 
 from ..config import ConfigError, resolve_model
+from ..config.agent import SCRIPTED
 from ..local import catalog
 from . import provider_class
 from .base import Provider
 from .recovery import default_enabled
 
-# Prefix of a model reference that replays a script through the scripted server.
-SCRIPTED = "scripted:"
 # Prefix of a model served by a llama-server the daemon runs itself (mmd.local), unless the user
 # config defines a provider of that name.
 LOCAL = "local/"

@@ -27,7 +27,7 @@ from mmd.config.loader import MAX_FILE_BYTES
 from mmd.tools.skills import MAX_FRONT_MATTER
 from mmd.untrusted import MAX_YAML_DEPTH, MAX_YAML_VALUES
 
-from ..conftest import run_mm, socket_of, spawn_mm, stop_daemon, wait_for_socket, write_config
+from ..conftest import run_mm, socket_of, spawn_mm, stop_daemon, trust_here, wait_for_socket, write_config
 from .serves import assert_daemon_serves
 
 # The address space the daemon under test may use: far above what it needs, far below a bomb's.
@@ -73,11 +73,13 @@ def refused(work: Path, *args: str) -> str:
 
 
 def probe_agent(home: Path) -> Path:
-    """A second project whose turns need no server: an in-daemon scripted model."""
+    """A second project whose turns need no server: an in-daemon scripted model, trusted (a project's
+    ``scripted:`` model waits for trust: docs/security.md#project-trust)."""
     other = home / "other"
     other.mkdir()
     (other / "script.json").write_text(json.dumps({"responses": [{"text": "other turn done"}]}))
     (other / "mm.yaml").write_text("model: scripted:script.json\n")
+    trust_here(other)
     return other
 
 
@@ -234,7 +236,7 @@ def test_a_scripted_model_from_a_bomb_script_is_refused(mm_home, limited):
     work = mm_home / "work"
     (work / "bomb.yaml").write_text(BOMB)
     (work / "mm.yaml").write_text("model: scripted:bomb.yaml\n")
-    result = run_mm("-p", "go", cwd=work, timeout=120)
+    result = run_mm("--agent", "mm.yaml", "-p", "go", cwd=work, timeout=120)  # named: trusted as it is
     assert result.returncode == 1
     assert f"more than {MAX_YAML_VALUES:,} values" in result.stderr
     assert limited.poll() is None
