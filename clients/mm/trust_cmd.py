@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
+import shutil
 import sys
 from typing import Any
 
@@ -31,14 +33,41 @@ def untrusted(client: Client, prompt: dict[str, Any]) -> list[dict[str, Any]]:
     return client.call("trust.check", {k: prompt[k] for k in keys if prompt.get(k)})["files"]
 
 
+# A tab or a line feed in a command is shown as its escape too (every other control is, by terminal.code):
+# one command is one run of text, and a row that goes on from the one above is one it wrapped.
+_BREAKS = re.compile("[\t\n]")
+# Where a command starts, and where the rows of one too long for the terminal's width go on.
+_INDENT, _GOES_ON = 6, 8
+# Why a file is not asked about, and what to do instead.
+TOO_LONG = (
+    "mm does not ask about a file whose commands are too long to show here whole: read it, then "
+    "`mm trust --yes` in its folder trusts it as it is then; meanwhile mm goes without it"
+)
+
+
+def rows(power: str) -> list[str]:
+    """*power* as the question shows it: every character, controls as escapes, in rows of the terminal's
+    width when stderr is one (as it is, on one row, when it is not). Never cut: the person trusts what they
+    read, and a tail past the edge (`./lint.sh --config=… ; curl … | sh`) is trusted too."""
+    text = _BREAKS.sub(lambda m: f"\\x{ord(m.group()):02x}", terminal.code(power))
+    if not terminal.is_terminal(sys.stderr):
+        return [" " * _INDENT + text]
+    columns = shutil.get_terminal_size().columns
+    first, width = max(20, columns - _INDENT - 1), max(20, columns - _GOES_ON - 1)
+    cut = [text[:first], *(text[i : i + width] for i in range(first, len(text), width))]
+    return [" " * _INDENT + cut[0], *(" " * _GOES_ON + row for row in cut[1:])]
+
+
 def describe(files: list[dict[str, Any]]) -> None:
-    """What each file would make mm do, on stderr (every name in it is the file's: shown inert)."""
+    """What each file would make mm do, each command whole, on stderr (every name in it is the file's: shown
+    inert)."""
     click.echo("These files of the project name what mm would run without asking you:", err=True)
     for f in files:
         changed = " (changed since you trusted it)" if f["changed"] else ""
         click.echo(f"  {terminal.code(f['path'])}{changed}", err=True)
         for power in f["powers"]:
-            click.echo(f"      {terminal.code(power)}", err=True)
+            for row in rows(power):
+                click.echo(row, err=True)
 
 
 def offer(client: Client, prompt: dict[str, Any], declined: set[tuple[str, str]] | None = None) -> None:
@@ -59,6 +88,13 @@ def offer(client: Client, prompt: dict[str, Any], declined: set[tuple[str, str]]
     if not files:
         return
     describe(files)
+    shown_whole = [f for f in files if not f.get("too_long")]
+    if len(shown_whole) < len(files):  # not asked about: the person could not see all they would trust
+        click.echo(TOO_LONG, err=True)
+        said_no.update((f["path"], f["digest"]) for f in files if f.get("too_long"))
+        if not shown_whole:
+            return
+        files = shown_whole
     try:
         reply = read_reply("Read them first. Trust them as they are now? [y/N]", "n")
     except EOFError:
@@ -109,6 +145,8 @@ def trust(ctx: click.Context, yes: bool) -> None:
             return
         describe(files)
         if not yes:
+            if any(f.get("too_long") for f in files):
+                _fail(TOO_LONG)
             if not sys.stdin.isatty():
                 _fail("add --yes to trust them without a terminal to ask on")
             from .ask import read_reply

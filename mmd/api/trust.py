@@ -36,7 +36,12 @@ async def check(daemon: Daemon, conn: Connection, p: TrustCheck) -> TrustChecked
     trust = daemon.project_trust(conn, cwd, p.agent)
     found = await trio.to_thread.run_sync(plan.untrusted_files, cwd, agent, daemon.config_path, trust)
     return TrustChecked(
-        files=[UntrustedFile(path=u.path, digest=u.digest, powers=u.powers, changed=u.changed) for u in found]
+        files=[
+            UntrustedFile(
+                path=u.path, digest=u.digest, powers=u.powers, changed=u.changed, too_long=u.too_long
+            )
+            for u in found
+        ]
     )
 
 

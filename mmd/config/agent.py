@@ -22,7 +22,7 @@ from .hooks import HooksSpec, check_hooks, hook_commands
 from .loader import ConfigError, Document
 from .mcp import KEY_HINTS, McpServerSpec, check_servers, server_commands
 from .sandbox import SandboxSpec, absolute, normalise
-from .trust import capped, command_text, listing
+from .trust import command_text, listing
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 # A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
@@ -98,8 +98,8 @@ class AgentFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen
 
 def powers(agent: AgentFile) -> list[str]:
     """What *agent* would make mm run, or let through its guards, that no one is asked about — each
-    command as it would run, at most trust.SHOWN_POWERS lines: empty for a file of words, choices and
-    limits (config/trust.py). A ``scripted:`` model is one: the file's script would answer in place of the
+    command whole, as it would run (trust.shown bounds what is shown): empty for a file of words, choices
+    and limits (config/trust.py). A ``scripted:`` model is one: the file's script would answer in place of the
     person's model, and its tool calls are the calls of the turn (under ``--yolo``, run unasked)."""
     found = [f"declared tool {tool.name}: runs {command_text(tool.command)}" for tool in agent.tools]
     found += hook_commands(agent.hooks)
@@ -114,7 +114,7 @@ def powers(agent: AgentFile) -> list[str]:
         found.append("sandbox: off")
     if agent.sandbox.writable:
         found.append(f"sandbox.writable: {listing(agent.sandbox.writable)}")
-    return capped(found)
+    return found
 
 
 def find_agent_file(cwd: Path, explicit: str | None) -> Path | None:

@@ -38,7 +38,7 @@ from ..untrusted import (
     read_at_most,
 )
 from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, remembered, text_digest
-from .trust import Trust, capped, command_text
+from .trust import Trust, command_text
 
 # Seconds an mm-shape hook may run when it names no timeout.
 DEFAULT_TIMEOUT = 60.0
@@ -254,7 +254,7 @@ def _settings(path: Path, text: str) -> tuple[HooksSpec | None, tuple[str, ...],
     doc = _lines(path, text, {"hooks": kept})
     settings = doc.convert(_Settings)
     check_hooks(doc, settings.hooks)
-    return settings.hooks, tuple(warnings), tuple(capped(hook_commands(settings.hooks))), text_digest(text)
+    return settings.hooks, tuple(warnings), tuple(hook_commands(settings.hooks)), text_digest(text)
 
 
 def _read_json_text(path: Path) -> str:

@@ -51,7 +51,7 @@ from ..untrusted import (
 )
 from .loader import MAX_FILE_BYTES, ConfigError, Document, check_link, parse, remembered, text_digest
 from .mcp import McpServerSpec, Transport, check_servers, server_commands
-from .trust import Trust, capped
+from .trust import Trust
 
 # The project's file, in the folder a prompt runs in.
 PROJECT_FILE = ".mcp.json"
@@ -138,7 +138,7 @@ def read_servers(
         str(project) if project else None,
         reader=json_document,
     )
-    if shipped and trust is not None and not trust.admits(path, digest, capped(server_commands(specs))):
+    if shipped and trust is not None and not trust.admits(path, digest, server_commands(specs)):
         return {}
     return dict(specs)  # the kept map stays as it was read
 

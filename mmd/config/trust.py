@@ -25,14 +25,17 @@ import msgspec
 
 class Untrusted(msgspec.Struct, frozen=True):
     """A project file left out: its path (:func:`where`), the digest of its text, what it would have made
-    mm do, whether an older text of it was trusted (it changed since), and whether the request found it by
-    a name (a continued session's agent file) rather than by looking in its folder."""
+    mm do (each line whole: :func:`shown`), whether an older text of it was trusted (it changed since),
+    whether the request found it by a name (a continued session's agent file) rather than by looking in its
+    folder, and whether what it would make mm do is too long to show whole (then it is not offered for
+    trust: the person reads the file)."""
 
     path: str
     digest: str
     powers: list[str]
     changed: bool = False
     by_name: bool = False
+    too_long: bool = False
 
 
 class Trust:
@@ -59,7 +62,8 @@ class Trust:
         if key == self._named or self.holds(key, digest):
             return True
         if all(u.path != key for u in self.untrusted):
-            self.untrusted.append(Untrusted(key, digest, powers, key in self._trusted, by_name))
+            lines, too_long = shown(powers)
+            self.untrusted.append(Untrusted(key, digest, lines, key in self._trusted, by_name, too_long))
         return False
 
 
@@ -88,10 +92,12 @@ def listing(names: list[str], most: int = 4) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-# What a file would run is shown command by command, so that the person can judge it without opening the
-# file: at most SHOWN_POWERS lines a file, each at most SHOWN_CHARS characters.
-SHOWN_POWERS = 8
-SHOWN_CHARS = 160
+# What a file would run is shown command by command and each command whole, so that the person judges every
+# character of what they trust without opening the file: a line cut at 160 characters hid the tail of
+# `./lint.sh --config=… ; curl … | sh`, and `y` trusted it. A file whose lines are more than SHOWN_CHARS in
+# all (a 1 MB command, hundreds of tools) is not shown in part: it is not offered for trust, and the question
+# says to read the file.
+SHOWN_CHARS = 8000
 
 
 def command_text(command: str | list[str] | None, args: list[str] | None = None) -> str:
@@ -104,12 +110,19 @@ def command_text(command: str | list[str] | None, args: list[str] | None = None)
     return shlex.join([*words, *(args or [])])
 
 
-def capped(lines: list[str]) -> list[str]:
-    """*lines*, each cut at SHOWN_CHARS, at most SHOWN_POWERS of them and a line saying how many more."""
-    cut = [line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 1] + "…" for line in lines]
-    if len(cut) <= SHOWN_POWERS:
-        return cut
-    return [*cut[: SHOWN_POWERS - 1], f"and {len(cut) - SHOWN_POWERS + 1} more: read the file"]
+def shown(lines: list[str]) -> tuple[list[str], bool]:
+    """*lines* as the person is shown them, and whether they are too long to show: every line whole while
+    they fit in SHOWN_CHARS; past that, the lines that fit, whole, and one saying how many more there are.
+    A line is never cut."""
+    kept: list[str] = []
+    room = SHOWN_CHARS
+    for line in lines:
+        if len(line) > room:
+            more = len(lines) - len(kept)
+            return [*kept, f"and {more} more, too long to show here: read the file"], True
+        kept.append(line)
+        room -= len(line)
+    return kept, False
 
 
 def warning(untrusted: Untrusted, cwd: Path) -> str:
@@ -118,7 +131,7 @@ def warning(untrusted: Untrusted, cwd: Path) -> str:
     how = (
         "name it with --agent to use it (naming a file trusts it as it is)"
         if untrusted.by_name  # `mm trust` in cwd looks for the files there, not for this one
-        else f"run `mm trust` in {cwd} to use it"
+        else f"run `mm trust{' --yes' if untrusted.too_long else ''}` in {cwd} to use it"
     )
     if untrusted.changed:
         return (

@@ -190,8 +190,11 @@ class Revoked(_Result):
 class UntrustedFile(_Result):
     path: str  # absolute, as mm found it (links not followed)
     digest: str  # SHA-256 of its text: what trust.add takes back
-    powers: list[str]  # what it would make mm run or let through, one phrase each
+    powers: list[str]  # what it would make mm run or let through, one phrase each, each whole
     changed: bool  # an older text of it was trusted
+    # What it would make mm do is too long to show whole: powers holds the lines that fit and one saying how
+    # many more; a client does not offer to trust it (the person reads the file: `mm trust --yes`).
+    too_long: bool = False
 
 
 class TrustChecked(_Result):

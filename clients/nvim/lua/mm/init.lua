@@ -55,6 +55,26 @@ local function notify(msg, level)
   vim.notify('mm: ' .. msg, level or vim.log.levels.INFO)
 end
 
+-- Text mm did not write (a command, a path) as a question shows it: every control character, the C1
+-- controls and the bidirectional overrides and marks as escapes (\x1b, \u202e), as the CLI's terminal.code
+-- does, and tab and line feed too: a message obeys \r, and one command stays one run of text. Whole:
+-- the message area wraps it, and what a person approves is never cut.
+local function inert(text)
+  local s = tostring(text):gsub('[%z\1-\31\127]', function(c)
+    return string.format('\\x%02x', c:byte())
+  end)
+  s = s:gsub('\194([\128-\159])', function(c)
+    return string.format('\\x%02x', c:byte())
+  end)
+  s = s:gsub('\226\128([\142\143\170-\174])', function(c)
+    return string.format('\\u%04x', 0x2000 + c:byte() - 128)
+  end)
+  s = s:gsub('\226\129([\166-\169])', function(c)
+    return string.format('\\u%04x', 0x2040 + c:byte() - 128)
+  end)
+  return s
+end
+
 local function error_message(err)
   -- mmd's errors are [kind, "code: message"], the shape Neovim itself uses.
   if type(err) == 'table' and type(err[2]) == 'string' then
@@ -466,11 +486,12 @@ local function ask_consent(session_id, ask)
       table.insert(items, PREFIX)
     end
   end
-  local what = present(ask.echo) and ask.echo or ask.tool
+  local what = inert(present(ask.echo) and ask.echo or ask.tool)
   if present(ask.sandbox) then
-    what = what .. '  [sandbox: ' .. ask.sandbox .. ']'
+    what = what .. '  [sandbox: ' .. inert(ask.sandbox) .. ']'
   end
-  vim.ui.select(items, { prompt = 'mm: ' .. ask.tool .. ' wants to run: ' .. what, kind = 'mm_consent' }, function(choice)
+  local prompt = 'mm: ' .. inert(ask.tool) .. ' wants to run: ' .. what
+  vim.ui.select(items, { prompt = prompt, kind = 'mm_consent' }, function(choice)
     answer_consent(session_id, ask, choice)
   end)
 end
@@ -616,14 +637,17 @@ end
 -- -- project trust (docs/security.md#project-trust) ------------------------------------------
 
 local TRUST, NOT_NOW = 'Trust them as they are now', 'Not now: go without them'
+local TOO_LONG = 'not asked about: what it would make mm run is too long to show here whole. Read it, then '
+  .. '`mm trust --yes` in its folder trusts it as it is then; meanwhile mm goes without it'
 
--- What trust.check found, as the question shows it: each file, then what it would make mm do.
+-- What trust.check found, as the question shows it: each file, then what it would make mm do, each
+-- command whole (inert: escaped, never cut).
 local function untrusted_text(files)
   local lines = { 'mm: these files of the project name what mm would run without asking you:' }
   for _, f in ipairs(files) do
-    table.insert(lines, '  ' .. f.path .. (f.changed and ' (changed since you trusted it)' or ''))
+    table.insert(lines, '  ' .. inert(f.path) .. (f.changed and ' (changed since you trusted it)' or ''))
     for _, power in ipairs(f.powers or {}) do
-      table.insert(lines, '      ' .. power)
+      table.insert(lines, '      ' .. inert(power))
     end
   end
   return table.concat(lines, '\n')
@@ -639,14 +663,20 @@ function M.trust_first(params, done, always)
     continue_last = params.continue_last,
   }
   M.request('trust.check', check, function(err, r)
-    local files = {}
+    local files, too_long = {}, 0
     for _, f in ipairs(not err and r.files or {}) do
-      if always or not state.declined[f.path .. ' ' .. f.digest] then
+      if f.too_long then -- the person could not see all they would trust: not offered
+        too_long = too_long + 1
+        if always or not state.declined[f.path .. ' ' .. f.digest] then
+          notify(inert(f.path) .. ' ' .. TOO_LONG, vim.log.levels.WARN)
+        end
+        state.declined[f.path .. ' ' .. f.digest] = true
+      elseif always or not state.declined[f.path .. ' ' .. f.digest] then
         table.insert(files, f)
       end
     end
     if err or #files == 0 then
-      if always then
+      if always and (err or too_long == 0) then
         notify(err or 'nothing here needs trust', err and vim.log.levels.ERROR or nil)
       end
       return done()
