@@ -8,7 +8,9 @@ the daemon, and a YAML alias that repeats an alias that repeats … grows withou
 bound. Every decoder of such input goes through one of these checks first:
 
 - :func:`check_json` scans the raw text for the nesting of brackets outside
-  strings, in C-speed passes (no recursion, linear time), and its size;
+  strings, in C-speed passes (no recursion, linear time), its size, and how
+  many values it decodes into (a ``{}`` is 2 bytes of text and 64 of Python
+  dict: it is the count, not the bytes, that bounds the memory a decode takes);
 - :func:`check_value` walks an already decoded value without recursion;
 - :func:`bracket_depths` and :func:`first_value_depth` are the scans for a
   decoder that starts in the middle of a text (``JSONDecoder.raw_decode`` at
@@ -57,6 +59,16 @@ MAX_DOCUMENT_DEPTH = 128
 MAX_ARGUMENTS_BYTES = 1024 * 1024
 # Deepest nesting of maps and lists in a YAML file; an agent file uses about six levels.
 MAX_YAML_DEPTH = 64
+# Most values (containers, keys, items) one JSON document from outside may decode into. The text's bytes
+# do not bound its memory: a 64 MiB MCP line of `{},{},…` decoded into 20 M dicts, 7 GB. A million values
+# (at most ~100 MB of Python objects, and a few hundred ms to build) is far above any real document: a
+# listing of 500 tools with their schemas is ~100,000, a model's step a few hundred. A text of at most
+# this many characters holds at most this many values (each takes a character), so it is not counted.
+MAX_VALUES = 1_000_000
+# A text longer than this is decoded in a worker thread, never on the daemon's event loop: decoding a
+# megabyte takes a few ms, 64 MB takes seconds in which no other client would be served.
+# At least MAX_VALUES: a text decoded on the loop then holds at most MAX_VALUES values, uncounted.
+OFF_LOOP_BYTES = 1024 * 1024
 # Most values (keys, items, scalars) one YAML file may build, counted again each time an
 # alias repeats them. An agent file at the tool cap (256 tools of ~30 values) builds under
 # 8,000; PyYAML composes about 15,000 values a second here, so a refusal takes 2 s at most
@@ -75,6 +87,14 @@ _STRING_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*+"?', re.DOTALL)
 # Anything but a bracket, once strings are gone.
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _NOT_BRACKET_BYTES = re.compile(rb"[^\[\]{}]+")
+# Whole strings and what lies between them, from a window's start up to a string the window cuts.
+_OUTSIDE = re.compile(r'(?:[^"]++|"(?:[^"\\]|\\.)*+")*+', re.DOTALL)
+_OUTSIDE_BYTES = re.compile(rb'(?:[^"]++|"(?:[^"\\]|\\.)*+")*+', re.DOTALL)
+# Characters of a text whose strings are taken out at once when its values are counted (json_values).
+_WINDOW = 1 << 20
+# What separates or opens values, once strings are gone (see json_values).
+_VALUE_MARKS = ("[", "{", ",", ":")
+_VALUE_MARKS_BYTES = (b"[", b"{", b",", b":")
 # The tokens that matter to nesting, for a scan that starts in the middle of a text.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"?|[\[\]{}]', re.DOTALL)
 # +1 for an opening bracket, -1 for a closing one; str characters and bytes values.
@@ -102,6 +122,52 @@ class TooLarge(ValueError):
         self.size = size
         self.limit = limit
         super().__init__(f"{what} too large: {size:,} bytes; the limit is {limit:,} bytes")
+
+
+class TooMany(ValueError):
+    """Input that decodes into more values than its limit; ``what`` starts the text, ``count`` is an upper
+    bound of the values found (exact for well-formed JSON but for empty containers)."""
+
+    def __init__(self, what: str, count: int, limit: int) -> None:
+        self.what = what
+        self.count = count
+        self.limit = limit
+        super().__init__(f"{what} too big once decoded: more than {limit:,} values, the limit")
+
+
+def json_values(data: str | bytes | bytearray, *, stop_past: int | None = None) -> int:
+    """At most how many values (containers, object keys, array items and member values) the JSON text
+    *data* decodes into: one, plus its commas, colons and opening brackets outside strings, less its empty
+    ``{}`` and ``[]`` (exact for JSON without spaces inside empty brackets, more otherwise). With
+    *stop_past*, the count stops early once past it (the result is then only more than *stop_past*).
+
+    C-speed counts, no recursion. When the count with the strings' characters is at most *stop_past*, it is
+    the answer; else strings are taken out a window of _WINDOW characters at a time (a window ends before a
+    string it cuts; a string longer than a window is skipped whole), so one long string of commas is not
+    counted as values, and a text of 10 M short strings costs a window's pieces of memory, not 1.5 GB.
+
+    Errors: none.
+    """
+    marks = _VALUE_MARKS if isinstance(data, str) else _VALUE_MARKS_BYTES
+    count = 1 + sum(map(data.count, marks))  # type: ignore[arg-type]
+    if stop_past is not None and count <= stop_past:
+        return count
+    if isinstance(data, str):
+        string, outside, empty, scalar = _STRING, _OUTSIDE, ("{}", "[]"), "0"
+    else:
+        string, outside, empty, scalar = _STRING_BYTES, _OUTSIDE_BYTES, (b"{}", b"[]"), b"0"
+    count, pos, size = 1, 0, len(data)
+    while pos < size:
+        safe = outside.match(data, pos, min(pos + _WINDOW, size)).end()  # type: ignore[union-attr]
+        if safe == pos:  # a string that runs past the window (or to the end: a decoder fails there)
+            pos = string.match(data, pos).end()  # type: ignore[union-attr]
+            continue
+        bare: Any = string.sub(scalar, data[pos:safe])  # a scalar each: `[""]` is not empty
+        count += sum(map(bare.count, marks)) - sum(map(bare.count, empty))
+        pos = safe
+        if stop_past is not None and count > stop_past:
+            break
+    return count
 
 
 def json_depth(data: str | bytes | bytearray) -> int:
@@ -132,20 +198,24 @@ def check_json(
     what: str = "the JSON is",
     max_depth: int = MAX_DOCUMENT_DEPTH,
     max_bytes: int | None = None,
+    max_values: int = MAX_VALUES,
 ) -> None:
-    """Refuse the JSON text *data* before decoding it if it is too big or nests too deep.
+    """Refuse the JSON text *data* before decoding it if it is too big, nests too deep, or decodes into
+    more than *max_values* values.
 
     Cheap when it passes: a text with at most *max_depth* opening brackets is
-    not scanned further.
+    not scanned further, nor one of at most *max_values* characters counted.
 
     Errors:
         TooLarge: longer than *max_bytes* (UTF-8) when given.
+        TooMany: more than *max_values* values (see json_values).
         TooDeep: nested deeper than *max_depth*, with the depth found.
     """
     if max_bytes is not None:
         size = text_bytes(data)
         if size > max_bytes:
             raise TooLarge(what, size, max_bytes)
+    check_values(data, what=what, max_values=max_values)
     is_text = isinstance(data, str)
     opening = data.count("[") + data.count("{") if is_text else data.count(b"[") + data.count(b"{")
     if opening <= max_depth:
@@ -153,6 +223,18 @@ def check_json(
     depth = json_depth(data)
     if depth > max_depth:
         raise TooDeep(what, depth, max_depth)
+
+
+def check_values(
+    data: str | bytes | bytearray, *, what: str = "the JSON is", max_values: int = MAX_VALUES
+) -> None:
+    """Refuse the JSON text *data* if it decodes into more than *max_values* values; a text of at most
+    that many characters is not even counted (each value takes one).
+
+    Errors: TooMany.
+    """
+    if len(data) > max_values and (count := json_values(data, stop_past=max_values)) > max_values:
+        raise TooMany(what, count, max_values)
 
 
 def text_bytes(data: str | bytes | bytearray) -> int:

@@ -21,14 +21,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmd import contract
+from mmd import contract, untrusted
 from mmd.models import recovery
 from mmd.rpc import DEFAULT_MAX_DEPTH, FrameError, Splitter
 from mmd.untrusted import (
     MAX_ARGUMENTS_BYTES,
     MAX_DEPTH,
+    MAX_VALUES,
     NotRegularFile,
     TooDeep,
+    TooMany,
     bounded_lines,
     check_json,
     first_names,
@@ -312,3 +314,58 @@ def test_first_names_stops_one_past_what_is_asked(tmp_path, monkeypatch) -> None
     with real(tmp_path) as listing:
         assert names == [e.name for e in listing][:11]
     assert sorted(first_names(tmp_path, 1000)) == [f"n{i:03}" for i in range(100)]
+
+
+# --- the count of values --------------------------------------------------------------------------
+
+
+def _values(value: Any) -> int:
+    """The values a decoded JSON value holds, itself and its keys included (the count json_values bounds)."""
+    if isinstance(value, dict):
+        return 1 + sum(1 + _values(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_values(v) for v in value)
+    return 1
+
+
+def _generated(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.random()
+    if depth > 3 or pick < 0.3:
+        return rng.choice([1, "a,b", "{[:", "", None, '\\"x', 2.5, "]}" * 5, "\u00e9,"])
+    if pick < 0.65:
+        return [_generated(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {
+        rng.choice(["k", ",:", '"{', ""]) + str(i): _generated(rng, depth + 1)
+        for i in range(rng.randint(0, 4))
+    }
+
+
+@pytest.mark.parametrize("window", [7, 1 << 20])
+def test_json_values_counts_what_a_decoder_builds_and_never_less(monkeypatch, window) -> None:
+    # Exact for compact JSON; with a window that cuts brackets apart, an empty pair split between two windows
+    # counts one more: never less, so nothing is let through.
+    monkeypatch.setattr(untrusted, "_WINDOW", window)
+    rng = random.Random(window)
+    for _ in range(3000):
+        value = _generated(rng)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        found = {untrusted.json_values(text), untrusted.json_values(text.encode())}
+        assert found == {_values(value)} if window > 7 else min(found) >= _values(value), text
+
+
+def test_a_million_values_in_3_mb_are_refused_and_a_string_of_commas_is_not() -> None:
+    # A text decoded on the event loop (at most OFF_LOOP_BYTES) holds at most MAX_VALUES values uncounted.
+    assert untrusted.OFF_LOOP_BYTES >= MAX_VALUES
+    wide = "[" + "{}," * MAX_VALUES + "{}]"
+    with pytest.raises(TooMany, match=f"the answer is too big once decoded: more than {MAX_VALUES:,} values"):
+        check_json(wide, what="the answer is")
+    with pytest.raises(TooMany):
+        check_json(wide.encode(), what="the answer is")
+    # 10 M short strings: counted a window at a time, stopped once past the limit (a whole regex pass took
+    # 1.5 GB and 4 s).
+    strings = b'[{"type":"text","text":""},' * 2_000_000 + b"{}]"
+    with pytest.raises(TooMany):
+        check_json(strings)
+    # Text of commas and colons inside strings counts as one value each string.
+    check_json(json.dumps({"csv": "a,b:c," * 1_000_000, "rows": [[1, 2]] * 1000}))
+    check_json("[" + "0," * (MAX_VALUES // 2) + "0]")  # under the limit
