@@ -27,7 +27,7 @@ import trio
 from ..procs import supervised_process
 from ..procs.logfile import Drains
 from ..sandbox import Sandbox
-from ..untrusted import MAX_DOCUMENT_DEPTH, TooDeep, check_json
+from ..untrusted import MAX_DOCUMENT_DEPTH, OFF_LOOP_BYTES, TooDeep, TooMany, check_json
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ _INTERNAL_ERROR = -32603
 REFUSED = "mm_refused"
 # A JSON string, or a bracket: the tokens that matter to nesting.
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*+"?|[\[\]{}]', re.DOTALL)
+# Tokens read for the id at most: servers write it first or second; a line of 20 M values (refused as too
+# many) is not walked token by token in Python.
+_ID_TOKENS = 100_000
 # The key "id" and its value (a number or a string), at a token's start.
 _ID = re.compile(rb'"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")')
 
@@ -120,7 +123,10 @@ async def _read(proc: Any, read_send: Any, program: str) -> None:
         async with read_send:
             while chunk := await proc.stdout.receive_some(READ_SIZE):
                 for line in lines.feed(chunk):
-                    message = _parse(line, mcp_types, SessionMessage)
+                    if len(line) > OFF_LOOP_BYTES:  # checked and decoded in a thread: seconds for 64 MiB
+                        message = await trio.to_thread.run_sync(_parse, line, mcp_types, SessionMessage)
+                    else:
+                        message = _parse(line, mcp_types, SessionMessage)
                     if message is not None:
                         await read_send.send(message)
                 if lines.partial > MAX_LINE:
@@ -190,9 +196,15 @@ async def _close_stdin(proc: Any, grace: float, drains: Drains) -> None:
 
 
 def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:
+    """The SDK's message of one line, or an error answering its request if mm refuses it, or None.
+
+    Before the SDK's parser recurses into the line, or builds every value of it (the SDK's types keep
+    fields they do not know: 20 M ``{}`` in a 64 MiB line were 7 GB kept), its nesting and its count of
+    values are checked: a text of at most MAX_VALUES characters costs two ``count``s of the event loop.
+    """
     try:
-        check_json(line, what="it is", max_depth=MAX_DOCUMENT_DEPTH)  # before the SDK's parser recurses
-    except TooDeep as exc:
+        check_json(line, what="it is", max_depth=MAX_DOCUMENT_DEPTH)
+    except (TooDeep, TooMany) as exc:
         log.warning("an MCP server wrote a line that mm refused: %s", exc)
         msgid = _top_level_id(line)
         if msgid is None:
@@ -213,7 +225,9 @@ def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:
 def _top_level_id(line: bytes) -> int | str | None:
     """The ``id`` of a JSON-RPC message too deep to decode, if it comes before the deep part."""
     depth = 0
-    for match in _TOKEN.finditer(line):
+    for tokens, match in enumerate(_TOKEN.finditer(line)):
+        if tokens > _ID_TOKENS:
+            return None
         char = line[match.start()]
         if char in b"[{":
             depth += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import math
 import random
+import reprlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -21,7 +22,7 @@ import trio
 
 from mmd.models import transport
 from mmd.models.base import Completion, ModelError, OnRetry, OnText, Timings, ToolCall, Usage
-from mmd.untrusted import MAX_DOCUMENT_DEPTH, check_json
+from mmd.untrusted import MAX_DOCUMENT_DEPTH, OFF_LOOP_BYTES, check_json
 
 T = TypeVar("T")
 _JSON = msgspec.json.Encoder()
@@ -42,6 +43,11 @@ MAX_ANSWER_CHARS = 2 * 1024 * 1024
 # a call with empty arguments counted nothing, so one step could carry millions of them (each then checked,
 # stored and answered). At most about 100,000 calls a step.
 CALL_CHARS = 16
+# Bytes of one Server-Sent Event's data, each data line counted with LINE_COST more (what it costs as a Python
+# string): a server that never ended an event made the daemon keep every `data:xy` line of a 60 MB answer as a
+# string of 51 bytes (576 MB). The largest real event holds a whole answer (2 Mi characters, escaped).
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+LINE_COST = 64
 # The largest token count kept from an answer's usage or timings: no model's window comes near 4 billion
 # tokens (the largest are a few million). A count past it, negative or not a whole number is no count: it is
 # dropped (the step's count stays what the server said before, 0 if nothing), never clamped to an invented
@@ -81,15 +87,32 @@ def excerpt(text: str | bytes) -> str:
     return repr(text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…")
 
 
+# A decoded value quoted in an error: a few items of each container, a few levels, cut strings. reprlib's
+# work is bounded by these, whatever the value holds (str() of a 60 MB answer took seconds and gigabytes).
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxstring, _SHORT.maxother = (
+    4,
+    6,
+    6,
+    EXCERPT_CHARS,
+    60,
+)
+
+
+def short(value: Any) -> str:
+    """A decoded value quoted for an error message, in bounded time and memory however big it is."""
+    return _SHORT.repr(value)
+
+
 def check_depth(data: str | bytes, label: str) -> None:
-    """Refuse a JSON document from the provider nested deeper than MAX_DOCUMENT_DEPTH, before any decoder
-    recurses into it.
+    """Refuse a JSON document from the provider nested deeper than MAX_DOCUMENT_DEPTH, or that decodes into
+    more than MAX_VALUES values, before any decoder recurses into it or builds them.
 
     Errors: ModelError saying so, with an excerpt.
     """
     try:
         check_json(data, what="the provider's answer is", max_depth=MAX_DOCUMENT_DEPTH)
-    except ValueError as exc:  # TooDeep
+    except ValueError as exc:  # TooDeep, TooMany
         raise ModelError(
             f"{label}: {exc} ({excerpt(data)}); no model answers like this. "
             "Try again; if it happens again, check that base_url in config.yaml points at a server you trust."
@@ -268,10 +291,10 @@ class Accumulator:
         """
         if not isinstance(obj, dict):
             raise ModelError(
-                f"{self.label}: the provider sent something other than a completion: {excerpt(str(obj))}"
+                f"{self.label}: the provider sent something other than a completion: {short(obj)}"
             )
         if obj.get("error") is not None:
-            message = error_message(obj) or excerpt(str(obj["error"]))
+            message = error_message(obj) or short(obj["error"])
             raise ModelError(f"{self.label}: the provider reported an error: {message}")
         return obj
 
@@ -424,6 +447,7 @@ class SSEDecoder:
         self._label = label
         self._event = ""
         self._data: list[str] = []
+        self._data_cost = 0  # of the event under way: its data lines' bytes, LINE_COST more each
         self._partial = bytearray()  # the bytes after the last line end: a line under way
         self._held = b""  # a whole data line whose blank line may come next (see _lines)
         self.searched = 0
@@ -484,11 +508,11 @@ class SSEDecoder:
             # A data line and the blank line after it are all a model's stream holds: they are read here,
             # without a call of _line each (two a token, for a local model).
             if line.startswith("data:"):
-                self._data.append(line[6:] if line.startswith("data: ") else line[5:])
+                self._add_data(line[6:] if line.startswith("data: ") else line[5:])
             elif not line:
                 if self._data:
                     events.append((self._event or "message", "\n".join(self._data)))
-                self._event, self._data = "", []
+                self._event, self._data, self._data_cost = "", [], 0
             elif event := self._line(line):
                 events.append(event)
         return events
@@ -505,17 +529,27 @@ class SSEDecoder:
         last = self._line("")
         return [*events, last] if last else events
 
+    def _add_data(self, value: str) -> None:
+        self._data_cost += len(value) + LINE_COST
+        if self._data_cost > MAX_EVENT_BYTES:
+            raise ModelError(
+                f"{self._label}: the provider sent an event of more than {MAX_EVENT_BYTES:,} bytes of data "
+                f"({len(self._data) + 1:,} lines, each counted with {LINE_COST} bytes more); it was refused. "
+                "Check that base_url in config.yaml points at a server you trust."
+            )
+        self._data.append(value)
+
     def _line(self, line: str) -> tuple[str, str] | None:
         if not line:
             event, data = self._event or "message", self._data
-            self._event, self._data = "", []
+            self._event, self._data, self._data_cost = "", [], 0
             return (event, "\n".join(data)) if data else None
         if line.startswith(":"):
             return None
         field, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if field == "data":
-            self._data.append(value)
+            self._add_data(value)
         elif field == "event":
             self._event = value
         elif field not in ("id", "retry"):
@@ -680,7 +714,11 @@ class HttpModel:
         if "text/event-stream" not in response.headers.get("content-type", ""):
             # A server that ignores stream=true answers with one JSON document.
             data = await self._body(response)
-            self._parse(parser, data, parser.feed_body, decode_json(data, self.label))
+            if len(data) > OFF_LOOP_BYTES:  # checked and decoded in a thread: seconds for 60 MB
+                obj = await trio.to_thread.run_sync(decode_json, data, self.label)
+            else:
+                obj = decode_json(data, self.label)
+            self._parse(parser, data, parser.feed_body, obj)
             return parser.completion()
         if await self._read_events(response, parser) or parser.ended():
             return parser.completion()
@@ -695,11 +733,18 @@ class HttpModel:
                 received += len(chunk)
                 self._check_size(received)
                 for event, data in decoder.feed(chunk):
-                    if self._parse(parser, data, parser.feed, event, data):
+                    if len(data) > OFF_LOOP_BYTES:
+                        ended = await self._parse_off_loop(parser, data, event)
+                    else:
+                        ended = self._parse(parser, data, parser.feed, event, data)
+                    if ended:
                         if not parser.cut:  # a cut answer's connection is closed: the server stops writing
                             await response.end(chunks)
                         return True
-            return any(self._parse(parser, data, parser.feed, event, data) for event, data in decoder.close())
+            for event, data in decoder.close():
+                if await self._parse_off_loop(parser, data, event):
+                    return True
+            return False
         finally:
             await _abandon(chunks)
 
@@ -718,9 +763,22 @@ class HttpModel:
                 f"Check that {self.url} is the model server you meant."
             )
 
+    async def _parse_off_loop(self, parser: Accumulator, data: str, event: str) -> bool:
+        """:meth:`_parse` of one event, in a worker thread when it is longer than OFF_LOOP_BYTES (its checks
+        and its decode take seconds for 60 MB); the text it parsed is handed on here, on the loop."""
+        if len(data) <= OFF_LOOP_BYTES:
+            return self._parse(parser, data, parser.feed, event, data)
+        # Its nesting and its count of values are checked first, for every provider (an event of at most
+        # OFF_LOOP_BYTES, more than MAX_VALUES, holds no more values than their limit). The parser only
+        # collects text there; on_text (the daemon's) is called here, on the loop.
+        ended = await trio.to_thread.run_sync(self._checked_feed, parser, data, event)
+        if parser._unsent:
+            parser.flush()
+        return ended
+
     def _parse(self, parser: Accumulator, data: str | bytes, feed: Callable[..., T], *args: Any) -> T:
-        # Parsers index into the provider's JSON freely; a document of the
-        # wrong shape surfaces here as one clear error.
+        # Parsers index into the provider's JSON freely; a document of the wrong shape surfaces here as one
+        # clear error (as in _guarded: inline here, a call less for each event of a local model).
         try:
             result = feed(*args)
         except (AttributeError, KeyError, IndexError, TypeError):
@@ -732,6 +790,20 @@ class HttpModel:
         if parser._unsent:
             parser.flush()
         return result
+
+    def _checked_feed(self, parser: Accumulator, data: str, event: str) -> bool:
+        check_depth(data, self.label)
+        return self._guarded(parser, data, parser.feed, event, data)
+
+    def _guarded(self, parser: Accumulator, data: str | bytes, feed: Callable[..., T], *args: Any) -> T:
+        # Parsers index into the provider's JSON freely; a document of the
+        # wrong shape surfaces here as one clear error.
+        try:
+            return feed(*args)
+        except (AttributeError, KeyError, IndexError, TypeError):
+            raise ModelError(
+                f"{self.label}: the provider sent an answer of an unexpected shape: {excerpt(data)}"
+            ) from None
 
     def _broken(self, parser: Accumulator, reason: str, hint: str) -> Exception:
         # Deltas already handed on cannot be taken back, so only a stream that

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from mmd.models import transport
-from mmd.models._http import Accumulator, HttpModel, Retry, decode_json, error_message, excerpt
+from mmd.models._http import Accumulator, HttpModel, Retry, decode_json, error_message, excerpt, short
 from mmd.models.base import Completion, Lead, Message, ModelError, OnRetry, OnText, ToolSpec
 from mmd.untrusted import MAX_ARGUMENTS_BYTES, MAX_DEPTH, check_json
 
@@ -200,7 +200,7 @@ class AnthropicStream(Accumulator):
 
     def feed_body(self, obj: Any) -> None:
         if not isinstance(obj, dict) or obj.get("type") == "error":
-            self._error(obj if isinstance(obj, dict) else {"error": excerpt(str(obj))})
+            self._error(obj if isinstance(obj, dict) else {"error": short(obj)})
         for index, block in enumerate(obj.get("content") or []):
             self._block(index, block)
         self._stop(obj.get("stop_reason"))
@@ -232,7 +232,7 @@ class AnthropicStream(Accumulator):
     def _error(self, message: dict[str, Any]) -> None:
         error = message.get("error")
         kind = error.get("type", "") if isinstance(error, dict) else ""
-        text = error_message(message) or excerpt(str(error))
+        text = error_message(message) or short(error)
         if kind in RETRY_ERRORS and not self.started:
             raise Retry(f"{kind}: {text}", hint="The provider is overloaded; try again later.")
         raise ModelError(f"{self.label}: the provider reported an error: {text}")

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from mmd.models import grammar
-from mmd.models._http import MAX_TOKENS, Accumulator, HttpModel, decode_json, excerpt
+from mmd.models._http import MAX_TOKENS, Accumulator, HttpModel, decode_json, short
 from mmd.models.base import Choice, Completion, Lead, ModelError, OnRetry, OnText, Timings
 
 
@@ -46,7 +46,7 @@ async def constrained_step(
     rendered = await http.post_json(root + "/apply-template", _template_body(chat_body), on_retry)
     prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
     if not isinstance(prompt, str):
-        raise ModelError(f"{http.label}: /apply-template answered without a prompt: {excerpt(str(rendered))}")
+        raise ModelError(f"{http.label}: /apply-template answered without a prompt: {short(rendered)}")
     body: dict[str, Any] = {
         "prompt": prompt,
         "grammar": grammar.call_grammar(tools, lead=lead),
@@ -103,7 +103,7 @@ async def constrained_choice(
     rendered = await http.post_json(root + "/apply-template", _template_body(chat_body), None)
     prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
     if not isinstance(prompt, str):
-        raise ModelError(f"{http.label}: /apply-template answered without a prompt: {excerpt(str(rendered))}")
+        raise ModelError(f"{http.label}: /apply-template answered without a prompt: {short(rendered)}")
     body = {
         "prompt": prompt,
         "grammar": grammar.choice_grammar(options),
@@ -114,7 +114,7 @@ async def constrained_choice(
     }
     answer = await http.post_json(root + "/completion", body, None)
     if not isinstance(answer, dict):
-        raise ModelError(f"{http.label}: /completion answered {excerpt(str(answer))}")
+        raise ModelError(f"{http.label}: /completion answered {short(answer)}")
     text = answer.get("content")
     picked = text.strip() if isinstance(text, str) else ""
     if picked not in options:

@@ -234,13 +234,29 @@ class _StreamChoice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | float | None = None
+    completion_tokens: int | float | None = None
+
+
+class _Timings(msgspec.Struct):
+    """llama-server's timings, the fields llama.timings reads (a number each, or the event is read untyped)."""
+
+    cache_n: float | None = None
+    prompt_n: float | None = None
+    prompt_ms: float | None = None
+    predicted_n: float | None = None
+    predicted_ms: float | None = None
+
+
 class _Chunk(msgspec.Struct):
-    """A chat.completion.chunk of the usual shape; fields not named here are skipped unread."""
+    """A chat.completion.chunk of the usual shape; fields not named here are skipped unread, and those named
+    are typed down to their numbers: a ``usage`` that was a list of 20 M ``{}`` was built whole (1.8 GB)."""
 
     choices: list[_StreamChoice] | None = None
-    usage: Any = None
-    timings: Any = None
-    error: Any = None
+    usage: _Usage | None = None
+    timings: _Timings | None = None
+    error: msgspec.Raw | None = None  # never built here: an error is read untyped (_feed_any)
 
 
 # One event a token, for a local model: decoded into these, an event's fields are read as attributes, and
@@ -254,7 +270,10 @@ class OpenAIStream(Accumulator):
     def feed(self, event: str, data: str) -> bool:
         if data[:1] != "{" and data.strip() == "[DONE]":  # an event of the answer begins with its brace
             return True
-        if data.count("[") + data.count("{") > MAX_DOCUMENT_DEPTH:  # check_depth's own first look
+        # check_depth's own first look. An event long enough to hold more values than their limit (a typed
+        # decode builds every item of a list, and an object's arguments) was checked whole in a worker thread
+        # already (HttpModel._parse_off_loop: OFF_LOOP_BYTES > MAX_VALUES).
+        if data.count("[") + data.count("{") > MAX_DOCUMENT_DEPTH:
             check_depth(data, self.label)
         try:
             chunk = _CHUNK.decode(data)
@@ -262,10 +281,10 @@ class OpenAIStream(Accumulator):
             return self._feed_any(data)
         if chunk.error is not None:
             return self._feed_any(data)
-        if chunk.usage is not None:
-            self._usage(chunk.usage)
+        if (usage := chunk.usage) is not None:
+            self.usage(usage.prompt_tokens, usage.completion_tokens)
         if chunk.timings is not None:
-            self.timings = timings(chunk.timings) or self.timings
+            self.timings = timings(msgspec.structs.asdict(chunk.timings)) or self.timings
         for choice in chunk.choices or ():
             if choice.index == 0:
                 if (delta := choice.delta) is not None:

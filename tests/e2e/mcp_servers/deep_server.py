@@ -3,7 +3,8 @@
 Hand-written JSON-RPC (one message per line), so that it can write what no SDK would: the
 answer to ``tools/call`` puts ``[`` × N in ``structuredContent``. It offers ``echo``, and ``nested``, whose inputSchema nests 40 object schemas (81 levels of JSON).
 
-Run: ``python deep_server.py N``.
+Run: ``python deep_server.py N``; ``python deep_server.py N wide``: the answer puts N empty objects side by
+side instead (``[{}, {}, …]``, 3 bytes each: few bytes, many values).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import sys
 
 DEPTH = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+WIDE = sys.argv[2:3] == ["wide"]
 ECHO = {
     "name": "echo",
     "description": "Echo a text.",
@@ -56,7 +58,7 @@ def main() -> None:
             answer(msgid, {"tools": [ECHO, NESTED]})
         elif method == "tools/call":
             head = json.dumps({"jsonrpc": "2.0", "id": msgid})[:-1]
-            deep = "[" * DEPTH + "]" * DEPTH
+            deep = "[" + "{}," * (DEPTH - 1) + "{}]" if WIDE else "[" * DEPTH + "]" * DEPTH
             sys.stdout.write(
                 head + ', "result": {"content": [], "structuredContent": {"a": ' + deep + "}}}\n"
             )
