@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from . import results
-    from .framing import DEFAULT_MAX_DEPTH, DEFAULT_MAX_FRAME, FrameError, Splitter
+    from .framing import DEFAULT_MAX_DEPTH, DEFAULT_MAX_FRAME, MAX_REQUEST_VALUES, FrameError, Splitter
     from .messages import (
         PROTOCOL_VERSION,
         Notification,
@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 # starts the daemon after importing only it (clients/mm/spawn.py), before msgspec.
 _HOMES = {
     "results": None,
-    **dict.fromkeys(("DEFAULT_MAX_DEPTH", "DEFAULT_MAX_FRAME", "FrameError", "Splitter"), "framing"),
+    **dict.fromkeys(
+        ("DEFAULT_MAX_DEPTH", "DEFAULT_MAX_FRAME", "MAX_REQUEST_VALUES", "FrameError", "Splitter"), "framing"
+    ),
     **dict.fromkeys(
         (
             "PROTOCOL_VERSION",
@@ -75,6 +77,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_FRAME",
+    "MAX_REQUEST_VALUES",
     "PROTOCOL_VERSION",
     "Action",
     "Call",

@@ -5,8 +5,11 @@ objects written back to back. msgspec decodes whole objects only, so this
 module finds where each object ends by walking the msgpack headers. It never
 decodes values, it only skips over them, and it refuses a frame larger than
 the configured limit as soon as a header announces it (before buffering it),
-and a frame nested deeper than its depth limit as soon as the walk gets there
-(decoding it would recurse once per level).
+a frame nested deeper than its depth limit as soon as the walk gets there
+(decoding it would recurse once per level), and one whose arrays and maps
+announce more values than its value limit, as soon as their headers do: the
+bytes do not bound a decode's memory (a 1-byte ``{}`` is a 64-byte dict, so a
+16 MiB frame was 1.2 GB), the count does.
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 # levels of envelope; msgspec decodes with one C recursion per level, and Python's limit
 # of 1000 frames is near at about 900 levels, so a deeper frame is refused before decoding.
 DEFAULT_MAX_DEPTH = 128
+# Most values (the frame itself, and every item, key and value of its arrays and maps) in a frame a client
+# sends the daemon. A request's params are a Struct of a few fields, its lists capped (4,096 paths at most for
+# trust.add, ~20,000 values): 100,000 is far above, and bounds the walk of a frame's headers (one Python step
+# a value) to a few tens of milliseconds of the event loop. The daemon's own frames (a page of events) are
+# read without this limit: mm wrote them.
+MAX_REQUEST_VALUES = 100_000
 
 
 class FrameError(Exception):
@@ -75,8 +84,8 @@ _CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
 
 # Where the walk of a frame stopped for want of bytes, to go on from there when more come: the offset of
 # the next header from the frame's start, the objects still to skip, those left in the innermost open
-# array or map and in each one around it (see _scan).
-_State = tuple[int, int, int, list[int]]
+# array or map and in each one around it, the values announced so far (see _scan).
+_State = tuple[int, int, int, list[int], int]
 
 
 class _Incomplete(Exception):
@@ -85,7 +94,9 @@ class _Incomplete(Exception):
         self.state = state
 
 
-def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int, state: _State | None = None) -> int:
+def _scan(
+    buf: bytearray, start: int, max_frame: int, max_depth: int, max_values: int, state: _State | None = None
+) -> int:
     """Return the end offset of the object that starts at *start*, walking on from *state* if given.
 
     Raises _Incomplete with the least total buffer length worth waiting for and the state to go on from
@@ -93,11 +104,11 @@ def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int, state: _St
     """
     # pending: objects still to skip; remaining: those of the innermost open array or map (at first:
     # the frame itself), outer: those of each one around it (len(outer) are open).
-    rel, pending, remaining, outer = state if state is not None else (0, 1, 1, [])
+    rel, pending, remaining, outer, values = state if state is not None else (0, 1, 1, [], 1)
     pos, end, limit = start + rel, len(buf), start + max_frame
     while pending:
         if pos >= end:
-            raise _Incomplete(pos + pending, (pos - start, pending, remaining, outer))
+            raise _Incomplete(pos + pending, (pos - start, pending, remaining, outer, values))
         while not remaining:
             remaining = outer.pop()
         b = buf[pos]
@@ -117,13 +128,13 @@ def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int, state: _St
         elif b in _SIZED:
             width, extra = _SIZED[b]
             if pos + 1 + width > end:  # the header again, once its length has come
-                raise _Incomplete(pos + 1 + width, (pos - start, pending, remaining, outer))
+                raise _Incomplete(pos + 1 + width, (pos - start, pending, remaining, outer, values))
             size = int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
             pos += 1 + width + extra + size
         elif b in _CONTAINERS:
             width, per = _CONTAINERS[b]
             if pos + 1 + width > end:
-                raise _Incomplete(pos + 1 + width, (pos - start, pending, remaining, outer))
+                raise _Incomplete(pos + 1 + width, (pos - start, pending, remaining, outer, values))
             items = per * int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
             pos += 1 + width
         else:  # 0xC1 is never used by msgpack
@@ -136,10 +147,12 @@ def _scan(buf: bytearray, start: int, max_frame: int, max_depth: int, state: _St
             outer.append(remaining)
             remaining = items
             pending += items
+            if (values := values + items) > max_values:
+                raise FrameError(f"frame of more than {max_values:,} values; the limit is {max_values:,}")
         if pos + pending > limit:  # every pending object needs at least one more byte
             raise FrameError(f"frame larger than the limit of {max_frame} bytes")
     if pos > end:  # the last string or binary runs past what has arrived
-        raise _Incomplete(pos, (pos - start, pending, remaining, outer))
+        raise _Incomplete(pos, (pos - start, pending, remaining, outer, values))
     return pos
 
 
@@ -154,15 +167,23 @@ class Splitter:
 
     Errors:
         FrameError: on a byte that cannot start a msgpack object, on a frame
-        whose headers announce more than ``max_frame`` bytes, or on one that
-        nests arrays and maps more than ``max_depth`` levels deep; its
+        whose headers announce more than ``max_frame`` bytes, on one that
+        nests arrays and maps more than ``max_depth`` levels deep, or on one
+        whose arrays and maps announce more than ``max_values`` values (None:
+        no limit but the bytes'); its
         ``frames`` are those completed before the bad byte by the same feed.
         The splitter is unusable afterwards: every later feed raises it again.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+    def __init__(
+        self,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_values: int | None = None,
+    ) -> None:
         self.max_frame = max_frame
         self.max_depth = max_depth
+        self.max_values = max_frame if max_values is None else max_values  # each value takes a byte at least
         self._buf = bytearray()
         self._need = 0  # skip walking on until the buffer holds this much
         self._state: _State | None = None  # where the walk of the frame at the buffer's start stopped
@@ -172,6 +193,12 @@ class Splitter:
     def buffered(self) -> int:
         """Bytes held that do not yet form a whole frame."""
         return len(self._buf)
+
+    def clear(self) -> None:
+        """Forget the bytes held (a frame under way): the next feed starts a frame."""
+        self._buf = bytearray()
+        self._need = 0
+        self._state = None
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._error is not None:
@@ -183,7 +210,7 @@ class Splitter:
         start = 0
         while start < len(self._buf):
             try:
-                stop = _scan(self._buf, start, self.max_frame, self.max_depth, self._state)
+                stop = _scan(self._buf, start, self.max_frame, self.max_depth, self.max_values, self._state)
             except _Incomplete as inc:
                 self._need, self._state = inc.need - start, inc.state
                 break

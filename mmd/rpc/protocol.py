@@ -27,12 +27,12 @@ import collections
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 
-from .framing import DEFAULT_MAX_DEPTH, DEFAULT_MAX_FRAME, FrameError, Splitter
+from .framing import DEFAULT_MAX_DEPTH, DEFAULT_MAX_FRAME, MAX_REQUEST_VALUES, FrameError, Splitter
 from .messages import (
     Notification,
+    PeerResponse,
     ProtocolError,
     Request,
-    Response,
     RPCError,
     decode_message,
     decode_params,
@@ -96,13 +96,25 @@ class ServerProtocol:
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_values: int = MAX_REQUEST_VALUES,
     ) -> None:
         self._methods = methods
-        self._splitter = Splitter(max_frame, max_depth)
+        self._splitter = Splitter(max_frame, max_depth, max_values)
         self._frames: collections.deque[bytes] = collections.deque()
         self._fatal: Fatal | None = None  # after the frames already queued
         self.handshaken = False
         self.closed = False  # a Fatal was handed out: nothing follows it
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not yet form a whole frame."""
+        return self._splitter.buffered
+
+    def discard(self) -> None:
+        """Forget what was received and not yet handed out (the connection is being dropped): nothing follows."""
+        self.closed = True
+        self._frames.clear()
+        self._splitter.clear()
 
     def receive(self, data: bytes) -> None:
         """Take bytes read from the client. Bytes that cannot be split make the next actions end in a Fatal."""
@@ -142,7 +154,7 @@ class ServerProtocol:
 
     def _judge(self, frame: bytes) -> Action:
         try:
-            msg = decode_message(frame)
+            msg = decode_message(frame, peer=True)
         except ProtocolError as exc:
             if exc.msgid is None:
                 return _fatal(f"{exc}; expected [0, msgid, method, params]; closing this connection")
@@ -152,7 +164,7 @@ class ServerProtocol:
                 return self._request(msg)
             case Notification():
                 return Ignored(f"ignoring notification {msg.method}")
-            case Response():
+            case PeerResponse():
                 return Ignored(f"ignoring response to {msg.msgid}: the daemon sends no requests")
 
     def _request(self, req: Request) -> Call | Refused:

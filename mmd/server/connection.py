@@ -65,6 +65,12 @@ OUTBOX_BYTES = 64 * 1024 * 1024
 # process can open hundreds of connections that read nothing (a command a turn runs among them). Past it,
 # the client with the most queued is dropped.
 TOTAL_OUTBOX_BYTES = 256 * 1024 * 1024
+# Bytes of frames not yet whole held for all clients together (Inboxes). One client's is bounded by the frame
+# limit (16 MiB), but a client may send 16 MiB − 1 and then nothing: 100 such connections held 1.7 GB for as
+# long as they stayed open. Four frames at the limit at once is more than real clients ever send together (a
+# prompt with a big buffer attached is read in well under a second); past it, the client holding the most is
+# dropped.
+TOTAL_INBOX_BYTES = 64 * 1024 * 1024
 # Requests of one client running at once. Each is a task, and a client may pipeline a million requests in
 # a few megabytes (tools.list, 20 bytes each): past this many, its socket is not read until one ends, so the
 # client waits (its writes block) and the daemon holds no more.
@@ -143,6 +149,32 @@ class Outboxes:
             hog._drop(f"the clients' outboxes over {self.limit:,} bytes together, this one's the largest")
 
 
+class Inboxes:
+    """The bytes of unfinished frames held for all of a daemon's clients, bounded together (TOTAL_INBOX_BYTES):
+    past the bound, the clients holding the most are dropped (itself too maybe), what they held discarded."""
+
+    def __init__(self, limit: int = TOTAL_INBOX_BYTES) -> None:
+        self.limit = limit
+        self.held = 0
+        self._holding: dict[Connection, int] = {}  # the connections with a frame under way, and its bytes
+
+    def hold(self, conn: Connection, size: int) -> None:
+        """*conn* now holds *size* bytes of a frame under way (0: none); drop the largest holders while the
+        total is past the bound."""
+        self.held += size - self._holding.pop(conn, 0)
+        if size:
+            self._holding[conn] = size
+        while self.held > self.limit and self._holding:
+            hog = max(self._holding, key=self._holding.__getitem__)
+            held = self._holding[hog]
+            self.hold(hog, 0)
+            hog._drop(
+                f"its unfinished frame ({held:,} bytes) the largest of the clients' unfinished frames, over "
+                f"{self.limit:,} bytes together"
+            )
+            hog.protocol.discard()
+
+
 class Host(Protocol):
     """What a connection needs of the daemon that accepted it (mmd.server.daemon.Daemon)."""
 
@@ -150,6 +182,7 @@ class Host(Protocol):
     max_frame: int
     log_path: Path
     outboxes: Outboxes  # the bound on what all its connections queue together
+    inboxes: Inboxes  # the bound on the unfinished frames all its connections hold together
 
     def detach(self, conn: Connection) -> None: ...
 
@@ -175,6 +208,8 @@ class Connection:
         self._out_send, self._out_recv = trio.open_memory_channel[Frame | None](OUTBOX_FRAMES)
         self._queued_bytes = 0  # in the outbox and held by the writer, until written (Outboxes counts it)
         self._outboxes = daemon.outboxes
+        self._inboxes = daemon.inboxes
+        self._partial = 0  # bytes of a frame under way, as Inboxes last counted them
         self._slots = trio.Semaphore(MAX_IN_FLIGHT)  # requests running at once
         self._writing = trio.CancelScope()  # cancelled to drop a client too slow to read
         self.closed = False
@@ -333,6 +368,9 @@ class Connection:
                 self.close_after_flush()
         finally:
             self.closed = True
+            if self._partial:
+                self._partial = 0
+                self._inboxes.hold(self, 0)
             self.daemon.detach(self)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
@@ -351,6 +389,9 @@ class Connection:
             if not data:
                 return
             self.protocol.receive(data)
+            if (partial := self.protocol.buffered) or self._partial:  # counted together (Inboxes)
+                self._partial = partial
+                self._inboxes.hold(self, partial)
             if not await self._act(nursery):
                 return
 

@@ -46,7 +46,7 @@ from ..turn.plan import TurnSetup
 from ..turn.providers import Providers
 from ..turn.session import Session
 from . import transport
-from .connection import READ_SIZE, Connection, Outboxes
+from .connection import READ_SIZE, Connection, Inboxes, Outboxes
 
 log = logging.getLogger("mmd")
 
@@ -88,6 +88,7 @@ class Daemon:
         self.max_frame = max_frame
         self.connections: set[Connection] = set()
         self.outboxes = Outboxes()  # what all connections queue, bounded together
+        self.inboxes = Inboxes()  # the unfinished frames all connections hold, bounded together
         # Clients served at once: a quarter of the descriptors this process may open. A process that opened
         # a thousand connections (a command of a turn may) took every descriptor: accept failed with EMFILE
         # and ended the daemon, and no call could make a pipe. Past it, a client is told and closed.

@@ -21,6 +21,7 @@ import trio.testing
 
 from mmd.rpc import (
     DEFAULT_MAX_FRAME,
+    MAX_REQUEST_VALUES,
     PROTOCOL_VERSION,
     Method,
     Notification,
@@ -33,6 +34,7 @@ from mmd.rpc import (
     request,
     response,
 )
+from mmd.rpc.messages import PeerResponse
 from mmd.rpc.methods import Empty, Handshake, Prompt
 from mmd.rpc.results import Done, HandshakeResult
 from mmd.server import connection
@@ -49,6 +51,7 @@ class Host:
         self.max_frame = DEFAULT_MAX_FRAME
         self.log_path = Path("/var/empty/mmd.log")
         self.outboxes = connection.Outboxes()
+        self.inboxes = connection.Inboxes()
         self.detached: list[Connection] = []
 
     def detach(self, conn: Connection) -> None:
@@ -600,3 +603,60 @@ async def test_an_answer_larger_than_a_client_reads_is_the_error_too_large() -> 
         assert code == "too_large"
         assert "the answer to session.show is 17,0" in message and "past the 16,777,216" in message
         assert replies[3].error is None  # the connection goes on
+
+
+def partial_prompt(size: int) -> bytes:
+    """All but the last byte of a request whose params hold *size* bytes of text: a frame that stays unfinished."""
+    return request(2, "session.prompt", {"prompt": "x" * size})[:-1]
+
+
+async def test_unfinished_frames_are_bounded_together_the_largest_dropped_first(caplog) -> None:
+    # Each client may hold a frame of 16 MiB - 1 under way, then send nothing: 100 such connections held
+    # 1.7 GB for as long as they stayed open. Past Inboxes.limit the client holding the most is dropped (and
+    # what it held forgotten); the others are served on; a connection that ended counts nothing.
+    host = Host(table())
+    host.inboxes = connection.Inboxes(limit=3_000_000)
+    pairs = [socket_pair() for _ in range(4)]
+    conns = [Connection(host, server, peer_pid=4242) for _, server in pairs]
+    peers = [Peer(client) for client, _ in pairs]
+    async with trio.open_nursery() as nursery:
+        for conn in conns:
+            nursery.start_soon(conn.serve)
+        for peer, size in zip(peers[:3], (500_000, 1_200_000, 900_000), strict=True):
+            await peer.send(partial_prompt(size))
+            await trio.testing.wait_all_tasks_blocked()
+        assert host.inboxes.held == sum(conn.protocol.buffered for conn in conns) > 2_600_000
+        assert not any(conn.closed for conn in conns)
+        await peers[3].send(partial_prompt(600_000))  # past the bound together: the largest goes
+        await trio.testing.wait_all_tasks_blocked()
+        assert [conn.closed for conn in conns] == [False, True, False, False]
+        assert conns[1].protocol.buffered == 0
+        assert await peers[1].receive() is None  # the daemon hung up on it
+        assert host.inboxes.held == sum(conn.protocol.buffered for conn in conns) <= 3_000_000
+        await peers[0].send(b"x")  # the others are served on: its frame completes, and is answered
+        assert (await peers[0].response()).msgid == 2
+        for peer in peers:
+            await peer.stream.aclose()
+    assert host.inboxes.held == 0
+    assert "unfinished frame (1,200,0" in caplog.text and "dropping the connection" in caplog.text
+
+
+async def test_a_response_a_client_sends_is_not_built_and_a_frame_of_too_many_values_is_refused() -> None:
+    # The daemon sends no requests, so a response is ignored: its result was decoded untyped first (a 16 MiB
+    # frame of {} was 1.2 GB). A frame whose arrays and maps announce more values than a request ever holds
+    # is refused at its header, before any of it is buffered.
+    wide = b"\x94\x01\x00\xc0\xdd" + (50_000).to_bytes(4, "big") + b"\x80" * 50_000  # [1, 0, nil, [{}…]]
+    msg = decode_message(wide, peer=True)
+    assert isinstance(msg, PeerResponse) and bytes(msg.result)[:1] == b"\xdd"
+    too_many = b"\x94\x01\x00\xc0\xdd" + (MAX_REQUEST_VALUES).to_bytes(4, "big") + b"\x80" * 10
+    async with serving(table()) as (peer, _, _):
+        await peer.send(HELLO, wide)
+        assert (await peer.response()).msgid == 1
+        await peer.send(request(2, "daemon.status"))
+        assert (await peer.response()).msgid == 2  # the response was ignored, the connection served on
+        await peer.send(too_many)
+        error = await peer.receive()
+        assert isinstance(error, Notification) and error.method == "error"
+        message = decode_notification_arg(error.params)["message"]
+        assert f"frame of more than {MAX_REQUEST_VALUES:,} values" in message
+        assert await peer.receive() is None
