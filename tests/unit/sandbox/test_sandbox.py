@@ -6,6 +6,7 @@ temp dir, which every sandbox may write): the folders outside it are then truly 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -214,6 +215,20 @@ def test_a_hard_link_made_beforehand_refuses_the_spawn(dirs) -> None:
         f"bash was not started: the sandbox cannot confine writes through {project}/link"
     )
     assert (outside / "victim").read_text() == "untouched\n"
+
+
+@pytest.mark.parametrize("refusal", [errno.ENOSYS, errno.EPERM], ids=["ENOSYS", "EPERM"])
+def test_a_peer_is_judged_by_its_status_where_pidfd_send_signal_is_refused(monkeypatch, refusal) -> None:
+    # An old container's seccomp profile (EPERM) or valgrind (ENOSYS) refuses pidfd_send_signal: only ESRCH
+    # says the peer is gone. Taken for "gone", every client there counted as confined: read-only turns.
+    def refused(pidfd: int, sig: int) -> None:
+        raise OSError(refusal, os.strerror(refusal))
+
+    monkeypatch.setattr(rpc_trust.signal, "pidfd_send_signal", refused)
+    one, other = socket.socketpair(socket.AF_UNIX)
+    with one, other:
+        pid = rpc_trust.peer_credentials(one)[0]
+        assert rpc_trust.peer_no_new_privs(one, pid) is no_new_privs(os.getpid())
 
 
 def test_a_fifo_where_a_virtual_environments_pyvenv_cfg_would_be_does_not_hold_the_refusal(

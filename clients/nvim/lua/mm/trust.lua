@@ -176,8 +176,9 @@ function M.peer_no_new_privs(pipe, pid)
   end
   local said = status_says(pid)
   if pidfd >= 0 then
-    if said ~= nil and ffi.C.mm_syscall4(SYS_PIDFD_SEND_SIGNAL, pidfd, 0, nil, 0) ~= 0 then
-      said = nil -- gone, reaped: the status read may be of a process that took its pid
+    if said ~= nil and ffi.C.mm_syscall4(SYS_PIDFD_SEND_SIGNAL, pidfd, 0, nil, 0) ~= 0 and ffi.errno() == ESRCH then
+      said = nil -- gone, reaped: the status read may be of a process that took its pid (another errno: the
+      -- call is refused here, an old container's seccomp profile, and the status read stands)
     end
     ffi.C.close(pidfd)
   end
