@@ -728,11 +728,16 @@ class HttpModel:
         decoder = SSEDecoder(self.label)
         chunks = response.aiter_bytes()
         received = 0
+        # Since when the chunks read made no event (None: the last one made one). A read waits `timeout` at
+        # most, but a server that trickles a byte a second never lets it: the answer must go on by events.
+        idle: float | None = None
         try:
             async for chunk in chunks:
                 received += len(chunk)
                 self._check_size(received)
+                made = False
                 for event, data in decoder.feed(chunk):
+                    made = True
                     if len(data) > OFF_LOOP_BYTES:
                         ended = await self._parse_off_loop(parser, data, event)
                     else:
@@ -741,6 +746,14 @@ class HttpModel:
                         if not parser.cut:  # a cut answer's connection is closed: the server stops writing
                             await response.end(chunks)
                         return True
+                if made:
+                    idle = None
+                elif idle is None:
+                    idle = trio.current_time()
+                elif trio.current_time() - idle > self._timeout:
+                    raise transport.TransportError(
+                        "timeout", f"bytes came, but no whole event of the stream for {self._timeout:g} s"
+                    )
             for event, data in decoder.close():
                 if await self._parse_off_loop(parser, data, event):
                     return True

@@ -194,6 +194,9 @@ class _Flight(msgspec.Struct):
 
     scope: trio.CancelScope
     waiting_for: str = "no answer"
+    # The status line and headers are read: from then on each wait moves the deadline on. Until then it
+    # stays where the request set it, so a server that trickles its headers a byte at a time is cut too.
+    headed: bool = False
 
 
 class LoopbackResponse:
@@ -417,6 +420,7 @@ class LoopbackClient:
         with trio.CancelScope(deadline=trio.current_time() + self.timeout * DEADLINE_SLACK) as scope:
             flight = _Flight(scope)
             conn, status, response_headers = await self._send(address, head + (content or b""), flight)
+            flight.headed = True
             response = LoopbackResponse(self, conn, status, response_headers, method)
             try:
                 check_encoding(status, response_headers, url)
@@ -520,7 +524,7 @@ class LoopbackClient:
         flight = conn.flight
         assert flight is not None, "a wait outside LoopbackClient.stream"
         now = trio.current_time()
-        if flight.scope.deadline - now < self.timeout:
+        if flight.headed and flight.scope.deadline - now < self.timeout:
             flight.scope.deadline = now + self.timeout * DEADLINE_SLACK
         flight.waiting_for = what
         try:

@@ -683,3 +683,46 @@ def test_every_error_of_httpx_is_a_transport_error() -> None:
     }
     for error, kind in kinds.items():
         assert transport._httpx_error(httpx, error).kind == kind
+
+
+async def test_a_server_that_trickles_its_headers_is_cut_at_the_requests_first_deadline(
+    nursery: trio.Nursery,
+) -> None:
+    # Each wait moved the deadline on, so headers sent a byte at a time, never silent for a timeout, held
+    # the request for ever. Until the headers are read the deadline stays where the request set it.
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        while True:
+            await stream.send_all(b"X")
+            await trio.sleep(0.05)
+
+    url = await Server(answer).serve(nursery)
+    started = trio.current_time()
+    with trio.fail_after(10), pytest.raises(TransportError) as caught:  # a hang fails, not the suite
+        await body_of(LoopbackClient(timeout=0.3), url)
+    assert caught.value.kind == "timeout"
+    assert trio.current_time() - started < 0.3 * transport.DEADLINE_SLACK + 1
+
+
+@pytest.mark.parametrize("where", ["loopback", "httpx"])
+async def test_a_stream_that_trickles_bytes_but_no_event_ends_after_the_timeout(
+    nursery: trio.Nursery, where: str
+) -> None:
+    # A model server that sends a byte now and then and never a whole event: each read came in time, and
+    # the turn waited for ever with nothing shown. The answer must go on by whole events.
+    async def answer(stream: trio.SocketStream, request: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: {")
+        while True:
+            await trio.sleep(0.05)
+            await stream.send_all(b" ")
+
+    url = await Server(answer).serve(nursery)
+    client = client_of(where, url)
+    provider = OpenAIProvider(
+        name="trickle/test", base_url=url + "/v1", model="m", client=client, timeout=0.5, max_retries=0
+    )
+    started = trio.current_time()
+    with trio.fail_after(10), pytest.raises(ModelError) as caught:  # a hang fails, not the suite
+        await provider.complete([Message(role="user", content="hi")], [])
+    assert "bytes came, but no whole event of the stream for 0.5 s" in str(caught.value)
+    assert trio.current_time() - started < 3
+    await client.aclose()
