@@ -22,7 +22,7 @@ from .hooks import HooksSpec, check_hooks, hook_commands
 from .loader import ConfigError, Document
 from .mcp import KEY_HINTS, McpServerSpec, check_servers, server_commands
 from .sandbox import SandboxSpec, absolute, normalise
-from .trust import command_text, listing
+from .trust import command_text, listing, settings_text
 from .turns import LoopLimits, PhaseSpec, check_phases
 
 # A name of the built-in tools' table (mmd/tools/builtin/__init__.py), checked when the file is read.
@@ -101,7 +101,7 @@ def powers(agent: AgentFile) -> list[str]:
     command whole, as it would run (trust.shown bounds what is shown): empty for a file of words, choices
     and limits (config/trust.py). A ``scripted:`` model is one: the file's script would answer in place of the
     person's model, and its tool calls are the calls of the turn (under ``--yolo``, run unasked)."""
-    found = [f"declared tool {tool.name}: runs {command_text(tool.command)}" for tool in agent.tools]
+    found = [_tool_line(tool) for tool in agent.tools]
     found += hook_commands(agent.hooks)
     found += server_commands(agent.mcp)
     if agent.model is not None and agent.model.startswith(SCRIPTED):
@@ -115,6 +115,14 @@ def powers(agent: AgentFile) -> list[str]:
     if agent.sandbox.writable:
         found.append(f"sandbox.writable: {listing(agent.sandbox.writable)}")
     return found
+
+
+def _tool_line(tool: DeclaredToolSpec) -> str:
+    """A declared tool as a power: its command, where and with what it runs, and its dry run's command."""
+    line = f"declared tool {tool.name}: runs {command_text(tool.command)}" + settings_text(tool.cwd, tool.env)
+    if tool.dry_run:
+        line += f"; its dry run runs {command_text(tool.dry_run)}"
+    return line
 
 
 def find_agent_file(cwd: Path, explicit: str | None) -> Path | None:

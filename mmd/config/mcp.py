@@ -39,7 +39,7 @@ import msgspec
 from .. import paths
 from .loader import Document
 from .sandbox import SandboxSpec
-from .trust import command_text
+from .trust import command_text, settings_text
 
 Effects = Literal["read", "write", "destructive"]
 Transport = Literal["stdio", "http", "sse"]
@@ -149,12 +149,18 @@ class McpServerSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fr
 
 
 def server_commands(servers: dict[str, McpServerSpec]) -> list[str]:
-    """What *servers* would start or reach, one line each: ``MCP server fs: runs npx -y …``."""
-    return [
-        f"MCP server {name}: "
-        + (f"reaches {spec.url}" if spec.url else f"runs {command_text(spec.command, spec.args)}")
-        for name, spec in servers.items()
-    ]
+    """What *servers* would start or reach, one line each, with everything that decides what it does: ``MCP
+    server fs: runs npx -y … in ./srv, with NODE_OPTIONS=…``; ``MCP server web: reaches URL, sending
+    Authorization: Bearer ${GITHUB_TOKEN}`` (a header names what of your environment it sends where)."""
+    lines = []
+    for name, spec in servers.items():
+        if spec.url:
+            sent = ", ".join(f"{key}: {value}" for key, value in spec.headers.items())
+            lines.append(f"MCP server {name}: reaches {spec.url}" + (f", sending {sent}" if sent else ""))
+        else:
+            line = f"MCP server {name}: runs {command_text(spec.command, spec.args)}"
+            lines.append(line + settings_text(spec.cwd, spec.env))
+    return lines
 
 
 def check_servers(doc: Document, servers: dict[str, McpServerSpec], at: tuple[Any, ...] = ("mcp",)) -> None:

@@ -110,6 +110,15 @@ def command_text(command: str | list[str] | None, args: list[str] | None = None)
     return shlex.join([*words, *(args or [])])
 
 
+def settings_text(cwd: str | None, env: dict[str, str]) -> str:
+    """What else decides what a command does, as a power's line ends: `` in DIR, with NAME=VALUE …``; "" when
+    nothing. A project's NODE_OPTIONS=--require ./x.js behind a harmless ``npx …`` runs its own code."""
+    text = f" in {cwd}" if cwd else ""
+    if env:
+        text += ", with " + " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+    return text
+
+
 def shown(lines: list[str]) -> tuple[list[str], bool]:
     """*lines* as the person is shown them, and whether they are too long to show: every line whole while
     they fit in SHOWN_CHARS; past that, the lines that fit, whole, and one saying how many more there are.
