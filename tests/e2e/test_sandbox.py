@@ -465,13 +465,9 @@ def test_a_process_with_no_new_privs_starts_no_mcp_server_through_the_daemon(hom
     assert started.exists()
 
 
-# Each argument a JSON [method, params]: each is called by a client with no_new_privs, which prints one line
-# per call: the error code and message, or "ok".
-CALLS = """
-import json, sys
-from mm.connection import Client
-from mmd.rpc import RPCError
-client = Client.connect(autostart=False, client="sandboxed")
+# Each argument a JSON [method, params], called through `client`: one line per call, the error code and
+# message, or "ok". CALLS runs it in a client with no_new_privs.
+CALL_EACH = """
 for method, params in map(json.loads, sys.argv[1:]):
     try:
         client.call(method, params)
@@ -480,6 +476,15 @@ for method, params in map(json.loads, sys.argv[1:]):
     else:
         print("ok")
 """
+CALLS = (
+    """
+import json, sys
+from mm.connection import Client
+from mmd.rpc import RPCError
+client = Client.connect(autostart=False, client="sandboxed")
+"""
+    + CALL_EACH
+)
 
 
 def calls_sandboxed(work: Path, *calls: tuple[str, dict[str, Any]]) -> list[str]:
@@ -560,7 +565,8 @@ def test_a_process_with_no_new_privs_acts_on_no_session_it_did_not_start(home, s
 
 # CALLS, made by the child of the process that connected, once that process is gone: its parent exits as
 # soon as it connected and forked, and bash (as the bash tool's does) reaps it. Its pid then names no process.
-FORKED = """
+FORKED = (
+    """
 import json, os, socket, sys, time
 from mm.connection import Client
 from mmd import paths
@@ -574,14 +580,9 @@ while os.path.exists(f"/proc/{parent}"):
     time.sleep(0.01)  # exited, and reaped by bash
 client = Client(sock, paths.socket_path())
 client.handshake("forked", False)
-for method, params in map(json.loads, sys.argv[1:]):
-    try:
-        client.call(method, params)
-    except RPCError as exc:
-        print(exc.code, exc.message)
-    else:
-        print("ok")
 """
+    + CALL_EACH
+)
 
 
 def test_a_sandboxed_command_whose_connecting_process_is_gone_is_still_confined(home, scripted):
