@@ -23,7 +23,6 @@ from typing import Literal
 import msgspec
 
 from mmd import paths
-from mmd.rpc import trust
 
 from . import landlock, seccomp
 
@@ -151,16 +150,6 @@ def confine_thread(box: Sandbox) -> None:
         seccomp.restrict_thread()
 
 
-def no_new_privs(pid: int) -> bool:
-    """Whether process *pid* runs with no_new_privs, as every process of a confined turn does.
-
-    The daemon asks it of a client that sends a prompt: a confined command that
-    runs ``mm -p`` must not get a turn with more rights than its own. A process
-    that is gone, or whose status cannot be read, counts as not. Errors: none.
-    """
-    return trust.no_new_privs(pid)
-
-
 # What a prompt from a client with no_new_privs gets: writes to the temp dir only, no network.
 CONFINED_CLIENT_WARNING = (
     "this prompt comes from a process that runs with no_new_privs, as every process of a sandboxed turn "
@@ -202,7 +191,6 @@ __all__ = [
     "Support",
     "confine_thread",
     "confined_refusal",
-    "no_new_privs",
     "support",
     "unavailable_reason",
 ]

@@ -259,7 +259,8 @@ def test_a_project_file_git_would_read_without_end_takes_no_more_memory_than_mm_
     # A nested repository (a tarball can ship one) whose branch ref is a link to /dev/zero: a snapshot's
     # `git add` resolves the embedded repository's HEAD and reads the ref whole. Before each git of a
     # snapshot had a heap limit, it grew until the kernel's OOM killer ran (21 GB in 40 s). The daemon gets
-    # a limit of its own here too, above mm's, so that a regression fails this test rather than the machine.
+    # a limit of its own here too, above mm's, so that a regression cannot take the machine; that git runs
+    # under mm's own limit is proved by test_shadow.py (ulimit -d), this case what the turn and person see.
     work = mm_home / "work"
     (work / "README").write_text("hello\n")
     nested = work / "vendor" / "lib" / ".git"

@@ -23,7 +23,8 @@ from mmd.config.declared import DeclaredToolSpec
 from mmd.config.sandbox import SandboxSpec
 from mmd.procs import run_tool_process
 from mmd.rpc import trust as rpc_trust
-from mmd.sandbox import Sandbox, no_new_privs, support
+from mmd.rpc.trust import no_new_privs
+from mmd.sandbox import Sandbox, support
 from mmd.sandbox.explain import refusal_note
 from mmd.sandbox.links import HardLinkRefused, check_links
 from mmd.tools.base import Limits, ToolContext

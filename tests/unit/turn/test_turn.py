@@ -675,23 +675,26 @@ async def test_a_read_repeated_after_a_write_runs_again(turn: Turn) -> None:
 # --- a store that cannot be written ---------------------------------------------------------------
 
 
-class Freeze(Tool):
-    """A read tool after which the store refuses every write, as on a full disk (SQLITE_READONLY here)."""
+class Breaks(Tool):
+    """A read tool after which the store fails as *how* leaves it: ``freeze`` refuses every write, as on a
+    full disk (SQLITE_READONLY here); ``sever`` can neither be written nor read (its connection closed)."""
 
-    name = "freeze"
-    description = "Freeze the store."
+    description = "Break the store."
     parameters = {"type": "object", "properties": {}}
     tier = "read"
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, how: str) -> None:
+        self.store, self.name = store, how
 
     def echo(self, args: dict[str, Any]) -> str:
-        return "freeze"
+        return self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        self.store._conn.execute("PRAGMA query_only = ON")
-        return ToolResult(ok=True, content="frozen")
+        if self.name == "freeze":
+            self.store._conn.execute("PRAGMA query_only = ON")
+        else:
+            self.store._conn.close()
+        return ToolResult(ok=True, content="broken")
 
 
 async def test_a_store_that_cannot_be_written_ends_the_turn_saying_so_and_its_end_is_saved_later(
@@ -700,7 +703,7 @@ async def test_a_store_that_cannot_be_written_ends_the_turn_saying_so_and_its_en
     # Until 2026-12-05 the turn's end raised out of run_turn (its commit failed too), which ended the daemon
     # and every session in it; and the client was told of an internal error.
     store, session = turn.host.store, turn.session
-    turn.lookup = Freeze(store)  # type: ignore[assignment]
+    turn.lookup = Breaks(store, "freeze")  # type: ignore[assignment]
     client = Client()
     session.subscribe(client, interactive=False)
     await turn.run(call("freeze", {}), answer("never read"))  # returns: nothing raises out of a turn
@@ -753,30 +756,11 @@ async def test_a_turn_whose_start_cannot_be_saved_is_ended_to_its_clients_and_le
     assert [e["text"] for e in turn.events("turn_ended")] == ["first", "second"]
 
 
-class Sever(Tool):
-    """A read tool after which the store can neither be written nor read (its connection closed)."""
-
-    name = "sever"
-    description = "Close the store."
-    parameters = {"type": "object", "properties": {}}
-    tier = "read"
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def echo(self, args: dict[str, Any]) -> str:
-        return "sever"
-
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        self.store._conn.close()
-        return ToolResult(ok=True, content="severed")
-
-
 async def test_a_store_that_fails_reads_too_still_ends_the_turn_to_its_clients(turn: Turn) -> None:
     # Nothing of the store answers: the end is numbered after the last event the clients were sent, and the
     # error, not the disk's doing, is told as an internal one.
     session = turn.session
-    turn.lookup = Sever(turn.host.store)  # type: ignore[assignment]
+    turn.lookup = Breaks(turn.host.store, "sever")  # type: ignore[assignment]
     client = Client()
     session.subscribe(client, interactive=False)
     await turn.run(call("sever", {}), answer("never read"))  # returns
