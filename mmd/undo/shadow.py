@@ -53,6 +53,11 @@ MAX_EXCLUDE = 1 << 20
 # needs (git maps the files it hashes, which does not count), far below what a project's endless file would
 # take of the machine (a nested repository's ref linked to /dev/zero: git reads a ref whole).
 MAX_GIT_DATA = 1 << 30
+# Seconds between two looks at a running git for a FIFO it waits to open (_watch_fifo).
+FIFO_LOOK = 1.0
+# Which argument is the path, by /proc/PID/syscall's number: ``open`` and ``openat`` on x86-64, ``openat``
+# on arm64 (elsewhere the FIFO is found, not named).
+OPEN_PATH_ARG = {"x86_64": {"2": 0, "257": 1}, "aarch64": {"56": 1}}.get(os.uname().machine, {})
 # Written into the shadow repository's config: nothing of the user's git setup may run.
 CONFIG = """\
 [core]
@@ -182,6 +187,7 @@ class Shadow(msgspec.Struct):
     async def _run(
         self, argv: list[str], stdin: bytes | None, stop: Stop | None, literal: bool = True
     ) -> tuple[bytes, bytes, int | None]:
+        fifo: list[str] = []  # what git waits to open, when _watch_fifo saw it wait
         try:
             with trio.fail_after(self.timeout):
                 async with supervised_process(
@@ -195,13 +201,24 @@ class Shadow(msgspec.Struct):
                     grace=1.0,
                     max_data=MAX_GIT_DATA,
                 ) as proc:
-                    return await communicate(proc, stdin, stop=stop, max_stderr=MAX_STDERR)
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_watch_fifo, proc.pid, fifo, nursery.cancel_scope)
+                        done = await communicate(proc, stdin, stop=stop, max_stderr=MAX_STDERR)
+                        nursery.cancel_scope.cancel()
+                    if not fifo:
+                        return done
         except trio.TooSlowError:
-            shown = [a for before, a in itertools.pairwise(argv) if not a.startswith("-") and before != "-c"]
-            what = " ".join(shown)[:60]  # not the -c setting mm gives every git (safe.directory=*)
-            raise SnapshotError(f"git {what} took over {self.timeout:.0f} s in {self.project}") from None
+            raise SnapshotError(
+                f"git {_shown(argv)} took over {self.timeout:.0f} s in {self.project}"
+            ) from None
         except OSError as exc:
             raise SnapshotError(f"cannot run git in {self.project}: {exc.strerror or exc}") from None
+        raise SnapshotError(
+            f"git {_shown(argv)} in {self.project} waits to open {repr(fifo[0]) if fifo[0] else 'a file'}, a FIFO (named pipe) "
+            "that nothing writes to, as a file it reads (a .gitignore, a .gitattributes, a nested "
+            "repository's .git): remove it (`find . -type p` lists FIFOs), or turn snapshots off for this "
+            "project (daemon.snapshot_max_files: 0)"
+        )
 
     # -- the repository -----------------------------------------------------------------
 
@@ -419,6 +436,64 @@ class Shadow(msgspec.Struct):
             )
             for path, mode in modes.items():
                 _keep_permissions(self.project, path, mode)
+
+
+def _shown(argv: list[str]) -> str:
+    """The git command of *argv* for a message: not its options, nor the ``-c`` setting mm gives every git
+    (``safe.directory=*``)."""
+    return " ".join(a for before, a in itertools.pairwise(argv) if not a.startswith("-") and before != "-c")[
+        :60
+    ]
+
+
+async def _watch_fifo(pid: int, into: list[str], scope: trio.CancelScope) -> None:
+    """Look, once a second while git *pid* runs, whether it waits to open a FIFO; if so, put the path it
+    opens in *into* ("" when it cannot be read) and cancel *scope*.
+
+    git opens the project's ``.gitignore`` and ``.gitattributes`` files, and a nested repository's
+    ``.git``, without ``O_NONBLOCK``: a FIFO by such a name, which nothing writes to, held a snapshot
+    until its timeout (five minutes) at the first write call of every turn. Most gits end before the
+    first look.
+    """
+    while True:
+        await trio.sleep(FIFO_LOOK)
+        if (path := fifo_waited(pid)) is not None:
+            into.append(path)
+            scope.cancel()
+            return
+
+
+def fifo_waited(pid: int) -> str | None:
+    """The path process *pid* (any of its threads) waits to open as a FIFO nothing writes to: None if none
+    does, "" when the path cannot be read. The kernel names the wait in ``/proc/PID/task/TID/wchan``;
+    the path is the open's argument, read from the process's memory (a parent may read its child's)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                if f.read() != "wait_for_partner":
+                    continue
+        except OSError:
+            continue
+        return _opened(pid, tid)
+    return None
+
+
+def _opened(pid: int, tid: str) -> str:
+    """The path thread *tid* of *pid* is opening (``open`` or ``openat``), "" when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            number, *args = f.read().split()
+        address = int(args[OPEN_PATH_ARG[number]], 16)
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            mem.seek(address)
+            raw = mem.read(4096 - address % 4096)  # no further than its page: the next may not be mapped
+    except (OSError, ValueError, KeyError, IndexError, OverflowError):
+        return ""
+    return os.fsdecode(raw.partition(b"\0")[0])
 
 
 def _bytes_over(most: int) -> Stop:
