@@ -491,6 +491,9 @@ def _opened(pid: int, tid: str) -> str:
         with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
             mem.seek(address)
             raw = mem.read(4096 - address % 4096)  # no further than its page: the next may not be mapped
+            if b"\0" not in raw:
+                with contextlib.suppress(OSError):
+                    raw += mem.read(4096)  # a path that runs on into the next page
     except (OSError, ValueError, KeyError, IndexError, OverflowError):
         return ""
     return os.fsdecode(raw.partition(b"\0")[0])
