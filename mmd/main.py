@@ -13,7 +13,7 @@ import trio
 
 from . import __version__, paths
 from .api import METHODS
-from .rpc import trust
+from .rpc import trust, unix
 from .server import sdnotify
 from .server.daemon import Daemon
 from .server.transport import AlreadyRunning
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as exc:
         print(f"mmd: {exc}; nothing to do", file=sys.stderr)
         return EXIT_ALREADY_RUNNING
-    except PermissionError as exc:
+    except (PermissionError, unix.PathTooLong) as exc:
         print(f"mmd: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:  # its message says what to do (a full disk, a newer schema): not a bug

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from mmd import paths
-from mmd.rpc import trust
+from mmd.rpc import trust, unix
 
 # Seconds a client waits for a daemon it started to answer the handshake.
 START_TIMEOUT = 20.0
@@ -60,7 +60,7 @@ def try_connect(path: Path) -> socket.socket | None:
         raise Untrusted(str(exc)) from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(path))
+        unix.connect(sock, path)
         trust.check_peer(sock, path)
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
@@ -68,6 +68,9 @@ def try_connect(path: Path) -> socket.socket | None:
     except trust.UnsafePath as exc:
         sock.close()
         raise Untrusted(str(exc)) from None
+    except unix.PathTooLong as exc:
+        sock.close()
+        raise DaemonError(str(exc)) from None
     except OSError as exc:
         sock.close()
         raise DaemonError(f"cannot connect to {path}: {exc}") from None

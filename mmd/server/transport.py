@@ -19,7 +19,7 @@ import os
 import socket
 from pathlib import Path
 
-from ..rpc import trust
+from ..rpc import trust, unix
 
 
 class AlreadyRunning(Exception):
@@ -45,7 +45,7 @@ def _answers(path: Path) -> bool:
     probe.settimeout(1.0)
     try:
         try:
-            probe.connect(str(path))
+            unix.connect(probe, path)
         except OSError:
             return False
         trust.check_peer(probe, path)
@@ -118,7 +118,7 @@ def _bind(path: Path, backlog: int) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        sock.bind(str(path))
+        unix.bind(sock, path)
     except BaseException:
         sock.close()
         raise

@@ -185,11 +185,50 @@ dispatch = function(msg)
   end
 end
 
+-- The longest path a Unix socket's address holds (mmd/rpc/unix.py). Past it the socket is reached as mm and
+-- mmd reach it: through its folder opened as a file descriptor, /proc/self/fd/N/<name>.
+local MAX_SOCKET_PATH = 107
+
+-- The path to connect to for *path* and the folder's fd to close once connected (nil when none was
+-- opened); or nil, nil, why: the folder is not there (an ENOENT, as a connect says: mmd is started) or the
+-- path cannot be made short.
+local function short_path(path)
+  if #path <= MAX_SOCKET_PATH then
+    return path, nil
+  end
+  local folder, name = path:match('^(.*)/([^/]+)$')
+  local fd, err = uv.fs_open(folder ~= '' and folder or '/', 'r', 0) -- O_RDONLY of a folder, O_CLOEXEC
+  if not fd then
+    return nil, nil, err
+  end
+  local short = '/proc/self/fd/' .. fd .. '/' .. name
+  if #short <= MAX_SOCKET_PATH and uv.fs_stat('/proc/self/fd/' .. fd) then
+    return short, fd
+  end
+  uv.fs_close(fd)
+  return nil, nil, string.format(
+    'the socket path %s is %d bytes, past the %d a Unix socket\'s address may hold, and %s: set MM_SOCKET '
+      .. "(or socket in require('mm').setup()) to a shorter path, such as /tmp/mm-%d/mmd.sock",
+    path, #path, MAX_SOCKET_PATH,
+    #short > MAX_SOCKET_PATH and 'its file name alone is too long' or '/proc is not mounted here',
+    uv.getuid())
+end
+
 local function open_pipe(path, cb)
+  local target, fd, why = short_path(path)
+  if not target then
+    vim.schedule(function()
+      cb(why, nil)
+    end)
+    return
+  end
   local pipe = uv.new_pipe(false)
   pipe:connect(
-    path,
+    target,
     vim.schedule_wrap(function(err)
+      if fd then
+        uv.fs_close(fd)
+      end
       if err then
         pipe:close()
         cb(err, nil)

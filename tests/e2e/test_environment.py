@@ -1,0 +1,75 @@
+"""mm on an odd but ordinary machine: long paths, unusual locales, odd XDG settings, closed streams.
+
+Each test runs the real ``mm`` (and where it matters the real ``mmd`` and Neovim) in an environment a
+newcomer may well have, and asserts that it works, or that what the person reads says what to do next:
+never a Python traceback, never "see the log" where the log holds only a traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import needs_nvim, nvim_request, run_mm
+
+
+def _stop(cwd) -> None:
+    stopped = run_mm("daemon", "stop", cwd=cwd)
+    assert stopped.returncode == 0, stopped.stderr
+
+
+def test_a_runtime_dir_past_the_unix_socket_limit_works(mm_home, scripted, monkeypatch):
+    """XDG_RUNTIME_DIR so long its socket path is past 107 bytes: the daemon binds, `mm` and Neovim connect,
+    each through the folder's /proc/self/fd/N (mmd/rpc/unix.py)."""
+    runtime = mm_home / ("r" * 100)
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert len(str(runtime / "mm" / "mmd.sock")) > 107
+    scripted([{"text": "Hello from a long path."}])
+    try:
+        result = run_mm("-p", "hello", cwd=mm_home / "work")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "Hello from a long path.\n"
+        assert (runtime / "mm" / "mmd.sock").is_socket()
+        status = run_mm("daemon", "status", cwd=mm_home / "work")
+        assert status.returncode == 0 and str(runtime / "mm" / "mmd.sock") in status.stdout
+    finally:
+        _stop(mm_home / "work")
+    assert not (runtime / "mm" / "mmd.sock").exists()
+
+
+@needs_nvim
+def test_neovim_reaches_a_daemon_on_a_socket_path_past_the_limit(mm_home, monkeypatch):
+    runtime = mm_home / ("r" * 100)
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    started = run_mm("daemon", "start", cwd=mm_home / "work")
+    assert started.returncode == 0, started.stderr
+    try:
+        got = nvim_request({}, mm_home / "work")
+    finally:
+        _stop(mm_home / "work")
+    assert got["answered"], got
+
+
+def test_a_socket_file_name_past_the_limit_says_what_to_do(mm_home, monkeypatch):
+    """A name no folder can make short enough: the message names the path, its length, the limit and
+    MM_SOCKET, and the log holds the same line, not a traceback."""
+    sock = mm_home / "run" / ("s" * 110)
+    monkeypatch.setenv("MM_SOCKET", str(sock))
+    result = run_mm("-p", "hello", cwd=mm_home / "work")
+    assert result.returncode == 1
+    length = len(str(sock))
+    assert f"the socket path {sock} is {length} bytes, past the 107" in result.stderr
+    assert "set MM_SOCKET to a shorter path" in result.stderr
+    assert "Traceback" not in result.stderr
+    log = (mm_home / "state" / "mm" / "mmd.log").read_text()
+    assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("command", [("daemon", "status"), ("sessions", "list")])
+def test_a_socket_file_name_past_the_limit_for_other_commands(mm_home, monkeypatch, command):
+    monkeypatch.setenv("MM_SOCKET", str(mm_home / "run" / ("s" * 110)))
+    (mm_home / "run" / ("s" * 110)).touch(mode=0o600)  # a file there: the connect is tried, and refused so
+    result = run_mm(*command, cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert "past the 107" in result.stderr and "Traceback" not in result.stderr
