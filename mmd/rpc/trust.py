@@ -12,7 +12,6 @@ Only the standard library is used: the thin client imports this module.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -38,6 +37,23 @@ class UnsafePath(PermissionError):
     """A folder, file or peer of mm's that another user could control; the message says how to fix it."""
 
 
+class UnusablePath(UnsafePath):
+    """A folder of mm's cannot be made or looked into: a file is in the way, the disk is read-only, no
+    permission. An :class:`UnsafePath`, so that every place that reports one reports this too: the message
+    names the folder, why, and what to do."""
+
+
+def unusable(path: Path, exc: OSError, fix: str) -> UnusablePath:
+    """The error to raise for *exc*, met making or reading the folder *path*: what is in the way, and *fix*."""
+    if exc.errno == errno.ENOTDIR or (exc.errno == errno.EEXIST and not path.is_dir()):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        return UnusablePath(
+            f"cannot make the folder {path}: {blocker} is a file, not a folder; move it away, {fix}"
+        )
+    why = exc.strerror or str(exc)
+    return UnusablePath(f"cannot make or use the folder {path} ({why}): make it writable, {fix}")
+
+
 def _me(uid: int | None) -> int:
     return os.getuid() if uid is None else uid
 
@@ -53,7 +69,12 @@ def check_dir(path: Path, *, uid: int | None = None, fix: str = SOCKET_FIX) -> o
         the message ends with *fix*.
     """
     me = _me(uid)
-    link = path.lstat()
+    try:
+        link = path.lstat()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a file on the way (ENOTDIR), a folder on the way you may not enter (EACCES)
+        raise unusable(path, exc, fix) from None
     if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, ROOT_UID):
         raise UnsafePath(
             f"{path} is a symbolic link made by uid {link.st_uid}, not you ({me}): "
@@ -85,11 +106,14 @@ def ensure_private_dir(path: Path, *, uid: int | None = None, fix: str = SOCKET_
     refused, since they may already have put something in it.
 
     Errors:
-        UnsafePath: as :func:`check_dir`.
-        OSError: the folder cannot be created.
+        UnsafePath: as :func:`check_dir`; UnusablePath: the folder cannot be created.
     """
-    with contextlib.suppress(FileExistsError):
+    try:
         path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:  # a file on the way, a read-only disk, a folder you may not write
+        raise unusable(path, exc, fix) from None
     st = check_dir(path, uid=uid, fix=fix)
     if st.st_uid == _me(uid) and stat.S_IMODE(st.st_mode) != 0o700 and not path.is_symlink():
         path.chmod(0o700)

@@ -73,3 +73,19 @@ def test_a_socket_file_name_past_the_limit_for_other_commands(mm_home, monkeypat
     result = run_mm(*command, cwd=mm_home / "work")
     assert result.returncode == 1
     assert "past the 107" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("variable", ["XDG_STATE_HOME", "XDG_RUNTIME_DIR"])
+def test_an_xdg_folder_that_is_a_file_says_what_to_do(mm_home, monkeypatch, variable):
+    """XDG_STATE_HOME or XDG_RUNTIME_DIR naming a file (a typo, a leftover): a message naming the file and the
+    variable, from the client or quoted from the daemon; no traceback, in the terminal or the log."""
+    in_the_way = mm_home / "a-file"
+    in_the_way.write_text("")
+    monkeypatch.setenv(variable, str(in_the_way))
+    result = run_mm("-p", "hello", cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert f"cannot make the folder {in_the_way}/mm: {in_the_way} is a file, not a folder" in result.stderr
+    assert variable in result.stderr
+    assert "Traceback" not in result.stderr
+    log = mm_home / "state" / "mm" / "mmd.log"
+    assert not log.exists() or "Traceback" not in log.read_text()
