@@ -22,7 +22,7 @@ from mmd.rpc import RPCError
 
 from . import style, terminal
 from .ask import Answer, answer_consent
-from .connection import Client, DaemonError, Unresponsive, Untrusted, shown_with_events
+from .connection import Client, DaemonError, Unresponsive, Untrusted, not_utf8, shown, shown_with_events
 from .invocation import PROMPT_WORDS, PromptGroup, read_prompt
 from .options import sandbox_option
 from .render import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, View, tool_table
@@ -203,17 +203,24 @@ def _stream_input(words: list[str], opts: dict[str, Any]) -> int:
 
 
 class _NoCwd(Exception):
-    """The current directory was deleted under mm."""
+    """The current directory was deleted under mm, or its path is not UTF-8."""
 
 
 def _cwd() -> str:
     try:
-        return os.getcwd()
+        cwd = os.getcwd()
     except FileNotFoundError:
         raise _NoCwd(
             "the current directory no longer exists (it was deleted): cd to an existing directory, "
             "or continue a session by its id with --resume ID"
         ) from None
+    if not_utf8(cwd):
+        raise _NoCwd(
+            f"the current directory's path is not UTF-8 ({shown(cwd)}): mm names folders to its daemon as "
+            "UTF-8 text; rename the folder (`convmv -f latin1 -t utf8 --notest` does it), or run mm in "
+            "another one"
+        )
+    return cwd
 
 
 def _prompt_params(text: str, opts: dict[str, Any], session_id: str | None) -> dict[str, Any]:

@@ -46,6 +46,25 @@ __all__ = ["Client", "DaemonError", "Unresponsive", "Untrusted"]
 HANDSHAKE_TIMEOUT = 10.0
 
 
+def not_utf8(text: str) -> bool:
+    """Whether *text* holds a surrogate escape: bytes of a name or an argument that are not UTF-8 (a Latin-1
+    file name, a word typed under another locale), which no message to the daemon can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def shown(text: str) -> str:
+    """*text* with its bytes that are not UTF-8 written as escapes (``caf\\xe9``): printable, and exact."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 class Client:
     def __init__(self, sock: socket.socket, path: Path) -> None:
         self.sock = sock
@@ -114,7 +133,13 @@ class Client:
     def send(self, method: str, params: Any = None) -> int:
         """Errors: DaemonError when the connection broke or the request is larger than the daemon reads."""
         self._msgid += 1
-        frame = request(self._msgid, method, params)
+        try:
+            frame = request(self._msgid, method, params)
+        except UnicodeEncodeError as exc:  # a path or word that is not UTF-8: said, not a traceback
+            raise DaemonError(
+                f"{shown(str(exc.object))} is not UTF-8 text, and mm's messages to its daemon carry only UTF-8: "
+                "rename the file or folder (`convmv -f latin1 -t utf8 --notest` does it), or run mm elsewhere"
+            ) from None
         if len(frame) > DEFAULT_MAX_FRAME:  # the daemon would refuse it and hang up: a broken pipe, said so
             hint = (
                 "save it to a file and name the file in the prompt: the model reads what it needs"

@@ -10,6 +10,8 @@ only for Python itself. The text is click's ``version_option`` text, word for wo
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 
 from mmd import __version__  # mmd/__init__.py imports nothing but sys
@@ -19,8 +21,33 @@ VERSION_FLAGS = ("-V", "--version")
 PROMPT_FLAGS = ("-p", "--print")
 
 
+def standard_streams() -> None:
+    """Make stdin, stdout and stderr usable whatever mm was started with.
+
+    A closed one (``mm -p ... <&-``, a launcher that closes them) is None in ``sys``: the first write or
+    ``isatty`` was an AttributeError, and the first file or socket mm opened took its descriptor. It
+    becomes /dev/null. Text the locale's encoding cannot write (an answer's ✓ under a Latin-1 or ASCII
+    locale) is written as its escape (``\\u2713``), as Python writes it to stderr, not a UnicodeEncodeError
+    once the turn is over."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        stream = getattr(sys, name)
+        if stream is None:
+            null = os.open(os.devnull, os.O_RDONLY if mode == "r" else os.O_WRONLY)
+            try:
+                os.fstat(fd)
+            except OSError:  # still free: /dev/null takes it
+                os.dup2(null, fd)
+                os.close(null)
+                null = fd
+            stream = open(null, mode, encoding="utf-8", closefd=null != fd)  # noqa: SIM115  (kept open: it is sys.stdout)
+            setattr(sys, name, stream)
+        if mode == "w" and isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main() -> int:
     """Run ``mm`` with ``sys.argv``; the exit status."""
+    standard_streams()
     if len(sys.argv) == 2 and sys.argv[1] in VERSION_FLAGS:
         sys.stdout.write(f"mm, version {__version__}\n")
         return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import io
+import os
 import select
 from typing import Any, TextIO
 
@@ -121,7 +122,9 @@ def read_prompt(words: list[str], stdin: TextIO, warn: Any = None) -> str:
     left unread (*warn* is told why); with none, stdin is the prompt and is
     read to its end. Bytes that are not UTF-8 are replaced, never fatal.
     """
-    prompt = " ".join(words)
+    # A word the locale could not decode (a Latin-1 é typed under LANG=C) holds a surrogate escape, which no
+    # message to the daemon can carry: replaced, as bytes that are not UTF-8 on stdin are.
+    prompt = os.fsencode(" ".join(words)).decode("utf-8", "replace")
     if stdin.isatty():
         return prompt
     if prompt and not _readable(stdin, STDIN_WAIT):

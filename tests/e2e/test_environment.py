@@ -7,9 +7,13 @@ never a Python traceback, never "see the log" where the log holds only a traceba
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from .conftest import needs_nvim, nvim_request, run_mm
+from .conftest import environ_with, needs_nvim, nvim_request, run_mm
 
 
 def _stop(cwd) -> None:
@@ -89,3 +93,106 @@ def test_an_xdg_folder_that_is_a_file_says_what_to_do(mm_home, monkeypatch, vari
     assert "Traceback" not in result.stderr
     log = mm_home / "state" / "mm" / "mmd.log"
     assert not log.exists() or "Traceback" not in log.read_text()
+
+
+# -- names, words and locales that are not UTF-8 ------------------------------------------------------------
+
+
+def _mm(*args: str | bytes, cwd, env: dict[str, str | None] | None = None, **streams):
+    """The real ``mm`` with argv as bytes where given, *env* changes made; *streams* as subprocess takes them."""
+    streams.setdefault("stdin", subprocess.DEVNULL)
+    streams.setdefault("stdout", subprocess.PIPE)
+    streams.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(
+        [sys.executable, "-m", "mm", *args], cwd=cwd, env=environ_with(env or {}), timeout=60, **streams
+    )
+
+
+def test_file_names_that_are_not_utf8_are_listed_with_their_bytes_escaped(mm_home, scripted):
+    """A Latin-1 file name in the project (an old archive): list_files lists it, as escapes the model reads,
+    where the whole call was an internal error (the store and the wire carry UTF-8 only)."""
+    work = mm_home / "work"
+    (work / os.fsdecode(b"caf\xe9.txt")).write_text("")
+    (work / "plain.txt").write_text("")
+    server = scripted(
+        [
+            {"text": "", "tool_calls": [{"name": "list_files", "arguments": {"pattern": "*"}}]},
+            {"text": "Listed."},
+        ]
+    )
+    try:
+        result = _mm("-p", "list", cwd=work)
+    finally:
+        _stop(work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"Listed.\n"
+    told = server.requests()[1]["body"]["messages"][-1]["content"]
+    assert "caf\\xe9.txt" in told and "plain.txt" in told
+
+
+def test_a_current_folder_that_is_not_utf8_says_what_to_do(mm_home):
+    folder = mm_home / "work" / os.fsdecode(b"d\xe9j\xe0")
+    folder.mkdir()
+    result = _mm("-p", "hello", cwd=folder)
+    assert result.returncode == 1
+    said = result.stderr.decode()
+    assert "the current directory's path is not UTF-8 (" in said and "d\\xe9j\\xe0)" in said
+    assert "rename the folder" in said and "Traceback" not in said
+
+
+def test_a_prompt_word_that_is_not_utf8_is_replaced(mm_home, scripted):
+    """A Latin-1 é typed under LANG=C reaches mm as a byte that is no UTF-8: replaced, as on stdin."""
+    server = scripted([{"text": "Fine."}])
+    try:
+        result = _mm("-p", b"caf\xe9 ok", cwd=mm_home / "work")
+    finally:
+        _stop(mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    assert server.requests()[0]["body"]["messages"][-1]["content"] == "caf\ufffd ok"
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_an_answer_the_locale_cannot_encode_is_written_with_escapes(mm_home, scripted, encoding):
+    """Under a locale whose encoding has no ✓ (PYTHONIOENCODING stands in for LANG=de_DE.ISO-8859-1): the
+    answer is written with escapes, as Python writes stderr, not lost to a UnicodeEncodeError."""
+    scripted([{"text": "Done \u2713 caf\u00e9"}])
+    try:
+        result = _mm("-p", "hello", cwd=mm_home / "work", env={"PYTHONIOENCODING": encoding})
+    finally:
+        _stop(mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    expected = "Done \\u2713 caf\u00e9\n" if encoding == "latin-1" else "Done \\u2713 caf\\xe9\n"
+    assert result.stdout == expected.encode(encoding)
+
+
+# -- closed standard streams -----------------------------------------------------------------------------
+
+CLOSING = (
+    "import os, sys; os.close({fd}); os.execv(sys.executable, [sys.executable, '-m', 'mm', *sys.argv[1:]])"
+)
+
+
+@pytest.mark.parametrize("fd", [0, 1, 2])
+def test_mm_runs_with_a_standard_stream_closed(mm_home, scripted, fd):
+    """`mm -p ... <&-` (or >&-, 2>&-), as a launcher that closes them starts it: the turn runs and ends
+    with its exit status; a closed stream reads or writes nothing (it is /dev/null)."""
+    scripted(
+        [
+            {"text": "Looking.", "tool_calls": [{"name": "list_files", "arguments": {"pattern": "*"}}]},
+            {"text": "Answered."},
+        ]
+    )  # a tool call: its echo goes to stderr
+    code = CLOSING.format(fd=fd)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", code, "-p", "hello"],
+            cwd=mm_home / "work",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        _stop(mm_home / "work")
+    assert result.returncode == 0, result.stderr
+    assert b"Traceback" not in result.stderr
+    assert result.stdout == (b"" if fd == 1 else b"Answered.\n")

@@ -12,9 +12,11 @@ import threading
 import time
 
 import click
+import pytest
 from click.testing import CliRunner
 from mm import cli, spawn
 from mm.connection import Client
+from mm.spawn import DaemonError
 
 from mmd import __version__
 from mmd.rpc.messages import decode_message, response
@@ -126,3 +128,27 @@ def test_a_prompts_early_look_for_the_daemon_is_the_connection_it_then_uses(tmp_
         server.close()
         for conn in accepted:
             conn.close()
+
+
+def test_a_request_holding_a_name_that_is_not_utf8_says_so() -> None:
+    """A path whose bytes are not UTF-8 (the current folder, a file named on the command line): said, with its
+    bytes shown as escapes, not a UnicodeEncodeError."""
+    ours, theirs = socket.socketpair()
+    try:
+        client = Client(ours, "/tmp/x.sock")  # type: ignore[arg-type]
+        with pytest.raises(DaemonError) as err:
+            client.send("consent.list", {"cwd": os.fsdecode(b"/srv/caf\xe9")})
+    finally:
+        ours.close()
+        theirs.close()
+    assert "/srv/caf\\xe9 is not UTF-8 text" in str(err.value)
+    assert "rename the file or folder" in str(err.value)
+
+
+def test_standard_streams_reopens_a_closed_stdout_on_dev_null() -> None:
+    code = (
+        "import os, sys; os.close(1); sys.stdout = None; from mm.entry import standard_streams; "
+        "standard_streams(); print('lost'); sys.stderr.write(os.readlink('/proc/self/fd/1'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr == os.devnull

@@ -93,3 +93,9 @@ def test_bytes_that_are_not_utf8_are_replaced() -> None:
     os.close(write_end)
     with os.fdopen(read_end, "r") as stdin:
         assert read_prompt(["x"], stdin) == "x\ncaf\ufffd\n"
+
+
+def test_a_word_that_is_not_utf8_is_replaced() -> None:
+    """argv under LANG=C: a Latin-1 byte arrives as a surrogate escape, which no message can carry."""
+    word = os.fsdecode(b"caf\xe9")
+    assert read_prompt([word, "ok"], io.StringIO("")) == "caf\ufffd ok"
