@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("mmd").error("%s", exc)
         print(f"mmd: {exc}", file=sys.stderr)
         return 1
-    socket_path = args.socket
+    socket_path = args.socket.absolute() if args.socket else None  # where it was started: the log says so
     if listen_sock is not None:
         bound = sdnotify.socket_address(listen_sock)
         socket_path = Path(bound) if bound else socket_path

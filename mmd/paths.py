@@ -53,9 +53,18 @@ def runtime_dir() -> Path:
 
 
 def socket_path() -> Path:
-    """The daemon's socket: ``$MM_SOCKET`` if set, else ``runtime_dir()/mmd.sock``."""
+    """The daemon's socket: ``$MM_SOCKET`` if set, else ``runtime_dir()/mmd.sock``.
+
+    A relative ``$MM_SOCKET`` is taken from the current folder, once, here: the daemon a client starts runs
+    in ``/``, and bound it there (``/s/mmd.sock`` for ``MM_SOCKET=s/mmd.sock``) while the client waited in
+    vain where it was. Where the current folder is gone, it stays relative (and is not found)."""
     override = os.environ.get("MM_SOCKET")
-    return Path(override) if override else runtime_dir() / "mmd.sock"
+    if not override:
+        return runtime_dir() / "mmd.sock"
+    try:
+        return Path(os.path.abspath(override))
+    except OSError:
+        return Path(override)
 
 
 def state_dir() -> Path:

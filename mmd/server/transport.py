@@ -83,11 +83,16 @@ def bind_unix(path: Path, backlog: int = 64) -> socket.socket:
     Errors:
         AlreadyRunning: something answers on *path* already (a daemon that
         does not use the lock, e.g. one started by systemd).
-        trust.UnsafePath: the file at *path* belongs to another user: it is refused, not removed.
+        trust.UnsafePath: the file at *path* belongs to another user: it is refused, not removed;
+        UnusablePath: it is a folder.
     """
     if trust.check_socket_file(path) or path.is_symlink():
         if _answers(path):
             raise AlreadyRunning(f"a daemon already answers on {path}")
+        if path.is_dir() and not path.is_symlink():  # not mm's to remove, and unlink() cannot
+            raise trust.UnusablePath(
+                f"{path} is a folder, where mmd's socket goes: remove it (`rmdir {path}`), {trust.SOCKET_FIX}"
+            )
         path.unlink()
     return _bind(path, backlog)
 

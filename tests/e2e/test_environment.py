@@ -196,3 +196,28 @@ def test_mm_runs_with_a_standard_stream_closed(mm_home, scripted, fd):
     assert result.returncode == 0, result.stderr
     assert b"Traceback" not in result.stderr
     assert result.stdout == (b"" if fd == 1 else b"Answered.\n")
+
+
+def test_a_folder_where_the_socket_goes_says_what_to_do(mm_home):
+    sock = mm_home / "run" / "mm" / "mmd.sock"
+    sock.mkdir(parents=True)
+    sock.parent.chmod(0o700)
+    result = run_mm("-p", "hello", cwd=mm_home / "work")
+    assert result.returncode == 1
+    assert f"{sock} is a folder, where mmd's socket goes: remove it (`rmdir {sock}`)" in result.stderr
+    assert "Traceback" not in (mm_home / "state" / "mm" / "mmd.log").read_text()
+
+
+def test_a_relative_mm_socket_is_taken_from_the_current_folder(mm_home, monkeypatch):
+    """MM_SOCKET=run/mmd.sock: the daemon a client starts (in /) binds it where the client looks, not under /."""
+    work = mm_home / "work"
+    (work / "sockets").mkdir(mode=0o700)
+    monkeypatch.setenv("MM_SOCKET", "sockets/mmd.sock")
+    started = run_mm("daemon", "start", cwd=work)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert (work / "sockets" / "mmd.sock").is_socket()
+        status = run_mm("daemon", "status", cwd=work)
+        assert f"socket: {work}/sockets/mmd.sock" in status.stdout
+    finally:
+        _stop(work)

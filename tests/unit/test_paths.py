@@ -16,3 +16,9 @@ def test_home_is_path_home_made_once_for_each_value_of_home(tmp_path: Path, monk
     monkeypatch.setenv("HOME", str(tmp_path / "two"))  # another $HOME: its own folder at once
     assert paths.home() == tmp_path / "two"
     assert paths.config_dir() == tmp_path / "two" / ".config" / "mm"
+
+
+def test_a_relative_mm_socket_is_made_absolute_from_the_current_folder(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MM_SOCKET", "s/mmd.sock")
+    assert paths.socket_path() == tmp_path / "s" / "mmd.sock"
