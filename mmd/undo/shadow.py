@@ -24,11 +24,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import logging
 import os
 import re
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +40,8 @@ import trio
 from ..procs import communicate, supervised_process
 from ..untrusted import open_regular, read_at_most
 from .watch import Unwatchable, Watch, refuse, watch_of
+
+log = logging.getLogger(__name__)
 
 # The tree of an empty project: what ``git write-tree`` gives for an empty index.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -81,6 +85,10 @@ CONFIG = """\
 """
 # info/attributes outranks every .gitattributes of the project: store the bytes as they are.
 ATTRIBUTES = "* -text -filter -ident -working-tree-encoding\n"
+# What git says when a lock file of the repository is in its way (a git killed before it removed it).
+_LOCK_IN_THE_WAY = re.compile(rb"Unable to create '([^'\n]+\.lock)': File exists")
+# When this daemon started (this module is imported as it starts): a lock file older is no git of its own.
+_STARTED = time.time()
 
 
 class SnapshotError(Exception):
@@ -173,6 +181,8 @@ class Shadow(msgspec.Struct):
         """
         argv = ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", f"--work-tree={self.project}"]
         out, err, code = await self._run([*argv, *args], stdin, stop, literal)
+        if code is not None and code not in ok and self._drop_stale_lock(err):
+            out, err, code = await self._run([*argv, *args], stdin, stop, literal)
         if code is not None and code not in ok:
             message = err.decode("utf-8", "replace").strip() or f"exit code {code}"
             if "out of memory" in message.lower():
@@ -183,6 +193,33 @@ class Shadow(msgspec.Struct):
                 )
             raise SnapshotError(f"git {args[0]} failed in {self.project}: {message}")
         return out
+
+    def _drop_stale_lock(self, err: bytes) -> bool:
+        """Remove the lock file a failed git found in the way, if it is stale (True: try once more).
+
+        A git killed with SIGKILL (the daemon's whole service killed at once, the OOM killer, a power cut)
+        leaves its ``index.lock``, and every later git that writes the index failed on it ("Unable to create
+        …index.lock: File exists … remove the file manually"): no snapshot, no undo, for good. Every git of
+        this daemon that writes a shadow's index runs under the shadow's lock (steps.py), and a daemon that
+        starts stops what its killed predecessor left running (procs.sweep_orphans): so a lock file made
+        before this daemon started, or longer ago than a git may run, is no live git's.
+        """
+        found = _LOCK_IN_THE_WAY.search(err)
+        if found is None:
+            return False
+        lock = Path(os.fsdecode(found.group(1)))
+        try:
+            if not lock.parent.samefile(self.git_dir):
+                return False  # not a lock of this shadow repository: never touched
+            made = lock.lstat().st_mtime
+        except OSError:
+            return True  # gone meanwhile: the next try may find the way clear
+        if made >= max(_STARTED, time.time() - self.timeout):
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+        log.warning("removed %s, left by a git that was killed; snapshots go on", lock)
+        return True
 
     async def _run(
         self, argv: list[str], stdin: bytes | None, stop: Stop | None, literal: bool = True

@@ -236,6 +236,35 @@ async def test_a_cancelled_git_leaves_no_process(project, shadow):
     assert await shadow.snapshot()  # the index lock was not left behind
 
 
+async def test_a_lock_a_killed_git_left_is_removed_and_the_snapshot_made(tmp_path, project):
+    # A git may run two hours here: the lock below is stale only for being older than this daemon.
+    shadow = Shadow(shadow_dir(tmp_path / "snapshots", project), project, timeout=7200)
+    first = await shadow.snapshot()
+    (project / "b.txt").write_text("b\n")
+    # What a git killed with SIGKILL before this daemon started leaves: its index.lock.
+    lock = shadow.git_dir / "index.lock"
+    lock.write_bytes(b"")
+    past = lock.stat().st_mtime - 3600
+    os.utime(lock, (past, past))
+    second = await shadow.snapshot()
+    assert [c.shown() for c in await shadow.changes(first, second)] == [{"path": "b.txt", "change": "added"}]
+    assert not lock.exists()
+
+
+async def test_a_lock_younger_than_the_daemon_and_a_gits_timeout_is_left_alone(project, shadow):
+    await shadow.ensure()
+    lock = shadow.git_dir / "index.lock"
+    lock.write_bytes(b"")  # made now: a git of another daemon on this state folder may be writing
+    with pytest.raises(SnapshotError, match=r"index\.lock"):
+        await shadow.snapshot()
+    assert lock.exists()
+    # Older than a git may run: no git holds it any more.
+    past = lock.stat().st_mtime - shadow.timeout - 1
+    os.utime(lock, (past, past))
+    assert await shadow.snapshot()
+    assert not lock.exists()
+
+
 # -- the steps ------------------------------------------------------------------------------
 
 
