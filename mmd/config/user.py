@@ -68,6 +68,9 @@ class DaemonConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     output_max_lines: Annotated[int, msgspec.Meta(ge=1)] = 400
     # Seconds a session with no turn and no client stays in memory; it is loaded again on demand.
     session_idle: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    # Days a session may go unused before it is deleted with its events, spill files and transcript
+    # (mmd/server/retention.py); 0 keeps every session.
+    session_days: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     # Checkpoints for mm undo (docs/undo.md): no snapshot in a turn whose working tree holds more
     # files than this (ignored files not counted); 0 turns them off.
     snapshot_max_files: Annotated[int, msgspec.Meta(ge=0)] = 100_000

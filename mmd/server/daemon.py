@@ -45,7 +45,7 @@ from ..turn import context, plan
 from ..turn.plan import TurnSetup
 from ..turn.providers import Providers
 from ..turn.session import Session
-from . import transport
+from . import retention, transport
 from .connection import READ_SIZE, Connection, Inboxes, Outboxes
 
 log = logging.getLogger("mmd")
@@ -186,6 +186,7 @@ class Daemon:
                 root.start_soon(self._listen, listen_sock)
                 root.start_soon(self._unload_idle_sessions)
                 root.start_soon(self._reap_orphans)
+                root.start_soon(self._prune_sessions)
                 async with trio.open_nursery() as turns:
                     self._turns = turns
                     log.info("mmd %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid())
@@ -464,6 +465,21 @@ class Daemon:
                 procs.reap_orphans()
             except OSError as exc:  # /proc unreadable now (out of descriptors): looked at again next time
                 log.warning("cannot look for orphaned processes now: %s", exc)
+
+    async def _prune_sessions(self) -> None:
+        # Sessions unused for daemon.session_days go with their files (retention.py): a minute after the
+        # start (not in the way of the first prompt), then every few hours of a daemon that runs for weeks.
+        await trio.sleep(retention.FIRST_LOOK)
+        while True:
+            days = await trio.to_thread.run_sync(retention.session_days, self.config_path)
+            try:
+                if days:
+                    await retention.prune(self.store, self.state_dir, days, self.sessions)
+            except Exception as exc:
+                if (reason := self.store.unwritable(exc)) is None:
+                    raise
+                log.warning("old sessions are not deleted now: %s", reason)
+            await trio.sleep(retention.LOOK_EVERY)
 
     async def prompt(self, conn: Connection, p: Prompt) -> Session:
         """Start a turn for a ``session.prompt`` call and return its session.

@@ -629,6 +629,44 @@ class Store:
             if cur.rowcount == 0:
                 raise NotFound(f"no session {session_id}; run `mm sessions list`")
 
+    def sessions_unused_since(self, before: float, limit: int) -> list[str]:
+        """Up to *limit* sessions last used (``updated``) before *before*, the oldest first.
+
+        Errors: none.
+        """
+        rows = self._conn.execute(
+            "SELECT id FROM sessions WHERE updated < ? ORDER BY updated LIMIT ?", (before, limit)
+        )
+        return [session_id for (session_id,) in rows]
+
+    def delete_sessions(self, session_ids: list[str]) -> None:
+        """Delete these sessions with all that is theirs in the store (events, messages, checkpoints, stored
+        results, tool-call figures, consent rules of session scope), in one transaction.
+
+        Errors: none of its own (the disk's, as every write).
+        """
+        with self._write() as db:
+            for session_id in session_ids:
+                db.execute("DELETE FROM consents WHERE scope = 'session' AND scope_key = ?", (session_id,))
+                db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        for session_id in session_ids:
+            for table in self._FIRST:
+                self._next.pop((session_id, table), None)
+
+    def known_sessions(self, session_ids: list[str]) -> set[str]:
+        """Those of *session_ids* that are sessions of the store.
+
+        Errors: none.
+        """
+        known: set[str] = set()
+        for start in range(0, len(session_ids), 500):  # SQLite's bound on a statement's parameters
+            chunk = session_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            known.update(
+                r[0] for r in self._conn.execute(f"SELECT id FROM sessions WHERE id IN ({marks})", chunk)
+            )
+        return known
+
     def set_title(self, session_id: str, text: str) -> None:
         """Title the session with the first non-blank line of ``text`` (usually the first prompt).
 
