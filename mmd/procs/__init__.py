@@ -15,6 +15,7 @@ Layers, bottom up:
 The public surface is what this module re-exports.
 """
 
+from mmd.procs.guardian import guard
 from mmd.procs.output import NUL_SHOWN, OutputCapture
 from mmd.procs.supervisor import (
     TAG_VAR,
@@ -37,6 +38,7 @@ __all__ = [
     "ProcResult",
     "become_subreaper",
     "communicate",
+    "guard",
     "reap_orphans",
     "run_tool_process",
     "set_owner",

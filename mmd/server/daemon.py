@@ -108,6 +108,7 @@ class Daemon:
         self._stop = trio.Event()
         self.stopped = trio.Event()  # set when serve() has shut everything down
         self.store: Store
+        self._owner = "mm"  # the tag of this daemon's children (_sweep_orphans)
         self._lock_fd: int | None = None  # mmd.sock.lock, held while serving on a socket bound here
         self._bound: tuple[int, int] | None = None  # (device, inode) of the socket file bound here
         self._root: trio.Nursery
@@ -187,6 +188,7 @@ class Daemon:
                 root.start_soon(self._unload_idle_sessions)
                 root.start_soon(self._reap_orphans)
                 root.start_soon(self._prune_sessions)
+                root.start_soon(self._guard)
                 async with trio.open_nursery() as turns:
                     self._turns = turns
                     log.info("mmd %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid())
@@ -208,7 +210,7 @@ class Daemon:
     def _sweep_orphans(self) -> None:
         # Children are tagged with an owner derived from the socket: whatever
         # still carries it now was left by a previous daemon that was killed.
-        owner = hashlib.sha256(str(self.socket_path.absolute()).encode()).hexdigest()[:12]
+        owner = self._owner = hashlib.sha256(str(self.socket_path.absolute()).encode()).hexdigest()[:12]
         swept = procs.sweep_orphans(owner)
         if swept:
             log.warning("stopped %d processes left by a previous daemon: %s", len(swept), swept)
@@ -465,6 +467,14 @@ class Daemon:
                 procs.reap_orphans()
             except OSError as exc:  # /proc unreadable now (out of descriptors): looked at again next time
                 log.warning("cannot look for orphaned processes now: %s", exc)
+
+    async def _guard(self) -> None:
+        # What a killed daemon's calls left running is stopped by its guardian (procs/guardian.py) as it dies,
+        # not only by the next daemon, if one ever starts.
+        try:
+            await procs.guard(self._owner, DaemonConfig().grace)
+        except OSError as exc:
+            log.warning("no guardian: a killed daemon's processes are stopped by the next one only: %s", exc)
 
     async def _prune_sessions(self) -> None:
         # Sessions unused for daemon.session_days go with their files (retention.py): a minute after the

@@ -7,6 +7,7 @@ a turn or the history of a session.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import psutil
@@ -138,6 +139,42 @@ def test_a_daemon_killed_mid_turn_leaves_the_turn_closed_as_interrupted(mm_home)
         assert_daemon_serves(mm_home)
     finally:
         stop_daemon(proc)
+
+
+def test_what_a_killed_daemons_call_left_running_is_stopped_without_a_new_daemon(mm_home):
+    # A background job, one in a session of its own, one that ignores SIGTERM: the guardian stops them all
+    # as the daemon dies (procs/guardian.py), not when (if ever) the next daemon starts.
+    work = mm_home / "guarded"
+    script = "sleep 1000 & setsid sleep 1001 & (trap '' TERM; exec sleep 1002) & echo started; sleep 1003"
+    agent = scripted_agent(work, [bash(script), {"text": "never reached"}])
+    proc = start_mmd(mm_home)
+    sleepers: list[psutil.Process] = []
+    try:
+        client = spawn_mm("--yolo", "-p", "start them", "--agent", str(agent), cwd=work)
+
+        def all_sleeping() -> list[psutil.Process] | None:
+            found = [p for p in psutil.process_iter() if name_of(p) == "sleep" and _tagged_by(p, proc.pid)]
+            return found if len(found) == 4 else None
+
+        sleepers = wait_until(all_sleeping, "the tool's four sleeps start")
+        proc.kill()  # SIGKILL: the daemon stops nothing itself
+        proc.wait()
+        client.communicate(timeout=30)
+        wait_until(lambda: not any(_alive(p) for p in sleepers), "the killed daemon's sleeps are stopped")
+        assert not psutil.pid_exists(proc.pid) or not _alive(psutil.Process(proc.pid))
+    finally:
+        stop_daemon(proc)
+        for sleeper in sleepers:  # a failed test leaves none behind either
+            with contextlib.suppress(psutil.Error):
+                sleeper.kill()
+
+
+def _tagged_by(proc: psutil.Process, daemon_pid: int) -> bool:
+    """Whether *proc* is a tool process of the daemon *daemon_pid* (its descendant, tagged)."""
+    try:
+        return "MM_PROC_TAG" in proc.environ() and any(p.pid == daemon_pid for p in proc.parents())
+    except psutil.Error:
+        return False
 
 
 def _alive(proc: psutil.Process) -> bool:

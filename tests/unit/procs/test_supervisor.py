@@ -66,6 +66,7 @@ def test_public_surface() -> None:
         "ProcResult",
         "become_subreaper",
         "communicate",
+        "guard",
         "reap_orphans",
         "run_tool_process",
         "set_owner",
