@@ -69,9 +69,22 @@ async def prune(store: Store, state_dir: Path, days: float, in_use: Collection[s
     if strays:
         await trio.to_thread.run_sync(_remove_files, state_dir, strays)
         log.info("removed the files of %d sessions the store does not hold", len(strays))
+    # An MCP server's log is one per configuration (its command, environment and project): a server used in
+    # many projects, or given a rotating token, left a file for each that nothing removed.
+    await trio.to_thread.run_sync(_remove_old_logs, state_dir / "mcp", before)
     if deleted:
         log.info("deleted %d sessions unused for %g days, with their files", deleted, days)
     return deleted
+
+
+def _remove_old_logs(folder: Path, before: float) -> None:
+    """The logs in *folder* (``*.log``, ``*.log.1``) not written since *before*."""
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith((".log", ".log.1")):
+                with contextlib.suppress(OSError):
+                    if entry.stat(follow_symlinks=False).st_mtime < before:
+                        os.unlink(entry.path)
 
 
 def _remove_files(state_dir: Path, session_ids: list[str]) -> None:

@@ -123,6 +123,24 @@ async def test_old_files_of_a_session_the_store_forgot_go_and_nothing_else(daemo
     assert other.read_text() == "mine"
 
 
+async def test_an_mcp_servers_log_not_written_for_session_days_goes(daemon: Daemon):
+    # One log per server configuration (command, environment, project): one for each project it served.
+    logs = daemon.state_dir / "mcp"
+    logs.mkdir()
+    old, rotated, recent = (
+        logs / "seed-0123abcd.log",
+        logs / "seed-0123abcd.log.1",
+        logs / "seed-4567ef01.log",
+    )
+    for path in (old, rotated, recent):
+        path.write_text("started\n")
+    past = time.time() - 31 * DAY
+    for path in (old, rotated):
+        os.utime(path, (past, past))
+    await retention.prune(daemon.store, daemon.state_dir, 30, daemon.sessions)
+    assert sorted(p.name for p in logs.iterdir()) == [recent.name]
+
+
 async def settled(done: Callable[[], bool]) -> bool:
     """Whether *done* holds once the pruning task had time to get there (virtual time jumps while a worker
     thread runs: a fixed sleep may end before it)."""
