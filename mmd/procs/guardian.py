@@ -23,13 +23,20 @@ import trio
 
 from .supervisor import TAG_VAR, supervised_process
 
-# $1: the owner's tag prefix (hex), $2: the grace in seconds. `cat` returns at the pipe's end of file.
+# $1: the owner's tag prefix (hex), $2: the grace in seconds. `cat` returns at the pipe's end of file. A
+# subshell of this shell (each `$(...)`) carries the tag in its environment as the shell does (`unset` does not
+# change /proc/PID/environ): it and the shell are left out by their pid and parent's pid.
 SCRIPT = f"""\
 unset {TAG_VAR}
 cat >/dev/null 2>&1
 tagged() {{
-  grep -lsz "^{TAG_VAR}=$1\\." /proc/[0-9]*/environ 2>/dev/null |
-    sed -n 's#^/proc/\\([0-9]*\\)/environ$#\\1#p' | grep -vx "$$"
+  for f in $(grep -lsz "^{TAG_VAR}=$1\\." /proc/[0-9]*/environ 2>/dev/null); do
+    p=${{f#/proc/}}; p=${{p%/environ}}
+    [ "$p" = "$$" ] && continue
+    read -r s < "/proc/$p/stat" 2>/dev/null || continue
+    set -- ${{s##*") "}}
+    [ "$2" = "$$" ] || echo "$p"
+  done
 }}
 pids=$(tagged "$1")
 [ -n "$pids" ] || exit 0
