@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from mmd import patterns
+from mmd.rpc.messages import escaped
 from mmd.untrusted import (
     MAX_ARGUMENTS_BYTES,
     MAX_DEPTH,
@@ -54,31 +55,14 @@ class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):
 def utf8_result(result: ToolResult) -> ToolResult:
     """*result* as text every reader takes: each str in it that holds surrogate escapes (the bytes of a file
     name that are not UTF-8, as os.walk and os.listdir give them: a Latin-1 ``café`` from an old archive) with
-    those bytes written as escapes (``caf\\xe9``). The store, the wire and a model's request carry UTF-8
-    only: such a name made the whole call an internal error. *result* itself when nothing needs it."""
+    those bytes written as escapes (``caf\\xe9``, :func:`mmd.rpc.messages.escaped`). The store, the wire and a
+    model's request carry UTF-8 only: such a name made the whole call an internal error. *result* itself
+    when nothing needs it."""
     try:
         msgspec.msgpack.encode(result)  # C speed: the check is what the store and the wire do next
     except UnicodeEncodeError:
-        return ToolResult(ok=result.ok, content=_utf8(result.content), data=_utf8(result.data))
+        return ToolResult(ok=result.ok, content=escaped(result.content), data=escaped(result.data))
     return result
-
-
-def _utf8(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            try:
-                raw = value.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
-                return value.encode("utf-8", "backslashreplace").decode("utf-8")
-            return raw.decode("utf-8", "backslashreplace")
-        return value
-    if isinstance(value, dict):
-        return {_utf8(k): _utf8(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_utf8(v) for v in value]
-    return value
 
 
 class ToolError(Exception):

@@ -22,6 +22,7 @@ import trio
 
 from mmd.models import transport
 from mmd.models.base import Completion, ModelError, OnRetry, OnText, Timings, ToolCall, Usage
+from mmd.rpc.messages import packed
 from mmd.untrusted import MAX_DOCUMENT_DEPTH, OFF_LOOP_BYTES, check_json
 
 T = TypeVar("T")
@@ -685,7 +686,7 @@ class HttpModel:
     async def _attempt(self, body: dict[str, Any], parser: Accumulator, url: str) -> Completion:
         try:
             async with self._client.stream(
-                "POST", url, content=_JSON.encode(body), headers=self._json_headers
+                "POST", url, content=packed(body, _JSON.encode), headers=self._json_headers
             ) as response:
                 return await self._read(response, parser)
         except transport.TransportError as exc:

@@ -18,6 +18,7 @@ from mmd.models._http import Accumulator, HttpModel, check_depth, decode_json
 from mmd.models.base import Choice, Completion, Lead, Message, OnRetry, OnText, ToolSpec, grown_from
 from mmd.models.llama import constrained_choice, constrained_step, timings
 from mmd.models.tokens import server_root
+from mmd.rpc.messages import packed
 from mmd.untrusted import MAX_DOCUMENT_DEPTH
 
 
@@ -140,16 +141,16 @@ class Wire:
     def of(self, messages: list[Message]) -> list[msgspec.Raw]:
         last = self.messages
         if grown_from(messages, last):
-            forms = self.forms + [_RAW(_JSON.encode(self.form(m))) for m in messages[len(last) :]]
+            forms = self.forms + [_RAW(packed(self.form(m), _JSON.encode)) for m in messages[len(last) :]]
         else:
-            forms = [_RAW(_JSON.encode(self.form(m))) for m in messages]
+            forms = [_RAW(packed(self.form(m), _JSON.encode)) for m in messages]
         self.messages, self.forms = list(messages), forms
         return forms
 
     def tools_of(self, tools: list[ToolSpec]) -> msgspec.Raw:
         kept = self._tools
         if kept is None or kept[0] != tools:  # compares each tool by identity first, in C
-            kept = self._tools = (list(tools), _RAW(_JSON.encode(tool_forms(tools))))
+            kept = self._tools = (list(tools), _RAW(packed(tool_forms(tools), _JSON.encode)))
         return kept[1]
 
 

@@ -133,18 +133,57 @@ def encode(obj: Any) -> bytes:
     return _encoder.encode(obj)
 
 
+def escaped(value: Any) -> Any:
+    """*value* (builtins and Structs) with each str that msgpack or JSON cannot carry made UTF-8.
+
+    Such a str holds surrogates: the bytes of a name that are not UTF-8 as Python's file functions give them
+    (``os.listdir`` of a folder a Latin-1 archive made: ``caf\udce9``). Each escaped byte becomes its
+    escape (``caf\\xe9``), any other lone surrogate ``\\udXXX``: printable and exact, where the
+    encoding failed and took a listing, an event or a call with it. Structs become what they encode as.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+                return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, msgspec.Struct):
+        value = msgspec.to_builtins(value, builtin_types=(bytes, bytearray, memoryview, msgspec.Raw))
+    if isinstance(value, dict):
+        return {escaped(k): escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [escaped(v) for v in value]
+    return value
+
+
+def packed(value: Any, encode: Any = _encoder.encode) -> bytes:
+    """``encode(value)`` (msgpack by default; a msgspec JSON encoder's ``encode`` too) of what the daemon
+    sends or keeps, with its text made UTF-8 (:func:`escaped`) where it holds a name that is not: every
+    encoder of the daemon's output goes through this. No cost while the text is UTF-8."""
+    try:
+        return encode(value)
+    except UnicodeEncodeError:
+        return encode(escaped(value))
+
+
 def request(msgid: int, method: str, params: Any = None) -> bytes:
     args = [] if params is None else [params]
     return encode(Request(msgid, method, msgspec.Raw(encode(args))))
 
 
 def response(msgid: int, error: Any, result: Any) -> bytes:
-    return encode(Response(msgid, error, result))
+    try:
+        return encode(Response(msgid, error, result))
+    except UnicodeEncodeError:  # a name that is not UTF-8 in a listing (packed)
+        return encode(Response(msgid, escaped(error), escaped(result)))
 
 
 def notification(method: str, params: Any = None) -> bytes:
     args = [] if params is None else [params]
-    return encode(Notification(method, msgspec.Raw(encode(args))))
+    return encode(Notification(method, msgspec.Raw(packed(args))))
 
 
 def decode_params(raw: msgspec.Raw, type_: type[T]) -> T:

@@ -28,6 +28,7 @@ import msgspec
 
 from mmd import paths
 from mmd.models.base import Message
+from mmd.rpc.messages import escaped, packed
 from mmd.rpc.methods import Event
 
 ConsentKind = Literal["tool", "exact", "prefix", "path"]
@@ -684,7 +685,11 @@ class Store:
 
         Errors: NotFound; TypeError if ``data`` holds a value msgpack cannot encode.
         """
-        blob = msgspec.msgpack.encode(data)
+        try:
+            blob = msgspec.msgpack.encode(data)
+        except UnicodeEncodeError:  # a name that is not UTF-8: kept, and sent, escaped (messages.escaped)
+            data = escaped(data)
+            blob = msgspec.msgpack.encode(data)
         ts = time.time()
 
         def insert(db: sqlite3.Connection, seq: int) -> None:
@@ -790,7 +795,7 @@ class Store:
 
         Errors: NotFound.
         """
-        blob = msgspec.msgpack.encode(msg)
+        blob = packed(msg)
 
         def insert(db: sqlite3.Connection, idx: int) -> None:
             db.execute(
@@ -812,7 +817,7 @@ class Store:
 
         Errors: NotFound.
         """
-        blobs = [(session_id, idx, m.role, msgspec.msgpack.encode(m)) for idx, m in enumerate(messages)]
+        blobs = [(session_id, idx, m.role, packed(m)) for idx, m in enumerate(messages)]
         with self._write() as db:
             self._require_session(session_id)
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
@@ -971,7 +976,7 @@ class Store:
             db.execute(
                 "INSERT OR IGNORE INTO idempotency (key, session_id, tool, arguments, result, created)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, session_id, tool, arguments, msgspec.msgpack.encode(result), time.time()),
+                (key, session_id, tool, arguments, packed(result), time.time()),
             )
 
     # -- checkpoints ----------------------------------------------------------
@@ -1009,7 +1014,7 @@ class Store:
                     project,
                     before,
                     after,
-                    msgspec.msgpack.encode(files),
+                    packed(files),
                     now,
                 ),
             )

@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 
 from ..models.base import Message
+from ..rpc.messages import packed
 
 log = logging.getLogger(__name__)
 # One JSON line per message, by msgspec (json.dumps cost more than the rest of adding a message).
@@ -61,7 +62,7 @@ def append(path: Path, session_id: str, msg: Message, fd: int | None = None) -> 
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "message": msg,
     }
-    data = _JSON.encode(record) + b"\n"
+    data = packed(record, _JSON.encode) + b"\n"
     try:
         if fd is not None:
             os.write(fd, data)

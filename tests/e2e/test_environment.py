@@ -221,3 +221,35 @@ def test_a_relative_mm_socket_is_taken_from_the_current_folder(mm_home, monkeypa
         assert f"socket: {work}/sockets/mmd.sock" in status.stdout
     finally:
         _stop(work)
+
+
+def test_skill_folders_whose_names_are_not_utf8_are_listed_read_and_warned_of(mm_home, scripted):
+    """Names the daemon finds itself (a skills folder's entries) reach the store, the wire and the model
+    escaped: `mm skills list` lost its connection to the daemon, whose answer could not be encoded, and a
+    warning naming such a folder could not be stored (every encoder of the daemon's output: messages.packed)."""
+    work = mm_home / "work"
+    skills = work / ".claude" / "skills"
+    good, bad = skills / os.fsdecode(b"caf\xe9"), skills / os.fsdecode(b"b\xe9d")
+    good.mkdir(parents=True)
+    bad.mkdir()
+    (good / "SKILL.md").write_text("---\nname: cafe\ndescription: Brews coffee.\n---\nGrind, then brew.\n")
+    (bad / "SKILL.md").write_bytes(
+        b"---\nname: bad\ndescription: caf\xe9\n---\n"
+    )  # not UTF-8: skipped, warned
+    server = scripted(
+        [
+            {"text": "", "tool_calls": [{"name": "read_skill", "arguments": {"name": "cafe"}}]},
+            {"text": "Read."},
+        ]
+    )
+    try:
+        listed = run_mm("skills", "list", cwd=work)
+        result = run_mm("-p", "coffee", cwd=work)
+    finally:
+        _stop(work)
+    assert listed.returncode == 0, listed.stderr
+    assert "cafe" in listed.stdout and ".claude/skills/caf\\xe9" in listed.stdout
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Read.\n"
+    assert "b\\xe9d/SKILL.md: cannot be read" in result.stderr
+    assert "Grind, then brew." in server.requests()[1]["body"]["messages"][-1]["content"]

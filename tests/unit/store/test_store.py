@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import stat
 import subprocess
@@ -182,6 +183,18 @@ def test_an_events_and_a_messages_data_are_stored_as_blobs_and_read_back_whole(s
     assert kinds == [("blob",), ("blob",)]
     assert store.events_after(s.id)[0].data == data
     assert store.messages(s.id)[0].content == "\x00 hi"
+
+
+def test_an_event_or_message_naming_a_file_that_is_not_utf8_is_stored_escaped(store):
+    # os.listdir gives a Latin-1 name with surrogate escapes, which msgpack cannot encode: the warning that
+    # named it was an error out of append_event, and the turn ended. Kept, and returned, escaped.
+    name = os.fsdecode(b"caf\xe9/SKILL.md")
+    s = new_session(store)
+    event = store.append_event(s.id, "warning", {"message": f"{name}: cannot be read"})
+    assert event.data == {"message": "caf\\xe9/SKILL.md: cannot be read"}
+    assert store.events_after(s.id)[-1].data == event.data
+    store.append_message(s.id, Message(role="tool", content=name, tool_call_id="c1"))
+    assert store.messages(s.id)[-1].content == "caf\\xe9/SKILL.md"
 
 
 def test_events_come_in_pages_of_a_bounded_size_that_together_hold_every_event_once(store):
