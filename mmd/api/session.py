@@ -26,6 +26,7 @@ from ..rpc.results import (
     TurnEnding,
     Undone,
 )
+from ..turn.session import UNDO
 
 if TYPE_CHECKING:
     from ..server.connection import Connection
@@ -119,8 +120,8 @@ async def undo(daemon: Daemon, conn: Connection, p: Undo) -> Undone:
     session = daemon.session(p.session_id)
     daemon.refuse_confined(conn, session.id, "undo this session's steps")
     if session.running:
-        raise RPCError("busy", f"session {session.id} is running a turn; undo once it ends (or cancel it)")
-    session.start()
+        raise session.busy_error("undo")
+    session.start(UNDO)
     try:
         with _answered():
             row, first = await checkpoints.undo(

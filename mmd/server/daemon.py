@@ -44,7 +44,7 @@ from ..store import SessionRow, Store, StoreError
 from ..turn import context, plan
 from ..turn.plan import TurnSetup
 from ..turn.providers import Providers
-from ..turn.session import Session
+from ..turn.session import COMPACTION, Session
 from . import retention, transport
 from .connection import READ_SIZE, Connection, Inboxes, Outboxes
 
@@ -244,6 +244,15 @@ class Daemon:
     def unwritable(self, exc: BaseException) -> str | None:
         """What to tell a client when *exc* is the store's disk (or another program) in the way: Store.unwritable."""
         return self.store.unwritable(exc)
+
+    def refuse_stopping(self) -> None:
+        """Errors: RPCError stopping once a stop was asked for: no turn starts then."""
+        if self._stop.is_set():
+            raise RPCError(
+                "stopping",
+                f"mmd is stopping ({self.stop_reason}): no turn starts now; run the command again, which "
+                "starts a new daemon",
+            )
 
     def request_stop(self, reason: str) -> None:
         log.info("stop requested: %s", reason)
@@ -496,8 +505,9 @@ class Daemon:
 
         Errors:
             RPCError: bad agent file or config, no model, unknown session,
-            or a turn already running in that session.
+            or a turn already running in that session; stopping once the daemon stops.
         """
+        self.refuse_stopping()
         session = self.resumed(p)
         if session is not None:  # `mm -c` in a sandboxed command found yours
             self.refuse_confined(conn, session.id, "continue this session")
@@ -529,15 +539,15 @@ class Daemon:
         else:
             session = self.session(session.id)  # the one loaded now: it may have been unloaded meanwhile
         if session.running:
-            raise RPCError(
-                "busy",
-                f"session {session.id} is running a turn; wait for it or cancel it (Ctrl-C in its client)",
-            )
+            raise session.busy_error("send it again")
         session.start()  # before the awaits below: a second prompt meanwhile is "busy"
         if resolved.confined_client:
             self.remember_confined(session.id)
         try:
             setup = await self._setup(resolved, session)
+            # Stopped meanwhile: the turn would start after the stop cancelled the turns (and ran to its end,
+            # holding the daemon up), or find their nursery closed.
+            self.refuse_stopping()
         except BaseException:
             session.abort_start()
             await self.providers.release(session.id)
@@ -566,8 +576,8 @@ class Daemon:
         resolved.confined_client = conn.confined
         session = self.session(session.id)  # the one loaded now
         if session.running:
-            raise RPCError("busy", f"session {session.id} is running a turn; compact it once the turn ends")
-        session.start()  # no turn may start meanwhile
+            raise session.busy_error("compact it")
+        session.start(COMPACTION)  # no turn may start meanwhile
         try:
             setup = await self._setup(resolved, session)
             return session.id, await context.compact(session, setup, by="user")

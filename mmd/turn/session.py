@@ -18,6 +18,7 @@ import trio
 
 from ..models.base import Message, ModelError
 from ..policy.consent import Answer, Asks, Ledger, Pending
+from ..rpc import RPCError
 from ..rpc.methods import ConsentAnswer, Event
 from ..store import SessionRow, Store
 from ..store.db import Batch
@@ -26,6 +27,10 @@ from .loop import StopTurn, run_steps
 from .plan import TurnSetup
 
 log = logging.getLogger(__name__)
+
+# What a session is busy with while it runs (Session.doing): a turn, an undo (mmd/api/session.py) or a
+# compaction (Daemon.compact); only a turn can be cancelled.
+TURN, UNDO, COMPACTION = "a turn", "undoing steps", "compacting its conversation"
 
 # The end of a turn a session was loaded with still open: its daemon died in it, or could not save its end.
 INTERRUPTED = (
@@ -106,9 +111,13 @@ class Session:
         self.subscribers: dict[Subscriber, bool] = {}
         self.messages: list[Message] = self.store.messages(row.id)
         self.running = False
+        # What the session is busy with while running: TURN, UNDO or COMPACTION (busy_error says it).
+        self.doing = TURN
         self.turn_done = trio.Event()
         self.turn_done.set()
         self._scope: trio.CancelScope | None = None
+        # A cancel came while the turn was being set up (its model, its MCP servers): it ends as it begins.
+        self._cancel_early = False
         self.asks = Asks()
         self.ledger = Ledger(self.store, self.id, str(self.cwd))
         # The conversation as JSON lines, for hooks (transcript_path; mmd/turn/transcript.py).
@@ -262,20 +271,39 @@ class Session:
     # -- turns ---------------------------------------------------------------
 
     def cancel(self) -> bool:
-        """Cancel the running turn; its process groups are stopped before it ends."""
-        if self._scope is None:
-            return False
-        self._scope.cancel()
-        return True
+        """Cancel the running turn; its process groups are stopped before it ends. A turn still being set up
+        (a local model loading, MCP servers starting: seconds) is cancelled as it begins, running nothing: a
+        cancel then was lost, and the turn ran every call of it (a Ctrl-C in another client, daemon.stop).
+        False when no turn runs (an undo or a compaction is not cancelled)."""
+        if self._scope is not None:
+            self._scope.cancel()
+            return True
+        if self.running and self.doing == TURN:
+            self._cancel_early = True
+            return True
+        return False
 
-    def start(self) -> None:
-        """A turn (or a compaction) begins: the end of the last turn is saved first, if it could not be.
+    def start(self, doing: str = "") -> None:
+        """A turn (or *doing*: UNDO, COMPACTION) begins: the end of the last turn is saved first, if it could
+        not be.
 
         Errors: sqlite3.Error or OSError when that end cannot be saved still (Store.unwritable says why).
         """
         self.settle()
         self.running = True
+        self.doing = doing or TURN
+        self._cancel_early = False
         self.turn_done = trio.Event()
+
+    def busy_error(self, then: str) -> RPCError:
+        """The ``busy`` answer to a request that cannot run while the session does what it does: what that is,
+        and *then*, what to do (a prompt during an undo was told to cancel a turn that did not exist)."""
+        if self.doing == TURN:
+            return RPCError(
+                "busy",
+                f"session {self.id} is running a turn; {then} once it ends, or cancel it (Ctrl-C in its client)",
+            )
+        return RPCError("busy", f"session {self.id} is busy {self.doing}; {then} once that is done")
 
     def settle(self) -> None:
         """Save the end of the last turn, sent without being saved when the store could not be written (a
@@ -318,9 +346,13 @@ class Session:
             return
         try:
             with trio.CancelScope() as self._scope:
-                start = None if self.hooks_started else ("resume" if self.messages else "startup")
-                self.hooks_started = True
-                content = await hookpoints.prompt_content(self, setup, prompt, start=start)
+                if self._cancel_early:  # cancelled while set up: the prompt is kept, no hook or step runs
+                    self._scope.cancel()
+                    content = prompt
+                else:
+                    start = None if self.hooks_started else ("resume" if self.messages else "startup")
+                    self.hooks_started = True
+                    content = await hookpoints.prompt_content(self, setup, prompt, start=start)
                 self.add_message(Message(role="user", content=content))
                 status, text = await run_steps(self, setup)
         except StopTurn as stop:
