@@ -44,6 +44,8 @@ class Turns:
 
     connect: Callable[[], Client]  # a handshaken connection (exits with a message when none can be had)
     params: Callable[[str, dict[str, Any], str | None], dict[str, Any]]  # session.prompt's params
+    # session.prompt sent: its result, and whether Ctrl-C cancelled the turn as it started
+    start: Callable[[Client, dict[str, Any], View], tuple[dict[str, Any], bool]]
     follow: Callable[..., tuple[int, str]]  # renders a turn's events until it ends: (exit code, session)
 
 
@@ -77,17 +79,18 @@ class Chat:
             params = self.turns.params(text, self.opts, self.session_id)
             offer(client, params, self.declined)  # before each turn: a file may have changed
             view.spinner.start("starting")  # session.prompt may start a local model server first
-            started = client.call("session.prompt", params)
+            started, cancelled = self.turns.start(client, params, view)
             self.session_id = started["session_id"]
             self.opts["continue_"] = False  # --continue picked the session once; the chat keeps it
             self.code, _ = self.turns.follow(client, self.session_id, started["after_seq"], view, ANSWER)
+            self.code = EXIT_INTERRUPTED if cancelled else self.code
         except RPCError as exc:
             view.error(exc.message)
             self.code = EXIT_ERROR
         except DaemonError as exc:
             view.error(str(exc))
             self.code = EXIT_ERROR
-        except KeyboardInterrupt:  # before the turn started: there is nothing to cancel yet
+        except KeyboardInterrupt:  # a second Ctrl-C while the turn started, or one before it was asked for
             view.note("interrupted")
             self.code = EXIT_INTERRUPTED
         finally:

@@ -275,7 +275,7 @@ def _run(
             from .trust_cmd import offer  # a person to ask: about the project's files first
 
             offer(client, params)
-        started = client.call("session.prompt", params)
+        started, cancelled = start_turn(client, params, view)
     except RPCError as exc:
         client.close()
         view.failed(exc.message, session_id)
@@ -285,7 +285,24 @@ def _run(
         return EXIT_INTERRUPTED, None
     code, started_id = follow(client, started["session_id"], started["after_seq"], view)
     client.close()
-    return code, started_id
+    return (EXIT_INTERRUPTED if cancelled else code), started_id
+
+
+def start_turn(client: Client, params: dict[str, Any], view: View) -> tuple[dict[str, Any], bool]:
+    """``session.prompt``: its result, and whether Ctrl-C was pressed while the turn started (a local model
+    loading, MCP servers starting). Then the answer is waited for and the turn cancelled: it begins and ends
+    cancelled, running nothing. Leaving at once let it run every call unseen, after the person said stop.
+
+    Errors: RPCError, DaemonError; KeyboardInterrupt at a second Ctrl-C (the turn then runs on).
+    """
+    msgid = client.send("session.prompt", params)
+    try:
+        return client.wait(msgid), False
+    except KeyboardInterrupt:
+        view.note("cancelling the turn as it starts… (Ctrl-C again to quit now)")
+    started = client.wait(msgid)
+    client.send("session.cancel", {"session_id": started["session_id"]})
+    return started, True
 
 
 def follow(
@@ -325,7 +342,9 @@ def _chat(**opts: Any) -> int:
     from . import chat as chat_  # imported here: prompt_toolkit loads only for a chat
 
     opts.pop("output_format", None)
-    return chat_.run(opts, chat_.Turns(connect=_connect, params=_prompt_params, follow=follow))
+    return chat_.run(
+        opts, chat_.Turns(connect=_connect, params=_prompt_params, start=start_turn, follow=follow)
+    )
 
 
 @main.command()

@@ -165,7 +165,13 @@ class Client:
             RPCError: the daemon answered with an error.
             DaemonError: the connection broke.
         """
-        msgid = self.send(method, params)
+        return self.wait(self.send(method, params))
+
+    def wait(self, msgid: int) -> Any:
+        """The result of the request *msgid*, sent before (``send``); notifications read meanwhile are queued.
+
+        Errors: as ``call``.
+        """
         while msgid not in self._responses:
             self._read()
         resp = self._responses.pop(msgid)

@@ -5,6 +5,9 @@ so each interleaving is the one a person hits, every time."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +179,37 @@ async def test_busy_says_what_the_session_is_busy_with(live, mm_home, monkeypatc
         assert refusal.code == "busy"
         assert "undoing steps" in refusal.message and "running a turn" not in refusal.message
     assert cancelled["result"] == {"cancelled": False}
+
+
+async def test_ctrl_c_of_mm_p_while_its_turn_starts_cancels_the_turn(live, mm_home):
+    # Ctrl-C while `mm -p` waited for its turn to start (a local model loading) left at once, and the turn
+    # then ran every call unseen: the person had said stop.
+    daemon, use_script = live
+    await use_script([{**WRITES[0], "delay": 5}, WRITES[1]])  # the cancel reaches the turn in its first step
+    entered, release = hold_setup(daemon)
+    work = mm_home / "work"
+    watcher = await RawClient.open(socket_of(mm_home))
+    argv = [sys.executable, "-m", "mm", "-p", "--yolo", "write"]
+    mm = await trio.lowlevel.open_process(
+        argv, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        with trio.fail_after(HANG):
+            await entered.wait()  # the client sent session.prompt and waits for its answer
+            [row] = (await watcher.call("session.list", {"cwd": str(work)}))["result"]["sessions"]
+            await watcher.call("session.subscribe", {"session_id": row["id"]})
+            mm.send_signal(signal.SIGINT)
+            said = b""
+            while b"cancelling" not in said and (chunk := await mm.stderr.receive_some()):
+                said += chunk  # the client took the Ctrl-C (or, before the fix, left)
+            release.set()
+            ended = (await watcher.events_until("turn_ended"))[-1]
+            await mm.wait()
+    finally:
+        if mm.returncode is None:
+            mm.kill()
+            await mm.wait()
+        await mm.stderr.aclose()
+    assert ended["data"]["status"] == "cancelled"
+    assert not (work / "ran.txt").exists()
+    assert mm.returncode == 130
