@@ -213,6 +213,11 @@ class Client:
             if method == "event" and ev["session_id"] == session_id and ev["seq"] > after_seq:
                 return ev
 
+    def read_ready(self) -> None:
+        """Read what the socket holds now (it is readable: the call does not wait): responses kept, notifications
+        queued. Errors: DaemonError when the connection ended or broke."""
+        self._read()
+
     def _read(self) -> None:
         """Errors: DaemonError when the connection ends or breaks; TimeoutError past a timeout set on it."""
         try:

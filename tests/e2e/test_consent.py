@@ -621,6 +621,46 @@ def test_the_cli_asks_on_its_terminal(mm_home, scripted, daemon, dialogue, ran, 
         assert "not in this folder" in server.requests()[1]["body"]["messages"][-1]["content"]
 
 
+def test_the_cli_stops_asking_once_another_client_answered(mm_home, scripted, daemon):
+    """The question on the terminal ends when the editor (another client) answers the ask first: it asked on,
+    and the person's late answer came back unknown_request."""
+    work = mm_home / "work"
+    scripted([bash(COMMAND), {"text": "finished"}])
+    master, slave = os.openpty()
+    mm = subprocess.Popen(
+        [sys.executable, "-m", "mm.cli", "-p", "write the file"],
+        cwd=work,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    out = bytearray()
+    editor = connect("editor")
+    try:
+        _expect(master, b"allow?", out, 0)
+        [running] = [s for s in editor.call("session.list", {"cwd": str(work)})["sessions"] if s["running"]]
+        attached = editor.call("session.subscribe", {"session_id": running["id"], "interactive": True})
+        [pending] = attached["pending_consent"]
+        editor.call(
+            "consent.answer",
+            {"session_id": running["id"], "request_id": pending["request_id"], "decision": "allow_once"},
+        )
+        _read_to_eof(master, out)  # nothing typed: without the fix the question waits, and this fails
+        code = mm.wait(timeout=30)
+    finally:
+        editor.close()
+        os.close(master)
+        if mm.poll() is None:
+            mm.send_signal(signal.SIGKILL)
+            mm.wait()
+    text = out.decode(errors="replace")
+    assert code == 0, text
+    assert "answered meanwhile: allow_once by editor" in text
+    assert "finished" in text and (work / "pty.txt").exists()
+
+
 def test_a_command_that_rewrites_the_terminal_is_shown_as_it_is(mm_home, scripted, daemon):
     # Under prompt injection the model writes terminal controls on purpose: ESC [2K and a carriage return
     # erased the ask's line and wrote `echo hello` over it, for a command that was something else; its

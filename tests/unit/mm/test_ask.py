@@ -13,7 +13,7 @@ def decide(reply: str, follow_up: str = "", **offered: object) -> dict[str, obje
     """ask.decision() for *reply*, with *follow_up* typed at the question it asks next, if any."""
     asked: list[str] = []
 
-    def typed(question: str, default: str) -> str:
+    def typed(question: str, default: str, watch: object = None) -> str:
         asked.append(question)
         return follow_up if follow_up.strip() else default
 
