@@ -80,8 +80,12 @@ KILL_WAIT = 5.0
 DRAIN_WAIT = 1.0
 # Capacity asked for each output pipe (best effort; Linux caps it at fs.pipe-max-size),
 # and bytes asked per read: 16 times fewer wakeups than the 64 KiB default when a
-# command floods its output.
+# command floods its output. Asked once a read finds a pipe full at its first size (FULL_PIPE: Linux's
+# default, 16 pages): most commands write a few lines, and asking for every pipe cost two fcntl calls a
+# tool call (each a formatted TypeError raised and cleared inside fcntl.fcntl, which tries an int as a
+# buffer first: ~4,000 instructions) and the kernel a reallocation of each pipe's ring.
 PIPE_SIZE = 1 << 20
+FULL_PIPE = 1 << 16
 # Environment variable set to a value unique to each spawn, to find escaped descendants.
 TAG_VAR = "MM_PROC_TAG"
 
@@ -694,12 +698,9 @@ class _Outputs:
         self._set = _kept_sets.pop() if _kept_sets else select.epoll()
         self._watching_exit = False  # the pidfd is in the set
         self._unyielded = 0  # bytes read since the task last yielded
+        self._grown: set[int] = set()  # pipes asked for PIPE_SIZE already
         try:
             for fd, name in tree.outputs.items():
-                try:  # noqa: SIM105 (suppress costs three Python calls: a hot path)
-                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-                except OSError:  # best effort: above the user's pipe limit, the default size
-                    pass
                 self._set.register(fd, select.EPOLLIN)
                 self.names[fd] = name
             if tree.pidfd is not None:
@@ -747,6 +748,12 @@ class _Outputs:
         except BlockingIOError:
             return
         if chunk:
+            if len(chunk) >= FULL_PIPE and fd not in self._grown:  # a flood: a larger pipe, fewer wakes
+                self._grown.add(fd)
+                try:  # noqa: SIM105 (suppress costs three Python calls)
+                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+                except OSError:  # best effort: above the user's pipe limit, the default size
+                    pass
             self._unyielded += len(chunk)
             self.capture.feed(self.names[fd], chunk)
         else:

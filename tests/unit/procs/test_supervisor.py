@@ -392,6 +392,27 @@ async def test_truncation_keeps_spill_file_with_every_byte(tmp_path: Path) -> No
     assert result.spill_path in lines[10]
 
 
+async def test_a_pipe_is_made_larger_only_once_a_command_fills_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A few lines leave both pipes at the kernel's default size (no fcntl a call); a flood makes the pipe it
+    # fills larger once, at the first read that finds it full, and every byte still arrives.
+    asked: list[tuple[int, int]] = []
+    real_fcntl = supervisor.fcntl.fcntl
+
+    def fcntl(fd: int, cmd: int, arg: int = 0) -> Any:
+        if cmd == supervisor.fcntl.F_SETPIPE_SZ:
+            asked.append((fd, arg))
+        return real_fcntl(fd, cmd, arg)
+
+    monkeypatch.setattr(supervisor.fcntl, "fcntl", fcntl)
+    small = await run(["bash", "-c", "echo out; echo err >&2"], tmp_path)
+    assert sorted(small.output.splitlines()) == ["err", "out"] and asked == []
+    flood = await run(["bash", "-c", "head -c 3000000 /dev/zero; echo err >&2"], tmp_path, max_bytes=100)
+    assert flood.total_bytes == 3_000_004
+    assert [size for _fd, size in asked] == [supervisor.PIPE_SIZE]  # stdout's, once; stderr's stays small
+
+
 async def test_timeout_stops_the_group(tmp_path: Path) -> None:
     result = await run(["bash", "-c", "echo started; sleep 1000"], tmp_path, timeout=0.5)
     assert result.timed_out and result.exit_code is None and result.signal == 15
