@@ -303,7 +303,8 @@ class Shadow(msgspec.Struct):
         (self.git_dir / "project").write_bytes(os.fsencode(self.project))  # whose shadow this is
 
     async def count_files(self, limit: int) -> int:
-        """The files a snapshot would hold, counted up to ``limit + 1`` (then git is stopped)."""
+        """The files a snapshot would hold, counted up to ``limit + 1`` (then git is stopped). Where the
+        project is watched and no event came while git counted, the count is kept for :meth:`counted`."""
         seen = 0
 
         def enough(chunk: bytes) -> bool:
@@ -311,8 +312,30 @@ class Shadow(msgspec.Struct):
             seen += chunk.count(b"\0")
             return seen > limit
 
+        watch = self._watch()
+        if watch is not None:
+            watch.changed()  # what changed before the count is read here; what changes from now on clears it
+            watch.count = None if watch.stale else (limit, None)
         await self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard", stop=enough)
-        return min(seen, limit + 1)
+        count = min(seen, limit + 1)
+        if watch is not None:
+            watch.changed()
+            if watch.count == (limit, None):
+                watch.count = (limit, count)
+        return count
+
+    def counted(self, limit: int) -> int | None:
+        """What :meth:`count_files` found up to *limit* when nothing changed in the project since (its watch
+        read no event, the watches stayed set): a turn's first write call counts no files again (a git
+        process) in a project nothing changed in since the last turn's. None: count them."""
+        watch = self._watch()
+        if watch is None:
+            return None
+        watch.changed()
+        return watch.count[1] if watch.count is not None and watch.count[0] == limit else None
+
+    def _watch(self) -> Watch | None:
+        return watch_of(self.git_dir, self.project) if self.watched and not self.index else None
 
     def unchanged(self) -> str | None:
         """The last snapshot's tree if the project is watched and nothing changed in it since; else None.

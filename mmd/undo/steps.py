@@ -140,8 +140,12 @@ class Recorder:
         if git_missing():
             self._skip(call_id, "no_git", "git is not installed: install git to let mm undo a turn's steps")
             return False
-        await self.shadow.ensure()
-        count = await self.shadow.count_files(self.max_files)
+        # Counted again each turn (the files may be more now), unless the watch saw nothing change since the
+        # last count: then a snapshot's git runs the same checks (shadow.ensure) when it runs at all.
+        count = self.shadow.counted(self.max_files)
+        if count is None:
+            await self.shadow.ensure()
+            count = await self.shadow.count_files(self.max_files)
         if count > self.max_files:
             self._skip(
                 call_id,

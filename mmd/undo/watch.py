@@ -100,6 +100,9 @@ class Watch:
             min(MAX_FOLDERS, inotify.user_watches() // 32) if max_folders is None else max_folders
         )
         self.tree: str | None = None
+        # The files a count found (Shadow.count_files), by the limit it counted to: kept while no event is
+        # read and the watches stay set, for the next turn's first snapshot (None while a count runs).
+        self.count: tuple[int, int | None] | None = None
         self.stale = True  # the watches must be set (again) over the whole tree before the next snapshot
         self.reads = (
             0  # how many times the queue was read: a snapshot sets ``tree`` only if none came after its own
@@ -125,9 +128,12 @@ class Watch:
                 self.stale = changed = True
                 break
             changed = True
+            self.count = None
             self._read(data)
         if changed:
             self.tree = None
+        if self.stale:
+            self.count = None
         return changed
 
     def _read(self, data: bytes) -> None:
@@ -182,6 +188,7 @@ class Watch:
         self._folders.clear()
         self.stale = True
         self.tree = None
+        self.count = None
 
     @property
     def folders(self) -> int:

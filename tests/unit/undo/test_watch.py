@@ -343,6 +343,63 @@ async def test_a_turn_s_call_that_changes_nothing_runs_git_only_where_not_watche
         assert "add" in ran and events == ["files_changed"]
 
 
+@pytest.mark.parametrize("watched", [True, False])
+async def test_a_turn_counts_the_files_again_only_where_something_changed_since_the_last_count(
+    tmp_path, project, git_runs, watched
+):
+    # Each turn's first write call counts the project's files (a git ls-files) to decide whether snapshots
+    # are worth taking. Where the watch read no event since a count, the next turn takes that count.
+    ran = git_runs
+    with Store.open(tmp_path / "mm.db") as store:
+        row = store.create_session(cwd=str(project), agent=None, model="m")
+
+        async def turn(max_files: int = 1000) -> list[str]:
+            ran.clear()
+            rec = Recorder(
+                store=store,
+                session_id=row.id,
+                project=project,
+                snapshots=tmp_path / "snapshots",
+                max_files=max_files,
+                emit=lambda kind, data: None,
+                watch=watched,
+            )
+            before = await rec.before("c")
+            assert before is not None and await rec.after("c", "bash", "ls", before) is None
+            return [c for c in ran if c == "ls-files"]
+
+        await turn()  # the first count is made before the project is watched: not kept
+        assert await turn() == ["ls-files"]
+        assert await turn() == ([] if watched else ["ls-files"])
+        (project / "new.txt").write_text("made\n")  # by someone, between turns
+        assert await turn() == ["ls-files"]
+        assert await turn() == ([] if watched else ["ls-files"])
+        assert await turn(max_files=500) == ["ls-files"]  # another limit: counted to it
+        assert await turn(max_files=500) == ([] if watched else ["ls-files"])
+        (project / "new.txt").unlink()
+        assert await turn(max_files=500) == ["ls-files"]
+
+
+async def test_a_count_kept_over_the_limit_still_skips_the_snapshots(tmp_path, project, git_runs):
+    # A project over the limit stays over it while nothing changes: each turn skips its snapshots, saying so.
+    with Store.open(tmp_path / "mm.db") as store:
+        row = store.create_session(cwd=str(project), agent=None, model="m")
+        shadow_events: list[list[str]] = []
+        for _ in range(3):
+            events: list[str] = []
+            rec = Recorder(
+                store=store,
+                session_id=row.id,
+                project=project,
+                snapshots=tmp_path / "snapshots",
+                max_files=1,
+                emit=lambda kind, data, events=events: events.append(data["reason"]),
+            )
+            assert await rec.before("c") is None
+            shadow_events.append(events)
+        assert shadow_events == [["too_many_files"]] * 3
+
+
 async def test_a_project_reached_through_a_link_is_watched_as_itself(tmp_path, project):
     link = tmp_path / "link"
     os.symlink(project, link)
