@@ -236,10 +236,12 @@ def _evict() -> None:
     MAX_REPOS × MAX_KEPT bytes stay kept between calls. A forgotten one is taken afresh by its next call.
     A folder is known crowded only while its listing is kept (MAX_LISTED): listed again, it is judged again.
     Not sooner: the call's marks, taken after its listings, still read it."""
-    idle = [folder for folder, repo in _repos.items() if repo.running == 0]
-    for folder in idle[: max(0, len(_repos) - MAX_REPOS)]:
-        del _repos[folder]
-    _crowded.intersection_update(_listed)
+    if len(_repos) > MAX_REPOS:  # (the usual call has one repository: no list made)
+        idle = [folder for folder, repo in _repos.items() if repo.running == 0]
+        for folder in idle[: len(_repos) - MAX_REPOS]:
+            del _repos[folder]
+    if _crowded:
+        _crowded.intersection_update(_listed)
 
 
 def release(taken: Sequence[str]) -> None:
@@ -271,11 +273,16 @@ def after(
             elif repo.running:
                 repo.running -= 1
             paths = _paths(folder)
-            if _marks(paths) == repo.marks:
+            marks = _marks(paths)
+            if marks == repo.marks:
+                continue
+            now = _read(paths)
+            if now == repo.kept:  # each path holds what it held (a stamp too recent to trust, read: the same)
+                repo.marks = marks
                 continue
             if guarded is None:
                 guarded = _guarded_gitdirs((*taken, *folders))
-            notes += _put_back(repo, _read(paths), guarded, base or folder)
+            notes += _put_back(repo, now, guarded, base or folder)
             paths = _paths(folder)
             repo.kept, repo.marks = _read(paths), _marks(paths)
         _evict()
@@ -290,6 +297,7 @@ def forget() -> None:
         _repos.clear()
         _listed.clear()
         _crowded.clear()
+        _hooks_of.clear()
 
 
 # -- the guarded paths -------------------------------------------------------------------------------
@@ -339,9 +347,7 @@ def _gitdir(
         if path in _crowded:  # the folder is judged whole (_refused): its names are not looked through
             continue
         if name == "hooks":
-            # A sample is not run, nor what this guard set aside (git runs only its hooks' exact names).
-            hooks = sorted(h for h in listed if not h.endswith(".sample") and ASIDE not in h)
-            found += [(f"{path}/{hook}", _lstat(f"{path}/{hook}")) for hook in hooks]
+            found += [(hook, _lstat(hook)) for hook in _hooks(path, listed)]
         elif depth < MAX_MODULE_DEPTH:
             for sub in sorted(listed):
                 below = f"{path}/{sub}"
@@ -384,6 +390,25 @@ def _names(folder: str, st: os.stat_result) -> frozenset[str]:
     else:
         _listed[folder] = (key, names)  # listed after the lstat: a name made meanwhile changes the key again
     return names
+
+
+# The hooks of a listing of a hooks folder (their paths, sorted), by folder, with the listing they were
+# found in: the listing is kept (_listed), and its hooks were picked out of it again at every look, a dozen
+# samples twice a call. Cleared with _listed.
+_hooks_of: dict[str, tuple[frozenset[str], list[str]]] = {}
+
+
+def _hooks(folder: str, listed: frozenset[str]) -> list[str]:
+    """The paths of the hooks in *listed*, the names in *folder*: a sample is not run, nor what this guard set
+    aside (git runs only its hooks' exact names)."""
+    kept = _hooks_of.get(folder)
+    if kept is not None and kept[0] is listed:
+        return kept[1]
+    hooks = [f"{folder}/{h}" for h in sorted(listed) if not h.endswith(".sample") and ASIDE not in h]
+    if len(_hooks_of) >= MAX_LISTED:
+        _hooks_of.clear()
+    _hooks_of[folder] = (listed, hooks)
+    return hooks
 
 
 def _marks(paths: list[tuple[str, os.stat_result | None]]) -> tuple[tuple[object, ...], ...]:

