@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import struct
 from collections.abc import Iterator
 
@@ -91,6 +92,20 @@ def _libc() -> ctypes.CDLL | None:
 
 
 LIBC = _libc()
+
+
+class Queued:
+    """Whether an inotify descriptor has events queued, asked without reading: a read of an empty queue
+    raises BlockingIOError (1.7 us here, against 0.5 for a poll), and both watches look at an empty queue
+    around every call that changes nothing, four times a confined call. Not for two threads at once."""
+
+    def __init__(self, fd: int) -> None:
+        self._poll = select.poll()
+        if fd >= 0:
+            self._poll.register(fd, select.POLLIN)
+
+    def __call__(self) -> bool:
+        return bool(self._poll.poll(0))
 
 
 def events(data: bytes) -> Iterator[tuple[int, int, bytes]]:

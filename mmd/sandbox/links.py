@@ -362,12 +362,13 @@ class _Quiet:
         self._mounts = inotify.file_systems()
         self._fd = -1 if self.broken else inotify.LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         self.broken = self.broken or self._fd < 0
+        self._queued = inotify.Queued(self._fd)
 
     def passed(self) -> bool:
         """Read every queued event; True if the set is settled and none came."""
         if self.broken:
             return False
-        while True:
+        while self._queued():  # (under _lock: one poll at a time)
             try:
                 data = os.read(self._fd, 65536)
             except BlockingIOError:

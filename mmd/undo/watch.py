@@ -108,6 +108,7 @@ class Watch:
             0  # how many times the queue was read: a snapshot sets ``tree`` only if none came after its own
         )
         self._fd = -1
+        self._queued = inotify.Queued(-1)
         self._folders: dict[int, bytes] = {}  # watch descriptor → folder, relative to the project
         self.dropped = False  # let go by watch_of or refuse: a restart under way installs nothing
 
@@ -118,7 +119,7 @@ class Watch:
         """
         self.reads += 1
         changed = self.tree is None or self.stale
-        while self._fd >= 0:
+        while self._fd >= 0 and self._queued():
             try:
                 data = os.read(self._fd, 65536)
             except BlockingIOError:
@@ -174,6 +175,7 @@ class Watch:
             return
         self.close()  # what another restart installed meanwhile (snapshots hold the shadow's lock: none does)
         self._fd, self._folders = built.fd, built.folders  # close() left tree None
+        self._queued = inotify.Queued(built.fd)
         self.stale = False
 
     def drop(self) -> None:
