@@ -594,7 +594,9 @@ def _start(
     # Runs in a spawner thread (mmd/procs/spawner.py), confined to *box* unless None: the child inherits it.
     guarded = None
     if box is not None:
-        found = check_links(box.roots, config=box.config_file())
+        # box.config: None names the default config.yaml, which only a refusal's words need (config_file()
+        # joined its path for every spawn: 6 us of the spawner thread's).
+        found = check_links(box.roots, config=box.config)
         if raw:  # a tool call's process (run_tool_process): its changes to git's files are put back
             guarded = gitguard.before(found)
     try:
