@@ -151,8 +151,14 @@ def cut_text(text: str, *, max_bytes: int, max_lines: int, spill_name: str, lost
 
     Nothing is written or echoed; a text within both budgets comes back whole.
     """
+    raw = text.encode("utf-8", "replace")
+    # Within both budgets (lines as HeadTail counts them: an unterminated last one too): whole, as the capture
+    # would find it, without making one (every call's result is looked at here: ~20 Python calls).
+    lines = raw.count(b"\n") + (raw[-1:] not in (b"", b"\n"))
+    if 1 <= max_bytes >= len(raw) and 1 <= max_lines >= lines:
+        return text
     capture = OutputCapture(None, max_bytes=max_bytes, max_lines=max_lines)
-    capture.feed("stdout", text.encode("utf-8", "replace"))
+    capture.feed("stdout", raw)
     capture.finish()
     return capture.render(spill_name, lost) if capture.truncated else text
 

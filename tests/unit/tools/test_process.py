@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmd.procs.output import OutputCapture
 from mmd.tools.base import Limits, ToolContext
-from mmd.tools.process import EchoLimiter, run_process
+from mmd.tools.process import EchoLimiter, cut_text, run_process
 
 
 async def test_the_sessions_folder_is_made_only_when_an_output_spills(tmp_path: Path) -> None:
@@ -42,3 +43,35 @@ def test_the_echo_names_the_spill_file_only_where_one_was_made(tmp_path: Path) -
     assert made.echoed == [
         "x" * 10 + f"\n[echo stopped here; the whole output is in {tmp_path}/output-call_2.log]\n"
     ]
+
+
+def _cut_by_capture(text: str, max_bytes: int, max_lines: int) -> str:
+    """What cut_text gave before its shortcut: every text through an OutputCapture."""
+    capture = OutputCapture(None, max_bytes=max_bytes, max_lines=max_lines)
+    capture.feed("stdout", text.encode("utf-8", "replace"))
+    capture.finish()
+    return capture.render("spill.log", None) if capture.truncated else text
+
+
+def test_cut_text_is_the_captures_cut_at_every_budget_edge() -> None:
+    # A text within both budgets comes back without a capture made: the same text the capture gives, at and
+    # around each edge (bytes of multi-byte characters, a last line with or without its newline).
+    texts = [
+        "",
+        "a",
+        "a\n",
+        "a\nb",
+        "a\nb\n",
+        "\n\n",
+        "é€😀\n" * 3,
+        "x" * 40,
+        "l\n" * 9 + "tail",
+        "\ud800 lone",
+    ]
+    for text in texts:
+        size = len(text.encode("utf-8", "replace"))
+        lines = text.count("\n") + (text[-1:] not in ("", "\n"))
+        for max_bytes in {1, 2, max(1, size - 1), max(1, size), size + 1}:
+            for max_lines in {1, 2, max(1, lines - 1), max(1, lines), lines + 1}:
+                got = cut_text(text, max_bytes=max_bytes, max_lines=max_lines, spill_name="spill.log")
+                assert got == _cut_by_capture(text, max_bytes, max_lines), (text, max_bytes, max_lines)
