@@ -39,10 +39,12 @@ import os
 import re
 import stat
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from mmd import paths as mm_paths
 from mmd.paths import racy
 
 ASIDE = ".mm-refused"
@@ -58,6 +60,8 @@ MAX_NAMES = 4096
 MAX_MODULE_DEPTH = 4
 MAX_REPOS = 32
 CONFIGS = ("config", "config.worktree")
+_FILES = (*CONFIGS, "commondir")  # the files of a git dir the guard looks at
+_FOLDERS = ("hooks", "modules", "worktrees")  # and its folders
 
 # Config entries a confined command may add or change: names, remotes, branches, settings of git's own
 # behaviour — none names a program or a file git reads more config or hooks from. Each is
@@ -331,11 +335,12 @@ def _gitdir(
     gitdirs.append(gitdir)
     names = _names(gitdir, st)
     if gitdir in _crowded:  # its listing stopped short: look for each name instead
-        names = frozenset((*CONFIGS, "commondir", "hooks", "modules", "worktrees"))
-    for name in (*CONFIGS, "commondir"):
+        names = frozenset((*_FILES, *_FOLDERS))
+    for name in _FILES:
         if name in names:  # an absent one is no path: made, it is a new one, and the folder changed
-            found.append((f"{gitdir}/{name}", _lstat(f"{gitdir}/{name}")))
-    for name in ("hooks", "modules", "worktrees"):
+            path = f"{gitdir}/{name}"
+            found.append((path, _lstat(path)))
+    for name in _FOLDERS:
         if name not in names:
             continue
         path = f"{gitdir}/{name}"
@@ -416,14 +421,20 @@ def _marks(paths: list[tuple[str, os.stat_result | None]]) -> tuple[tuple[object
     unprivileged process can set back, unlike the modification time); a folder's inode and mode (what is
     in it is guarded path by path: a new hook is a new path). A change time too recent to tell the next
     change (:func:`mmd.paths.racy`) marks the file as changed: what it holds is read and compared."""
-    return tuple(
-        (path,)
-        if st is None
-        else (path, st.st_ino, st.st_mode)
-        if stat.S_ISDIR(st.st_mode) and path not in _crowded
-        else (path, st.st_ino, st.st_size, st.st_mode, object() if racy(st.st_ctime_ns) else st.st_ctime_ns)
-        for path, st in paths
-    )
+    # paths.racy, the clock read once for all (read before the stamps are compared: never later than racy's).
+    now, racy_ns = time.time_ns(), mm_paths.RACY_NS
+    marks: list[tuple[object, ...]] = []
+    for path, st in paths:
+        if st is None:
+            marks.append((path,))
+        elif stat.S_ISDIR(st.st_mode) and path not in _crowded:
+            marks.append((path, st.st_ino, st.st_mode))
+        else:
+            ctime = st.st_ctime_ns
+            marks.append(
+                (path, st.st_ino, st.st_size, st.st_mode, object() if now - ctime < racy_ns else ctime)
+            )
+    return tuple(marks)
 
 
 def _read(paths: list[tuple[str, os.stat_result | None]]) -> dict[str, _Item]:
