@@ -31,7 +31,11 @@ purpose: it exists to be measured.
 
 The project folder is a git repository (``git init``), as most projects are: a confined call's guard of
 git's own files (mmd/sandbox/gitguard.py) looks at its ``.git`` on both sides of every call. ``--plain``
-leaves it a plain folder, as the figures before that guard were measured.
+leaves it a plain folder, as the figures before that guard were measured. The measured turns begin
+:data:`SETTLED` seconds after ``git init`` at the earliest: a stamp within 2 s of a look is too recent for
+the guard to trust (``mmd.paths.RACY_NS``), so it reads ``.git/config`` again on both sides of a call — what
+a call pays right after a git command wrote the config, not in a project's usual state. Measured from the
+``git init`` a second before them, half the calls of the default prompt paid it (+80–90 µs each).
 
 The same run also measures the CPU of spawning ``true`` with ``subprocess.run`` in this process, right
 after each daemon's figures: the floor of a tool call's spawn. The ``/ floor`` column is the median of each
@@ -53,6 +57,9 @@ from pathlib import Path
 import psutil
 from bench_client import MM, Env, bash_turns, run
 from mmd_child import BenchError, start_mmd
+
+# Seconds from ``git init`` to the first measured turn, at least: past mmd.paths.RACY_NS, a little more.
+SETTLED = 2.1
 
 # `true`s spawned beside each daemon's figures for the floor (~0.1 s).
 FLOOR_SPAWNS = 100
@@ -79,6 +86,7 @@ def measure(
     try:
         if not plain:
             subprocess.run(["git", "init", "-q", str(env.work)], check=True)
+        made = time.monotonic()
         if calls:  # each turn of calls, then a prompt answered with no call (the marginal column)
             each = bash_turns(calls, turns + 1)  # turn t: steps t*(calls+1) to (t+1)*(calls+1), its text last
             script = each[: calls + 1]
@@ -98,6 +106,7 @@ def measure(
             env.set_daemon_option("snapshot_max_files", 0)
         argv = [*MM, "--yolo", *mode, "--output-format", "json", "--model", "s/scripted", "-p", "go"]
         run(argv, cwd=env.work)
+        time.sleep(max(0.0, made + SETTLED - time.monotonic()))  # the repository as a project's: settled
         daemon = psutil.Process(env.daemon.pid)
         spent = {"user": 0.0, "sys": 0.0, "loop": 0.0, "switches": 0.0, "threads": 0.0, "bare": 0.0}
         for _ in range(turns):
