@@ -50,9 +50,10 @@ exit 0
 
 async def guard(
     owner: str, grace: float, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
-) -> None:
+) -> int:
     """Run the guardian for the daemon whose children carry *owner*'s tag until cancelled (then it is stopped
-    with its group, as every supervised child); ``task_status`` gets its pid once it runs.
+    with its group, as every supervised child); ``task_status`` gets its pid once it runs. Returns the
+    guardian's exit status if it ends first (someone killed it): it is reaped, not left a zombie.
 
     Errors: OSError if it cannot start (the daemon serves on; what a killed daemon left is then stopped by
     the next one, as before).
@@ -68,4 +69,4 @@ async def guard(
         grace=0.5,
     ) as proc:
         task_status.started(proc.pid)
-        await trio.sleep_forever()  # the pipe's write end stays open in the daemon, written never
+        return await proc.wait()  # the pipe's write end stays open in the daemon, written never

@@ -56,6 +56,8 @@ FLUSH_GRACE = 1.0
 SWEEP_MIN, SWEEP_MAX = 0.1, 10.0
 # Seconds between two reapings of exited orphans while no process tree stops.
 REAP_INTERVAL = 30.0
+# Seconds before a guardian that ended (procs/guardian.py: someone killed it) is started again.
+GUARD_AGAIN = 60.0
 # Clients served at once, at least and at most, whatever the open-files limit (Daemon.max_connections): a
 # container's limit of 1,048,576 made a quarter of it no bound on memory.
 MIN_CONNECTIONS, MAX_CONNECTIONS = 32, 1024
@@ -480,10 +482,17 @@ class Daemon:
     async def _guard(self) -> None:
         # What a killed daemon's calls left running is stopped by its guardian (procs/guardian.py) as it dies,
         # not only by the next daemon, if one ever starts.
-        try:
-            await procs.guard(self._owner, DaemonConfig().grace)
-        except OSError as exc:
-            log.warning("no guardian: a killed daemon's processes are stopped by the next one only: %s", exc)
+        # One that ends (killed by hand) is reaped, and started again a minute later.
+        while True:
+            try:
+                code = await procs.guard(self._owner, DaemonConfig().grace)
+            except OSError as exc:
+                log.warning(
+                    "no guardian: a killed daemon's processes are stopped by the next one only: %s", exc
+                )
+                return
+            log.warning("the guardian ended (exit status %d); another starts in %g s", code, GUARD_AGAIN)
+            await trio.sleep(GUARD_AGAIN)
 
     async def _prune_sessions(self) -> None:
         # Sessions unused for daemon.session_days go with their files (retention.py): a minute after the

@@ -5,6 +5,7 @@ so each interleaving is the one a person hits, every time."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -198,6 +199,7 @@ async def test_ctrl_c_of_mm_p_while_its_turn_starts_cancels_the_turn(live, mm_ho
             await entered.wait()  # the client sent session.prompt and waits for its answer
             [row] = (await watcher.call("session.list", {"cwd": str(work)}))["result"]["sessions"]
             await watcher.call("session.subscribe", {"session_id": row["id"]})
+            await _reading(mm.pid)  # not still between its send and its wait, as a loaded machine can hold it
             mm.send_signal(signal.SIGINT)
             said = b""
             while b"cancelling" not in said and (chunk := await mm.stderr.receive_some()):
@@ -213,3 +215,19 @@ async def test_ctrl_c_of_mm_p_while_its_turn_starts_cancels_the_turn(live, mm_ho
     assert ended["data"]["status"] == "cancelled"
     assert not (work / "ran.txt").exists()
     assert mm.returncode == 130
+
+
+# The number /proc/PID/syscall shows for recvfrom (Python's socket.recv), by machine.
+RECVFROM = {"x86_64": "45", "aarch64": "207"}
+
+
+async def _reading(pid: int) -> None:
+    """Wait until process *pid* waits in a socket read: `mm -p` waiting for session.prompt's answer."""
+    number = RECVFROM.get(os.uname().machine)
+    if number is None:  # another machine: the read is not told apart
+        return
+    while True:
+        with open(f"/proc/{pid}/syscall") as f:
+            if f.read().split(" ", 1)[0] == number:
+                return
+        await trio.sleep(0.01)

@@ -610,10 +610,11 @@ def test_a_name_past_64_characters_is_shortened_and_the_original_is_called(mm_ho
     ]
 
 
-def test_a_helper_of_a_stdio_server_left_by_a_killed_daemon_is_stopped_by_the_next_one(
-    mm_home, scripted, mcp_log
-):
-    # The server exits when its stdin closes (the daemon died); a helper process it started does not.
+@pytest.mark.parametrize("guardian", ["lives", "killed too"])
+def test_a_helper_of_a_stdio_server_left_by_a_killed_daemon_is_stopped(mm_home, scripted, mcp_log, guardian):
+    # The server exits when its stdin closes (the daemon died); a helper process it started does not. The
+    # daemon's guardian (mmd/procs/guardian.py) stops it as the daemon dies; where the guardian was killed
+    # too (a SIGKILL of the whole service), the next daemon does, as it starts.
     work = mm_home / "work"
     helper_pid = work / "helper.pid"
     script = f"sleep 3600 & echo $! > {helper_pid}; exec {sys.executable} {SEED} stdio"
@@ -632,10 +633,15 @@ def test_a_helper_of_a_stdio_server_left_by_a_killed_daemon_is_stopped_by_the_ne
     assert prompt(work).returncode == 0
     helper = psutil.Process(int(helper_pid.read_text()))
     daemon = psutil.Process(json.loads(run_mm("daemon", "status", "--json").stdout)["pid"])
+    [guard] = [c for c in daemon.children() if "mmd-guardian" in c.cmdline()]
+    if guardian == "killed too":
+        guard.kill()
+        psutil.wait_procs([guard], timeout=30)
     daemon.kill()
     psutil.wait_procs([daemon], timeout=30)
-    assert helper.is_running()  # orphaned: nobody stops it but the next daemon
-    assert run_mm("daemon", "start").returncode == 0
+    if guardian == "killed too":
+        assert helper.is_running()  # orphaned: nobody stops it but the next daemon
+        assert run_mm("daemon", "start").returncode == 0
     _, alive = psutil.wait_procs([helper], timeout=30)
     assert alive == []
 

@@ -10,9 +10,10 @@ import signal
 import subprocess
 
 import psutil
+import trio
 
 from mmd.procs import TAG_VAR
-from mmd.procs.guardian import SCRIPT
+from mmd.procs.guardian import SCRIPT, guard
 
 OWNER = "0123456789ab"
 
@@ -57,3 +58,21 @@ def test_with_nothing_to_stop_the_guardian_ends_without_waiting_out_its_grace():
     # thousand seconds here, past the hang guard) after signalling processes already gone.
     assert run_guardian("1000") == 0
     assert not [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+async def test_a_guardian_killed_by_hand_is_reaped_and_its_end_returned():
+    # It waited for ever in the daemon (trio.sleep_forever): killed by hand, it stayed a zombie of the daemon
+    # for the daemon's life, and the daemon never knew to start another.
+    with trio.fail_after(30):  # a hang guard
+        async with trio.open_nursery() as nursery:
+            ended: list[int] = []
+            pid = await nursery.start(_started_guard, ended)
+            os.kill(pid, signal.SIGKILL)
+    assert ended == [-signal.SIGKILL]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
+async def _started_guard(
+    ended: list[int], task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    ended.append(await guard(OWNER, 1.0, task_status=task_status))
