@@ -553,14 +553,8 @@ def _read_to_eof(fd: int, buf: bytearray, timeout: float = 60) -> None:
     raise AssertionError(f"the pty did not reach EOF within {timeout} s; got {bytes(buf)!r}")
 
 
-def run_on_pty(
-    args: list[str], cwd: Path, dialogue: list[tuple[str, str | None]], enter: bytes = b"\n"
-) -> tuple[int, str]:
-    """Run ``mm ARGS`` on a pseudo-terminal, answering its prompts; its exit code and all it printed.
-
-    *dialogue* is (text to wait for, line to type, or None to type nothing) in order; each typed line
-    ends with *enter* (the chat's editor sends on Enter, b"\r"; Ctrl-J, b"\n", starts a new line there).
-    """
+def on_pty(args: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``mm ARGS`` started on a new pseudo-terminal: the process and the terminal's master end."""
     master, slave = os.openpty()
     mm = subprocess.Popen(
         [sys.executable, "-m", "mm.cli", *args],
@@ -571,6 +565,18 @@ def run_on_pty(
         start_new_session=True,
     )
     os.close(slave)
+    return mm, master
+
+
+def run_on_pty(
+    args: list[str], cwd: Path, dialogue: list[tuple[str, str | None]], enter: bytes = b"\n"
+) -> tuple[int, str]:
+    """Run ``mm ARGS`` on a pseudo-terminal, answering its prompts; its exit code and all it printed.
+
+    *dialogue* is (text to wait for, line to type, or None to type nothing) in order; each typed line
+    ends with *enter* (the chat's editor sends on Enter, b"\r"; Ctrl-J, b"\n", starts a new line there).
+    """
+    mm, master = on_pty(args, cwd)
     out = bytearray()
     try:
         pos = 0
@@ -626,16 +632,7 @@ def test_the_cli_stops_asking_once_another_client_answered(mm_home, scripted, da
     and the person's late answer came back unknown_request."""
     work = mm_home / "work"
     scripted([bash(COMMAND), {"text": "finished"}])
-    master, slave = os.openpty()
-    mm = subprocess.Popen(
-        [sys.executable, "-m", "mm.cli", "-p", "write the file"],
-        cwd=work,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
+    mm, master = on_pty(["-p", "write the file"], work)
     out = bytearray()
     editor = connect("editor")
     try:

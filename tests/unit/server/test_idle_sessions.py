@@ -7,9 +7,10 @@ only reads the store (show, diff, stats) loads none, and one client follows at m
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +41,28 @@ class Client:
         pass
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:
-    config = tmp_path / "config.yaml"
-    config.write_text("daemon:\n  session_idle: 300\n")
+@contextlib.contextmanager
+def stored_daemon(tmp_path: Path, config: str) -> Iterator[Daemon]:
+    """A Daemon with its store open in *tmp_path*, not serving, its config.yaml holding *config*."""
+    (tmp_path / "config.yaml").write_text(config)
     d = Daemon(
-        methods={}, socket_path=tmp_path / "mmd.sock", state_dir=tmp_path / "state", config_path=config
+        methods={},
+        socket_path=tmp_path / "mmd.sock",
+        state_dir=tmp_path / "state",
+        config_path=tmp_path / "config.yaml",
     )
     (tmp_path / "state").mkdir()
     d.store = Store.open(d.store_path)
-    yield d
-    d.store.close()
+    try:
+        yield d
+    finally:
+        d.store.close()
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:
+    with stored_daemon(tmp_path, "daemon:\n  session_idle: 300\n") as d:
+        yield d
 
 
 def new_session(daemon: Daemon, cwd: Path) -> str:

@@ -21,20 +21,15 @@ from mmd.server import retention
 from mmd.server.daemon import Daemon
 from mmd.store import Store
 
+from .test_idle_sessions import stored_daemon
+
 DAY = 86400.0
 
 
 @pytest.fixture
 async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:
-    config = tmp_path / "config.yaml"
-    config.write_text("daemon:\n  session_days: 30\n")
-    d = Daemon(
-        methods={}, socket_path=tmp_path / "mmd.sock", state_dir=tmp_path / "state", config_path=config
-    )
-    (tmp_path / "state").mkdir()
-    d.store = Store.open(d.store_path)
-    yield d
-    d.store.close()
+    with stored_daemon(tmp_path, "daemon:\n  session_days: 30\n") as d:
+        yield d
 
 
 def session_with_files(daemon: Daemon, cwd: Path, days_unused: float) -> str:
