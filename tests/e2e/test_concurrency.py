@@ -20,7 +20,7 @@ from mmd.rpc import RPCError, request
 from mmd.rpc.messages import Response
 from mmd.server.daemon import Daemon
 
-from .conftest import socket_of
+from .conftest import _default_sigint, socket_of
 from .test_protocol import RawClient, code
 from .test_protocol import live as live  # the fixture
 
@@ -191,8 +191,13 @@ async def test_ctrl_c_of_mm_p_while_its_turn_starts_cancels_the_turn(live, mm_ho
     work = mm_home / "work"
     watcher = await RawClient.open(socket_of(mm_home))
     argv = [sys.executable, "-m", "mm", "-p", "--yolo", "write"]
-    mm = await trio.lowlevel.open_process(
-        argv, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    mm = await trio.lowlevel.open_process(  # SIGINT as a terminal's: a suite run in the background ignores it
+        argv,
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_sigint,
     )
     try:
         with trio.fail_after(HANG):
