@@ -511,7 +511,11 @@ async def test_no_way_a_call_ends_leaves_a_descriptor_open(tmp_path: Path, monke
     monkeypatch.setattr(supervisor.select, "epoll", lambda: (_ for _ in ()).throw(OSError(errno.EMFILE, "")))
     with pytest.raises(OSError):
         await run(["sleep", "1000"], tmp_path)
-    assert fds() == before
+    after = fds()
+    # None more; a descriptor of another number may only be an epoll set of the kept pool, one closed and one
+    # made meanwhile (which a cancel's timing on a loaded machine decides: CI saw 23 go and 21 come).
+    assert len(after) <= len(before)
+    assert all(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventpoll]" for fd in after - before)
 
 
 async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
