@@ -31,7 +31,6 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from mmd import patterns
-from mmd.rpc.messages import escaped
 from mmd.untrusted import (
     MAX_ARGUMENTS_BYTES,
     MAX_DEPTH,
@@ -50,19 +49,6 @@ class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     ok: bool
     content: str  # the text the model reads
     data: dict[str, Any] | None = None  # machine-readable fields (error, exit code, spill file)
-
-
-def utf8_result(result: ToolResult) -> ToolResult:
-    """*result* as text every reader takes: each str in it that holds surrogate escapes (the bytes of a file
-    name that are not UTF-8, as os.walk and os.listdir give them: a Latin-1 ``café`` from an old archive) with
-    those bytes written as escapes (``caf\\xe9``, :func:`mmd.rpc.messages.escaped`). The store, the wire and a
-    model's request carry UTF-8 only: such a name made the whole call an internal error. *result* itself
-    when nothing needs it."""
-    try:
-        msgspec.msgpack.encode(result)  # C speed: the check is what the store and the wire do next
-    except UnicodeEncodeError:
-        return ToolResult(ok=result.ok, content=escaped(result.content), data=escaped(result.data))
-    return result
 
 
 class ToolError(Exception):

@@ -46,6 +46,7 @@ import trio
 from .. import contract, patterns
 from ..config.hooks import DEFAULT_TIMEOUT, EVENTS, HookSpec, HooksSpec
 from ..procs.supervisor import spawn_error_message, supervised_process
+from ..rpc.messages import packed
 from ..sandbox import Sandbox, unavailable_reason
 from ..tools.base import ToolError, ToolResult
 from ..untrusted import MAX_DEPTH, MAX_DOCUMENT_DEPTH, TooDeep, check_json, check_value
@@ -249,6 +250,10 @@ class _Bounded:
         return self.data.decode("utf-8", errors="replace")
 
 
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
 async def run_hook(
     hook: Hook,
     payload: dict[str, Any],
@@ -269,7 +274,7 @@ async def run_hook(
     """
     if not hook.argv:
         return HookRun(exit_code=None, stdout="", stderr="", error="empty command")
-    data = json.dumps(payload, ensure_ascii=False).encode()
+    data = packed(payload, _json_bytes)  # a name that is not UTF-8, escaped
     out, err = _Bounded(), _Bounded()
     exit_code: int | None = None
     with trio.move_on_after(hook.timeout) as timer:

@@ -196,7 +196,7 @@ class CallRunner:
             if c.answer is not None:
                 break
             await stage(self, c)
-        result = contract.utf8_result(c.answer or c.pre.with_context(c.result or _NOTHING))
+        result = c.answer or c.pre.with_context(c.result or _NOTHING)
         if c.answer is None and c.result is not None and not c.denied:
             self._said += "\n" + c.result.content.lower()
             if c.call.name != READ_SKILL:
@@ -332,9 +332,9 @@ class CallRunner:
         # A write may change any file (bash above all): its step is what the tree was before and after.
         before = await self.checkpoints.before(c.call.id) if c.tool.tier != "read" else None
         try:
-            c.result = contract.utf8_result(await c.tool.run(c.args, self._ctx(c)))
+            c.result = await c.tool.run(c.args, self._ctx(c))
         except ToolError as err:
-            c.result = contract.utf8_result(self._invalid_answer(c.call, c.tool, err))
+            c.result = self._invalid_answer(c.call, c.tool, err)
         finally:
             if before is not None:
                 await self.checkpoints.after(c.call.id, c.tool.name, c.echo, before)

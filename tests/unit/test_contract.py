@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
@@ -820,18 +819,3 @@ def test_the_kept_decoder_reads_what_json_loads_with_the_same_hooks_reads(text: 
     except Exception as exc:
         got = (type(exc), str(exc))
     assert got == expected
-
-
-def test_a_result_holding_file_name_bytes_that_are_not_utf8_is_made_text() -> None:
-    """os.walk gives a Latin-1 name as surrogate escapes: written as escapes the store and the wire carry."""
-    name = os.fsdecode(b"caf\xe9.txt")
-    result = contract.ToolResult(ok=True, content=f"{name}\nplain.txt", data={"files": [name], "n": 2})
-    made = contract.utf8_result(result)
-    assert made.content == "caf\\xe9.txt\nplain.txt"
-    assert made.data == {"files": ["caf\\xe9.txt"], "n": 2}
-    assert made.ok is True
-
-
-def test_a_result_of_text_is_kept_as_it_is() -> None:
-    result = contract.ToolResult(ok=True, content="caf\u00e9 \u2713", data={"path": "a"})
-    assert contract.utf8_result(result) is result

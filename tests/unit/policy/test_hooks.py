@@ -8,6 +8,7 @@ what the scripts really received and printed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -381,6 +382,29 @@ async def test_post_hook_reads_the_response_and_may_add_context_or_withhold_it(t
         withheld.content
         == "bash ran, but the postToolCall hook ./block.sh withheld its result.\noutput holds a secret"
     )
+
+
+async def test_a_result_naming_a_file_that_is_not_utf8_reaches_a_post_hook_escaped(tmp_path):
+    # os.walk gives a Latin-1 name with surrogate escapes: the hook's JSON could not be encoded, and the call
+    # failed. Every encoder of the daemon's output escapes such text (messages.packed), this one too.
+    py_hook(tmp_path, "ctx.py", decide({}))
+    name = os.fsdecode(b"caf\xe9.txt")
+    result = ToolResult(ok=True, content=f"{name}\nplain.txt", data={"files": [name]})
+    kept = await run_post_hooks(
+        hooks_of(tmp_path, post=[{"command": ["./ctx.py"]}]),
+        tool=TOOLS["list_files"],
+        call=CALL,
+        args={"pattern": "*"},
+        result=result,
+        site=Session(cwd=tmp_path).site,
+    )
+    assert kept.result.ok
+    payload = seen(tmp_path, "ctx.py")["stdin"]
+    assert payload["tool_response"] == {
+        "ok": True,
+        "content": "caf\\xe9.txt\nplain.txt",
+        "data": {"files": ["caf\\xe9.txt"]},
+    }
 
 
 # --- configuration ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -311,6 +312,21 @@ async def test_random_changes_never_give_a_stale_tree(shadows, project, seed):
         await shadows.snapshot()
 
 
+def recorder(
+    store: Store, session_id: str, project: Path, emit: Any, *, max_files: int = 1000, watch: bool = True
+) -> Recorder:
+    """The checkpoints of a session in *project*, its snapshots beside it."""
+    return Recorder(
+        store=store,
+        session_id=session_id,
+        project=project,
+        snapshots=project.parent / "snapshots",
+        max_files=max_files,
+        emit=emit,
+        watch=watch,
+    )
+
+
 @pytest.mark.parametrize("watched", [True, False])
 async def test_a_turn_s_call_that_changes_nothing_runs_git_only_where_not_watched(
     tmp_path, project, git_runs, watched
@@ -319,15 +335,7 @@ async def test_a_turn_s_call_that_changes_nothing_runs_git_only_where_not_watche
     with Store.open(tmp_path / "mm.db") as store:
         row = store.create_session(cwd=str(project), agent=None, model="m")
         events: list[str] = []
-        rec = Recorder(
-            store=store,
-            session_id=row.id,
-            project=project,
-            snapshots=tmp_path / "snapshots",
-            max_files=1000,
-            emit=lambda kind, data: events.append(kind),
-            watch=watched,
-        )
+        rec = recorder(store, row.id, project, lambda kind, data: events.append(kind), watch=watched)
         first = await rec.before("c1")
         assert first is not None and await rec.after("c1", "bash", "ls", first) is None
         ran.clear()
@@ -355,14 +363,8 @@ async def test_a_turn_counts_the_files_again_only_where_something_changed_since_
 
         async def turn(max_files: int = 1000) -> list[str]:
             ran.clear()
-            rec = Recorder(
-                store=store,
-                session_id=row.id,
-                project=project,
-                snapshots=tmp_path / "snapshots",
-                max_files=max_files,
-                emit=lambda kind, data: None,
-                watch=watched,
+            rec = recorder(
+                store, row.id, project, lambda kind, data: None, max_files=max_files, watch=watched
             )
             before = await rec.before("c")
             assert before is not None and await rec.after("c", "bash", "ls", before) is None
@@ -387,13 +389,8 @@ async def test_a_count_kept_over_the_limit_still_skips_the_snapshots(tmp_path, p
         shadow_events: list[list[str]] = []
         for _ in range(3):
             events: list[str] = []
-            rec = Recorder(
-                store=store,
-                session_id=row.id,
-                project=project,
-                snapshots=tmp_path / "snapshots",
-                max_files=1,
-                emit=lambda kind, data, events=events: events.append(data["reason"]),
+            rec = recorder(
+                store, row.id, project, lambda kind, data, ev=events: ev.append(data["reason"]), max_files=1
             )
             assert await rec.before("c") is None
             shadow_events.append(events)
