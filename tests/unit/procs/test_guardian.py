@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 
@@ -15,7 +16,9 @@ import trio
 from mmd.procs import TAG_VAR
 from mmd.procs.guardian import SCRIPT, guard
 
-OWNER = "0123456789ab"
+# Owners of this worker alone: xdist runs these tests at once in other workers, and a guardian stops what
+# carries its owner's tag wherever it runs (a fixed owner made two tests' guardians stop each other's).
+OWNER, OTHER = secrets.token_hex(6), secrets.token_hex(6)
 
 
 def run_guardian(grace: str) -> int:
@@ -41,7 +44,7 @@ def sleeper(tag: str | None, *, ignore_term: bool = False) -> subprocess.Popen[b
 
 def test_at_the_pipes_end_the_owners_processes_are_stopped_and_no_other():
     ours, stubborn = sleeper(f"{OWNER}.call1"), sleeper(f"{OWNER}.call2", ignore_term=True)
-    other, untagged = sleeper("ba9876543210.call1"), sleeper(None)
+    other, untagged = sleeper(f"{OTHER}.call1"), sleeper(None)
     try:
         assert run_guardian("1") == 0
         assert ours.wait(30) == -signal.SIGTERM
