@@ -27,6 +27,7 @@ IN_IGNORED = 0x00008000
 IN_ONLYDIR = 0x01000000
 IN_DONT_FOLLOW = 0x02000000
 IN_ISDIR = 0x40000000
+IN_MASK_ADD = 0x20000000
 EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
 # File systems on which every change is made through this kernel, so that inotify reports it. A network or
 # shared one (nfs, cifs, 9p and virtiofs — WSL's /mnt/c, a VM's shared folder —, fuse) can be changed from

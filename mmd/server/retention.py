@@ -6,7 +6,8 @@ grew its state folder without end, and each start looked at every session ever m
 A session last used (a turn begun or ended) before the cut is deleted from the store, then its folder and
 transcript. A session this daemon holds in memory (a turn, a client, used within ``session_idle``) is never
 deleted. Files of a session the store no longer knows (its rows went, and the daemon was killed before its
-files did) go once they are as old as the cut. ``session_days: 0`` keeps everything.
+files did) go once they are as old as the cut, and so does the shadow repository of ``mm undo``'s snapshots
+of a project no session works in any more. ``session_days: 0`` keeps everything.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import trio
 
+from .. import undo
 from ..config import ConfigError, load_user_config
 from ..store import Store
 
@@ -72,6 +74,11 @@ async def prune(store: Store, state_dir: Path, days: float, in_use: Collection[s
     # An MCP server's log is one per configuration (its command, environment and project): a server used in
     # many projects, or given a rotating token, left a file for each that nothing removed.
     await trio.to_thread.run_sync(_remove_old_logs, state_dir / "mcp", before)
+    # A project's shadow repository (mm undo's snapshots) once no session works in it: it held the trees of
+    # that project's checkpoints alone, and a project tried once and left kept its copy of every file.
+    shadows = await undo.remove_unused(state_dir / "snapshots", store.session_folders, before)
+    if shadows:
+        log.info("removed the snapshots of %d projects no session works in", shadows)
     if deleted:
         log.info("deleted %d sessions unused for %g days, with their files", deleted, days)
     return deleted

@@ -654,6 +654,13 @@ class Store:
             for table in self._FIRST:
                 self._next.pop((session_id, table), None)
 
+    def session_folders(self) -> list[str]:
+        """The working folders of the store's sessions, each once (an index's walk).
+
+        Errors: none.
+        """
+        return [cwd for (cwd,) in self._conn.execute("SELECT DISTINCT cwd FROM sessions")]
+
     def known_sessions(self, session_ids: list[str]) -> set[str]:
         """Those of *session_ids* that are sessions of the store.
 

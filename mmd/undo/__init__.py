@@ -7,7 +7,7 @@ is not.
 
 from . import watch
 from .shadow import EMPTY_TREE, Change, Shadow, SnapshotError, shadow_dir
-from .steps import Recorder, UndoError, diff, undo
+from .steps import Recorder, UndoError, diff, remove_unused, undo
 
 __all__ = [
     "EMPTY_TREE",
@@ -17,6 +17,7 @@ __all__ = [
     "SnapshotError",
     "UndoError",
     "diff",
+    "remove_unused",
     "shadow_dir",
     "undo",
     "watch",

@@ -265,6 +265,10 @@ class Shadow(msgspec.Struct):
         Errors: SnapshotError.
         """
         if not (self.git_dir / "HEAD").exists():
+            # Made anew (first use, or removed: retention, or you freeing space): no tree of what was here
+            # may be taken for a tree of the new repository.
+            for index in [i for i in _trees if i.parent == self.git_dir]:
+                del _trees[index]
             self.git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             await self._init()
         lines = self._project_excludes()

@@ -14,7 +14,12 @@ silently.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
+import os
+import re
+import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +29,7 @@ import trio
 
 from ..procs import spill
 from ..store import CheckpointRow, Store
+from . import watch
 from .shadow import Change, Shadow, SnapshotError, git_missing, shadow_dir
 
 # Files a files_changed event or a checkpoint row names; the count says how many there were.
@@ -43,11 +49,63 @@ class UndoError(Exception):
         self.code = code
 
 
+# The name of a shadow repository's folder (shadow_dir): nothing else under snapshots/ is ever removed.
+_SHADOW_NAME = re.compile(r"[0-9a-f]{16}")
+
+
 @asynccontextmanager
 async def locked(shadow: Shadow) -> AsyncIterator[None]:
     lock = _locks.setdefault(shadow.git_dir, trio.Lock())
     async with lock:
         yield
+
+
+async def remove_unused(snapshots: Path, folders: Callable[[], list[str]], before: float) -> int:
+    """Remove the shadow repositories under *snapshots* of projects that no session works in (*folders*:
+    the sessions' working folders, read again under each repository's lock) and that no snapshot changed
+    since *before* (a session made meanwhile). How many were removed.
+
+    The trees a shadow repository holds are named by the checkpoints of its project's sessions alone: once
+    retention deleted the last of them (mmd/server/retention.py), nothing can undo into it. The project's
+    watch goes with it, so the next snapshot starts a new repository instead of naming a removed tree.
+    """
+    removed = 0
+    for name in await trio.to_thread.run_sync(_untouched_since, snapshots, before):
+        git_dir = snapshots / name
+        async with _locks.setdefault(git_dir, trio.Lock()):
+            used = await trio.to_thread.run_sync(_names_of, snapshots, folders())
+            if name in used or await trio.to_thread.run_sync(_last_change, git_dir) >= before:
+                continue
+            watch.unwatch(git_dir)
+            await trio.to_thread.run_sync(functools.partial(shutil.rmtree, git_dir, ignore_errors=True))
+            removed += 1
+    return removed
+
+
+def _names_of(snapshots: Path, folders: list[str]) -> set[str]:
+    return {shadow_dir(snapshots, Path(folder)).name for folder in folders}
+
+
+def _untouched_since(snapshots: Path, before: float) -> list[str]:
+    """The shadow repositories under *snapshots* last changed (``_last_change``) before *before*."""
+    with contextlib.suppress(OSError), os.scandir(snapshots) as entries:
+        return sorted(
+            e.name
+            for e in entries
+            if _SHADOW_NAME.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+            if _last_change(Path(e.path)) < before
+        )
+    return []
+
+
+def _last_change(git_dir: Path) -> float:
+    """When the shadow repository *git_dir* or a file at its top (``index``, ``HEAD``, the folder of objects)
+    last changed; infinity if it cannot be told (never removed on a guess)."""
+    try:
+        with os.scandir(git_dir) as inside:
+            return max([git_dir.lstat().st_mtime] + [e.stat(follow_symlinks=False).st_mtime for e in inside])
+    except OSError:
+        return float("inf")
 
 
 def shown(changes: list[Change]) -> list[dict[str, str]]:

@@ -46,6 +46,7 @@ from mmd.inotify import (
     IN_DONT_FOLLOW,
     IN_IGNORED,
     IN_ISDIR,
+    IN_MASK_ADD,
     IN_MODIFY,
     IN_MOVE_SELF,
     IN_MOVED_FROM,
@@ -71,6 +72,10 @@ MASK = (
     | IN_ONLYDIR
     | IN_DONT_FOLLOW
 )
+# The shadow repository itself: removed or moved (someone freed the space of the snapshots, or retention
+# removed them), the last tree is no tree of the repository a snapshot makes next. Added to what a project's
+# folder watch may already ask of the same folder, never in its place.
+REPOSITORY_MASK = IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_MASK_ADD
 # Folders watched in one project at most (each watch holds about a kilobyte of kernel memory), and never more
 # than 1/32 of the user's inotify watches (fs.inotify.max_user_watches: editors need theirs).
 MAX_FOLDERS = 4096
@@ -93,8 +98,10 @@ class Watch:
     ``tree`` is None until a snapshot sets it, and again as soon as :meth:`changed` finds an event.
     """
 
-    def __init__(self, project: Path, max_folders: int | None = None) -> None:
+    def __init__(self, project: Path, max_folders: int | None = None, repository: Path | None = None) -> None:
         self.project = os.fsencode(os.path.realpath(project))  # a link to it is watched as itself
+        # The shadow repository whose trees ``tree`` names: its removal is a change (REPOSITORY_MASK).
+        self.repository = os.fsencode(repository) if repository is not None else None
         self.identity: tuple[int, int] | None = None  # device and inode of the project folder (watch_of)
         self.max_folders = (
             min(MAX_FOLDERS, inotify.user_watches() // 32) if max_folders is None else max_folders
@@ -145,7 +152,7 @@ class Watch:
             if (
                 mask & IN_Q_OVERFLOW
                 or (mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM))
-                or (folder == b"" and mask & (IN_DELETE_SELF | IN_MOVE_SELF))
+                or (folder in (b"", None) and mask & (IN_DELETE_SELF | IN_MOVE_SELF))
                 or name == b".gitignore"
                 or folder == b".git/info"
             ):
@@ -158,7 +165,7 @@ class Watch:
         Errors: Unwatchable (the old watches are gone; :meth:`changed` answers True till a start succeeds).
         """
         self.close()
-        self._install(_Tree(self.project, self.max_folders).build(ignored))
+        self._install(_Tree(self.project, self.max_folders).build(ignored, self.repository))
 
     async def restart(self, ignored: set[bytes]) -> None:
         """:meth:`start`, the walk in a worker thread: it lists and watches every folder (~100 ms for 4,000
@@ -166,7 +173,9 @@ class Watch:
         watch is closed (:meth:`changed` answers True); what the walk made is installed on the loop's thread,
         or closed if the watch was dropped meanwhile (:meth:`drop`). Errors: Unwatchable, as start."""
         self.close()
-        built = await trio.to_thread.run_sync(_Tree(self.project, self.max_folders).build, ignored)
+        built = await trio.to_thread.run_sync(
+            _Tree(self.project, self.max_folders).build, ignored, self.repository
+        )
         self._install(built)  # no checkpoint since the thread returned: never lost to a cancellation
 
     def _install(self, built: _Tree) -> None:
@@ -210,8 +219,9 @@ class _Tree:
         self._mounts: dict[int, str] = {}  # file system type by device number, read at the start
         self._devices: dict[int, str] = {}  # the devices the folders are on, checked
 
-    def build(self, ignored: set[bytes]) -> _Tree:
-        """Watch every folder but the *ignored* ones; itself. Errors: Unwatchable (nothing left open)."""
+    def build(self, ignored: set[bytes], repository: bytes | None = None) -> _Tree:
+        """Watch every folder but the *ignored* ones, and the *repository* folder's own removal or move;
+        itself. Errors: Unwatchable (nothing left open)."""
         if inotify.LIBC is None:
             raise Unwatchable("inotify is not available here")
         fd = inotify.LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -220,6 +230,9 @@ class _Tree:
         self.fd, self._mounts = fd, inotify.file_systems()
         try:
             self._walk(ignored)
+            if repository is not None and inotify.LIBC.inotify_add_watch(fd, repository, REPOSITORY_MASK) < 0:
+                err = os.strerror(ctypes.get_errno())
+                raise Unwatchable(f"inotify_add_watch {os.fsdecode(repository)}: {err}")
         except BaseException:
             os.close(fd)
             raise
@@ -303,7 +316,7 @@ def watch_of(git_dir: Path, project: Path) -> Watch | None:
     if watch is None or watch.identity != (st.st_dev, st.st_ino):
         if watch is not None:
             watch.drop()
-        watch = _watches[key] = Watch(project)
+        watch = _watches[key] = Watch(project, repository=git_dir)
         watch.identity = (st.st_dev, st.st_ino)
         while len(_watches) > MAX_WATCHES:
             _watches.popitem(last=False)[1].drop()
@@ -314,11 +327,16 @@ def watch_of(git_dir: Path, project: Path) -> Watch | None:
 def refuse(git_dir: Path, reason: str) -> None:
     """Stop watching the project of *git_dir* for RETRY_AFTER seconds (its snapshots run git meanwhile)."""
     log.info("not watching the project of %s: %s; its snapshots run git", git_dir, reason)
-    key = os.fspath(git_dir)
-    watch = _watches.pop(key, None)
+    unwatch(git_dir)
+    _refused[os.fspath(git_dir)] = time.monotonic() + RETRY_AFTER
+
+
+def unwatch(git_dir: Path) -> None:
+    """Close the watch of the project of *git_dir*, if any: its last tree is not taken for the tree of the
+    next snapshot (the repository was removed)."""
+    watch = _watches.pop(os.fspath(git_dir), None)
     if watch is not None:
         watch.drop()
-    _refused[key] = time.monotonic() + RETRY_AFTER
 
 
 def forget() -> None:

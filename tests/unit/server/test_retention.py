@@ -20,6 +20,7 @@ from mmd.models.base import Message
 from mmd.server import retention
 from mmd.server.daemon import Daemon
 from mmd.store import Store
+from mmd.undo import Shadow, shadow_dir
 
 from .test_idle_sessions import stored_daemon
 
@@ -175,3 +176,54 @@ async def test_the_daemon_prunes_a_minute_after_it_starts_then_every_few_hours(
         assert await settled(lambda: runs == [1, 1])
         assert daemon.store.list_sessions() == [] and not has_files(daemon, second)
         nursery.cancel_scope.cancel()
+
+
+# --- mm undo's shadow repositories (mmd/undo/steps.py remove_unused) ------------------------------------
+
+
+def aged(git_dir: Path, days: float) -> None:
+    """Make a shadow repository look last changed *days* days ago (its folder and what is at its top)."""
+    past = time.time() - days * DAY
+    for path in [*git_dir.iterdir(), git_dir]:
+        os.utime(path, (past, past), follow_symlinks=False)
+
+
+async def snapshotted(daemon: Daemon, project: Path) -> Shadow:
+    project.mkdir(exist_ok=True)
+    (project / "a.txt").write_text("one\n")
+    shadow = Shadow(shadow_dir(daemon.state_dir / "snapshots", project), project)
+    await shadow.snapshot()
+    return shadow
+
+
+async def test_the_snapshots_of_a_project_whose_last_session_went_go_too(daemon: Daemon, tmp_path: Path):
+    # They held every file of every project ever tried (a clone looked at once, then deleted), for good.
+    left, kept, new = [await snapshotted(daemon, tmp_path / p) for p in ("left", "kept", "new")]
+    session_with_files(daemon, tmp_path / "left", days_unused=31)
+    session_with_files(daemon, tmp_path / "kept", days_unused=29)
+    for shadow in (left, kept):
+        aged(shadow.git_dir, 31)  # the project untouched since its session: no snapshot since
+    (daemon.state_dir / "snapshots" / "notes").mkdir()  # not a shadow repository: never touched
+    aged(daemon.state_dir / "snapshots" / "notes", 31)
+
+    assert await retention.prune(daemon.store, daemon.state_dir, 30, daemon.sessions) == 1
+
+    assert not left.git_dir.exists()
+    assert kept.git_dir.exists()  # its session may still undo
+    assert new.git_dir.exists()  # no session yet, but snapshotted now: a session that is starting
+    assert (daemon.state_dir / "snapshots" / "notes").exists()
+
+
+async def test_a_project_whose_snapshots_went_is_snapshotted_anew_never_from_its_old_watch(
+    daemon: Daemon, tmp_path: Path
+):
+    # The watch of the project kept its last tree: the next snapshot named a tree no repository held, and
+    # the step could never be undone.
+    shadow = await snapshotted(daemon, tmp_path / "p")
+    assert shadow.unchanged() is not None  # watched: the next snapshot would be this tree, without git
+    aged(shadow.git_dir, 31)
+    await retention.prune(daemon.store, daemon.state_dir, 30, daemon.sessions)
+    assert not shadow.git_dir.exists()
+    assert shadow.unchanged() is None
+    tree = await shadow.snapshot()
+    assert await shadow.entries(tree) != {}  # the new repository holds it

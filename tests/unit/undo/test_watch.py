@@ -438,6 +438,27 @@ async def test_a_project_folder_replaced_under_the_same_path_is_watched_anew(tmp
     assert await shadows.snapshot() != first  # checked against a tree made from scratch, too
 
 
+@pytest.mark.parametrize("how", ["removed", "moved away"])
+async def test_a_shadow_repository_removed_from_outside_is_made_anew_and_holds_the_next_tree(
+    shadows, project, how
+):
+    # Freeing the space of the snapshots is yours (docs/undo.md), and retention removes those of a project
+    # no session works in. The watch kept the last tree, and the tree last written from an index of the
+    # same content was kept too: the next snapshot named a tree the new repository did not hold, and its
+    # step could never be undone ("not a tree object").
+    first = await shadows.snapshot()
+    assert await shadows.snapshot() == first and shadows.ran == []
+    git_dir = shadows.shadow.git_dir
+    if how == "removed":
+        shutil.rmtree(git_dir)
+    else:
+        git_dir.rename(git_dir.with_name("elsewhere"))
+    tree = await shadows.snapshot()
+    assert tree == first  # the same files: the same tree...
+    assert await shadows.shadow.entries(tree)  # ...held by the new repository
+    assert await shadows.snapshot() == tree and shadows.ran == []  # and watched again
+
+
 def test_a_project_never_takes_more_than_a_32nd_of_the_user_s_watches(tmp_path, monkeypatch):
     monkeypatch.setattr(inotify, "user_watches", lambda: 8192)
     assert Watch(tmp_path).max_folders == 256
@@ -555,9 +576,9 @@ async def test_a_watch_dropped_while_its_walk_runs_closes_what_the_walk_made(tmp
     release, built = threading.Event(), []
     real_build = watch._Tree.build
 
-    def build(self: watch._Tree, ignored: set[bytes]) -> watch._Tree:
+    def build(self: watch._Tree, ignored: set[bytes], repository: bytes | None = None) -> watch._Tree:
         release.wait(10)
-        built.append(real_build(self, ignored))
+        built.append(real_build(self, ignored, repository))
         return built[-1]
 
     monkeypatch.setattr(watch._Tree, "build", build)
