@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from mmd.models.base import Message
 from mmd.server import retention
 from mmd.server.daemon import Daemon
 from mmd.store import Store
-from mmd.undo import Shadow, shadow_dir
+from mmd.undo import Shadow, shadow_dir, watch
 
 from .test_idle_sessions import stored_daemon
 
@@ -179,6 +179,12 @@ async def test_the_daemon_prunes_a_minute_after_it_starts_then_every_few_hours(
 
 
 # --- mm undo's shadow repositories (mmd/undo/steps.py remove_unused) ------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_watch_left() -> Iterator[None]:
+    yield
+    watch.forget()  # the watches the snapshots made: inotify descriptors of this worker
 
 
 def aged(git_dir: Path, days: float) -> None:
