@@ -61,6 +61,9 @@ CONNECTIONS_KEPT = 64
 # Backoff between reconnect attempts that keep failing: first, then doubling up to the last.
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
+# A connection that drops sooner than this after it was made counts as failing: the next attempt backs off. (A
+# server that exited right after its handshake was restarted at once, 30 times a second, as long as it was used.)
+STABLE_AFTER = 30.0
 # Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
 MAX_PAGES = 100
 # Tools kept of one server's listing, and the characters of their descriptions and schemas together: the rest
@@ -121,6 +124,8 @@ class McpConnection:
         self._wake = trio.Event()
         self._poke = trio.Event()
         self._broken = False
+        self._closing = False  # mm is closing the session: the server's exit is no drop
+        self._stopped_reading = False  # mm dropped the server (stdio's on_eof): its exit is not the reason
         self._relist = False
         self._exit_code: int | None = None
         self._running = False
@@ -238,8 +243,10 @@ class McpConnection:
                 self._running = False
                 return
             self._wake = trio.Event()
+            started = trio.current_time()
             reached = await self._session()
-            delay = 0.0 if reached else min(max(delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
+            stable = reached and trio.current_time() - started >= STABLE_AFTER
+            delay = 0.0 if stable else min(max(delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
 
     def _wanted(self) -> bool:
         return self.in_flight > 0 or trio.current_time() - self.last_used < IDLE_CLOSE
@@ -260,6 +267,7 @@ class McpConnection:
                     reached = True
                     self._connected(client, tools, started)
                     await self._serve(client)
+                    self._closing = True
             if scope.cancelled_caught and not reached:
                 error = f"no answer within {timeout:g} s" + self._stderr_hint()
         except Exception as exc:
@@ -271,7 +279,8 @@ class McpConnection:
 
     def _begin_attempt(self) -> None:
         self.attempts += 1
-        self._broken, self._relist, self._exit_code, self.pid = False, False, None, None
+        self._broken, self._closing, self._relist, self._exit_code, self.pid = False, False, False, None, None
+        self._stopped_reading = False
         self._poke = trio.Event()
         self._set("connecting")
 
@@ -362,6 +371,7 @@ class McpConnection:
                 grace=self.pool.grace,
                 on_start=self._started,
                 on_exit=self._exited,
+                on_eof=self._eof,
                 sandbox=server_sandbox(server),
             ) as streams:
                 yield streams
@@ -372,7 +382,14 @@ class McpConnection:
     def _exited(self, code: int | None) -> None:
         self._exit_code = code
         self._break("")
-        self._break_reason = f"the server exited ({_exit_text(code)})"
+        if not self._stopped_reading:
+            self._break_reason = f"the server exited ({_exit_text(code)})"
+
+    def _eof(self, reason: str) -> None:
+        """mm stopped reading a server that still runs (stdio's on_eof): the reason, whatever its exit says."""
+        if not self._broken and not self._closing:
+            self._stopped_reading = True
+            self._break(reason)
 
     async def _on_message(self, message: Any) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
@@ -380,7 +397,7 @@ class McpConnection:
             self._poke.set()
 
     def _break(self, reason: str) -> None:
-        if not self._broken:
+        if not self._broken and not self._closing:
             self._broken = True
             self._break_reason = reason
             self._poke.set()
@@ -394,6 +411,8 @@ class McpConnection:
         leaf = _leaf(exc)
         if isinstance(leaf, OSError | ValueError) and self.server.transport == "stdio" and self.pid is None:
             return spawn_error_message(leaf, self.server.argv, self.server.cwd or paths.home())
+        if self._stopped_reading:
+            return self._lost_reason() + self._stderr_hint()
         if self._exit_code is not None:
             return (
                 f"the server exited ({_exit_text(self._exit_code)}) before it answered{self._stderr_hint()}"

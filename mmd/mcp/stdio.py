@@ -37,6 +37,10 @@ STDIN_CLOSE_WAIT = 0.5
 MAX_LINE = 64 * 1024 * 1024
 # Bytes read at once from the server's stdout.
 READ_SIZE = 65536
+# Answers to the server's own requests (ping, sampling, roots…) that may wait for its stdin at once: the SDK
+# answers each in a task of its own, which waits until the server reads. A server that sent requests and never
+# read its stdin grew the daemon by 45 MB a second; past this many waiting, its connection is dropped.
+MAX_UNREAD_ANSWERS = 256
 # JSON-RPC's code for an error inside the server (here: an answer mm cannot read).
 _INTERNAL_ERROR = -32603
 # The key in an error's data that says mm refused the server's answer (mmd/mcp/tool.py reads it).
@@ -60,6 +64,7 @@ async def stdio_transport(
     grace: float,
     on_start: Callable[[int], None],
     on_exit: Callable[[int | None], None],
+    on_eof: Callable[[str], None],
     sandbox: Sandbox | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Run the server ``argv`` and yield ``(read_stream, write_stream)`` for an MCP ``Client``.
@@ -68,7 +73,8 @@ async def stdio_transport(
     its stderr is read by the daemon and handed to ``stderr`` chunk by chunk (the pool's bounded log: a server
     given the file itself could fill the disk, its sandbox notwithstanding). ``on_start(pid)`` is
     called once it runs; ``on_exit(returncode)`` as soon as it exits, whoever
-    asked (the server crashed, was killed, or the block ended). A ``sandbox``
+    asked (the server crashed, was killed, or the block ended); ``on_eof(reason)`` when mm stops reading a
+    server that runs on (it closed its stdout, or left MAX_UNREAD_ANSWERS answers unread). A ``sandbox``
     confines the server and all it starts (mmd/procs/supervisor.py).
 
     Errors: OSError or ValueError if the server cannot start.
@@ -98,7 +104,7 @@ async def stdio_transport(
             on_exit(await proc.wait())
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read, proc, read_send, argv[0])
+            nursery.start_soon(_read, proc, read_send, write_send, argv[0], on_eof)
             drains = Drains(nursery, stderr, proc.stderr)
             nursery.start_soon(_write, proc, write_recv, read_send)
             nursery.start_soon(watcher)
@@ -111,8 +117,11 @@ async def stdio_transport(
                     stream.close()
 
 
-async def _read(proc: Any, read_send: Any, program: str) -> None:
-    """The server's stdout onto the SDK's read stream: one JSON-RPC message a line."""
+async def _read(
+    proc: Any, read_send: Any, write_send: Any, program: str, on_eof: Callable[[str], None]
+) -> None:
+    """The server's stdout onto the SDK's read stream: one JSON-RPC message a line; ``on_eof(reason)`` when it
+    ends, or when the server sends a request while MAX_UNREAD_ANSWERS answers wait for it to read its stdin."""
     # The SDK and its stream library, lazily as in stdio_transport.
     import anyio
     import mcp_types
@@ -127,13 +136,38 @@ async def _read(proc: Any, read_send: Any, program: str) -> None:
                         message = await trio.to_thread.run_sync(_parse, line, mcp_types, SessionMessage)
                     else:
                         message = _parse(line, mcp_types, SessionMessage)
-                    if message is not None:
-                        await read_send.send(message)
+                    if message is None:
+                        continue
+                    if _unread(message, write_send, mcp_types):
+                        log.warning("%s: %s; dropping the connection", program, UNREAD)
+                        on_eof(UNREAD)
+                        return
+                    await read_send.send(message)
                 if lines.partial > MAX_LINE:
                     log.warning("%s: dropped a line longer than %d bytes", program, MAX_LINE)
                     lines.drop()
+            # Most often the server is exiting, which the watcher reports; one that closed its stdout and lives
+            # on was 'ready' until a call found it silent (and was told it may have taken effect).
+            with trio.move_on_after(STDIN_CLOSE_WAIT):
+                await proc.wait()
+            if proc.returncode is None:
+                on_eof(CLOSED)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass  # the session is gone, or the pipe: either way the stream is closed
+
+
+# Why mm stopped reading a server that is still running (on_eof's reasons).
+UNREAD = f"the server sent requests without reading mm's answers ({MAX_UNREAD_ANSWERS:,} waited)"
+CLOSED = "the server closed its stdout and went on running"
+
+
+def _unread(message: Any, write_send: Any, mcp_types: Any) -> bool:
+    """Whether *message* is a request of the server's while MAX_UNREAD_ANSWERS messages wait for its stdin
+    (counted where they wait: each of the SDK's tasks blocked handing one to ``_write``)."""
+    return (
+        isinstance(message.message, mcp_types.JSONRPCRequest)
+        and write_send.statistics().tasks_waiting_send >= MAX_UNREAD_ANSWERS
+    )
 
 
 class _Lines:

@@ -21,8 +21,15 @@ class Stdout:
 
 
 class Proc:
+    """A server that wrote *data* and exited."""
+
+    returncode = 0
+
     def __init__(self, data: bytes, size: int) -> None:
         self.stdout = Stdout(data, size)
+
+    async def wait(self) -> int:
+        return self.returncode
 
 
 class Inbox:
@@ -58,7 +65,7 @@ async def test_a_long_line_that_comes_in_many_reads_is_searched_once(
     second = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {}}).encode()
     data = first + b"\n\n" + second + b"\n"
     inbox = Inbox()
-    await stdio._read(Proc(data, size), inbox, "server")
+    await stdio._read(Proc(data, size), inbox, None, "server", pytest.fail)
     assert [m.message.id for m in inbox.messages] == [1, 2]
     assert inbox.messages[0].message.result["text"] == "a" * 200_000
     assert sum(buf.searched for buf in buffers) <= 2 * len(data)
@@ -71,6 +78,6 @@ async def test_a_line_past_max_line_is_dropped_and_the_next_line_still_read(
     data = b'{"jsonrpc": "2.0", "id": 1, "result": {"text": "' + b"a" * 30_000 + b'"}}\n'
     data += json.dumps({"jsonrpc": "2.0", "id": 2, "result": {}}).encode() + b"\n"
     inbox = Inbox()
-    await stdio._read(Proc(data, 4096), inbox, "server")
+    await stdio._read(Proc(data, 4096), inbox, None, "server", pytest.fail)
     assert [m.message.id for m in inbox.messages] == [2]
     assert "server: dropped a line longer than 10000 bytes" in caplog.text

@@ -1,0 +1,183 @@
+"""Servers that break the protocol on purpose, and how a connection (mmd/mcp/pool.py, stdio.py) ends them.
+
+The stdio ones are real processes on real pipes, through the real SDK; the reconnect policy's are stand-in
+clients on trio's autojump clock. The end-to-end calls through ``mm -p`` are in tests/e2e/test_mcp.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+
+from mmd.config.mcp import McpServerSpec, ServerEntry, resolve
+from mmd.mcp import pool as mcp_pool
+from mmd.mcp import stdio
+from mmd.mcp.errors import McpCallError
+
+# A stdio server in plain JSON-RPC lines that answers the handshake and tools/list, then does HOSTILE.
+SERVER = """
+import json, os, sys, time
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    message = json.loads(line)
+    method, ident = message.get("method"), message.get("id")
+    if method == "initialize":
+        info = {{"name": "hostile", "version": "1"}}
+        version = message["params"]["protocolVersion"]
+        send({{"jsonrpc": "2.0", "id": ident,
+              "result": {{"protocolVersion": version, "capabilities": {{"tools": {{}}}}, "serverInfo": info}}}})
+    elif method == "tools/list":
+        schema = {{"type": "object", "properties": {{}}}}
+        send({{"jsonrpc": "2.0", "id": ident, "result": {{"tools": [{{"name": "go", "inputSchema": schema}}]}}}})
+{hostile}
+    elif ident is not None:  # server/discover among them: the handshake falls back to initialize at once
+        send({{"jsonrpc": "2.0", "id": ident, "error": {{"code": -32601, "message": "no " + method}}}})
+"""
+
+
+def connection(tmp_path: Path, hostile: str, pool: mcp_pool.McpPool) -> mcp_pool.McpConnection:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER.format(hostile=textwrap.indent(textwrap.dedent(hostile), " " * 8)))
+    spec = McpServerSpec(command=sys.executable, args=[str(script)], connect_timeout=20)
+    entry = ServerEntry(name="hostile", spec=spec, origin="mm.yaml", base_dir=tmp_path, default_cwd=tmp_path)
+    return pool.connection(resolve(entry, environ={}))
+
+
+async def test_a_server_that_sends_requests_and_never_reads_its_answers_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK answers each request of the server's (here pings) in a task of its own, which waits until the
+    server reads its stdin: one that sent pings and never read grew the daemon by 45 MB a second. Past
+    MAX_UNREAD_ANSWERS answers waiting, mm stops reading it and drops the connection, saying why."""
+    # 20,000 pings: the server can only finish writing them once mm read most (its stdout's pipe holds 64 KiB),
+    # and mm's answers fill the server's stdin pipe after about 1,600: the rest wait in the daemon.
+    hostile = """
+        for n in range(20_000):
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": "ping"}) + "\\n")
+        sys.stdout.flush()
+        sys.exit(7)
+    """
+    ends: list[str | None] = []  # why each session ended (it is reconnected after)
+    ended = mcp_pool.McpConnection._ended
+    monkeypatch.setattr(
+        mcp_pool.McpConnection, "_ended", lambda conn, *a: (ended(conn, *a), ends.append(conn.error))
+    )
+    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        conn = connection(tmp_path, hostile, pool)
+        with trio.fail_after(30):  # a hang guard
+            await conn.ready(20)
+            while not ends:
+                await conn._changed.wait()
+        # Without the bound the server wrote its pings, mm read them all, and the server exited (exit code 7).
+        assert ends[0] == stdio.UNREAD
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_server_that_closes_its_stdout_and_lives_on_is_dropped_with_that_reason(
+    tmp_path: Path,
+) -> None:
+    """It stayed 'ready' until a call found the connection closed, and the call was told the connection
+    closed during call_tool; now the connection drops as soon as mm sees it, and a call says why."""
+    hostile = """
+        os.close(1)
+        time.sleep(60)
+    """
+    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        conn = connection(tmp_path, hostile, pool)
+        with trio.fail_after(30):  # a hang guard
+            await conn.ready(20)
+            with pytest.raises(McpCallError) as raised:
+                await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
+        assert (raised.value.kind, raised.value.message) == ("lost", stdio.CLOSED)
+        nursery.cancel_scope.cancel()
+
+
+class _Client:
+    server_capabilities = server_info = None
+    protocol_version = "2025-11-25"
+
+    async def list_tools(self, cursor: Any = None) -> Any:
+        return SimpleNamespace(tools=[], next_cursor=None)
+
+
+def stand_in(monkeypatch: pytest.MonkeyPatch, *, lives: float, times: int) -> mcp_pool.McpConnection:
+    """A connection whose server exits *lives* seconds after its handshake, the first *times* times it starts,
+    and exits when mm closes the session, as a stdio server does once its stdin is closed."""
+    crashes = [lives] * times
+
+    @contextlib.asynccontextmanager
+    async def client_context(conn: mcp_pool.McpConnection) -> AsyncIterator[Any]:
+        exited = False
+
+        async def exit_later(seconds: float) -> None:
+            nonlocal exited
+            await trio.sleep(seconds)
+            exited = True
+            conn._exited(3)
+
+        async with trio.open_nursery() as nursery:
+            if crashes:
+                nursery.start_soon(exit_later, crashes.pop())
+            try:
+                yield _Client()
+            finally:
+                if not exited:
+                    conn._exited(0)
+                nursery.cancel_scope.cancel()
+
+    async def loaded() -> None:
+        return None
+
+    monkeypatch.setattr(mcp_pool, "load_sdk", loaded)
+    monkeypatch.setattr(mcp_pool.McpConnection, "_client_context", client_context)
+    monkeypatch.setattr(mcp_pool.McpConnection, "_stderr_hint", lambda conn: "")
+    server = SimpleNamespace(key="k", name="s", transport="stdio", spec=SimpleNamespace(connect_timeout=5))
+    return mcp_pool.McpConnection(mcp_pool.McpPool(log_dir=Path("/nonexistent")), server)  # type: ignore[arg-type]
+
+
+async def test_a_server_that_exits_right_after_its_handshake_is_restarted_with_backoff(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: Any
+) -> None:
+    """A connection that got ready reconnected at once whenever it dropped: a server that exited right after
+    its handshake was started 30 times a second for as long as it was used. One that drops within STABLE_AFTER
+    seconds of its start now counts as failing (0.5 s, doubling to 30 s); one that lived longer reconnects at
+    once."""
+    conn = stand_in(monkeypatch, lives=0.1, times=10_000)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.pool.run)
+        await conn.ready(5)
+        await trio.sleep(120)
+        # Attempts at 0, 0.6, 1.7, 3.8, 7.9, 16, 32.1, 62.2 and 92.3 s: nine; at once each time, 1,200.
+        assert conn.attempts == 9 and conn.error == "the server exited (exit code 3)"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_server_that_lived_long_reconnects_at_once_and_an_idle_close_is_no_drop(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: Any
+) -> None:
+    conn = stand_in(monkeypatch, lives=mcp_pool.STABLE_AFTER + 10, times=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.pool.run)
+        await conn.ready(5)
+        await trio.sleep(mcp_pool.STABLE_AFTER + 10 + 1)
+        assert (conn.attempts, conn.drops, conn.state) == (2, 1, "ready")  # reconnected at once
+        # Unused, it is closed after IDLE_CLOSE; the server exits as its stdin closes: that is no drop.
+        await trio.sleep(mcp_pool.IDLE_CLOSE + 10)
+        assert (conn.attempts, conn.drops, conn.state) == (2, 1, "idle")
+        nursery.cancel_scope.cancel()
