@@ -45,7 +45,7 @@ from ..procs import spawn_error_message
 from ..procs.logfile import BoundedLog
 from ..sandbox import CONFINED_CLIENT_MCP, Sandbox
 from ..untrusted import MAX_DEPTH, value_depth
-from .errors import McpCallError, McpUnavailable
+from .errors import McpCallError, McpUnavailable, cut
 from .http import bounded_client
 from .stdio import stdio_transport
 from .tool import McpTool, make_tools
@@ -171,7 +171,6 @@ class McpConnection:
         client = await self.ready(connect_timeout)
         # The SDK, lazily: loaded by load_sdk in a worker thread, never in a daemon without MCP servers.
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
         from pydantic import ValidationError
 
         self.in_flight += 1
@@ -182,16 +181,15 @@ class McpConnection:
         except trio.TooSlowError:
             raise McpCallError("timeout", f"no answer within {timeout:g} s") from None
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED or (
-                exc.code == INVALID_REQUEST and exc.message == "Session terminated"
-            ):
+            if self._lost(exc):
                 self._break(f"the connection closed during {method}")
                 raise McpCallError("lost", self._lost_reason()) from None
-            if exc.code == REQUEST_TIMEOUT:
-                raise McpCallError("timeout", exc.message) from None
+            # mm gives the SDK no timeout: a REQUEST_TIMEOUT is the server's own error, answered as one.
             raise McpCallError("remote", exc.message, code=exc.code, data=exc.data) from None
         except ValidationError as exc:
-            raise McpCallError("invalid", f"the server's answer breaks the protocol: {exc}") from None
+            raise McpCallError(
+                "invalid", f"the server's answer breaks the protocol: {_invalid(exc)}"
+            ) from None
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._break(str(exc))
             raise McpCallError("lost", self._lost_reason()) from None
@@ -203,6 +201,23 @@ class McpConnection:
         finally:
             self.in_flight -= 1
             self.last_used = trio.current_time()
+
+    def _lost(self, exc: Any) -> bool:
+        """Whether the SDK's MCPError says the connection is gone, not that the server answered an error.
+
+        -32000 is the SDK's CONNECTION_CLOSED and the first code JSON-RPC leaves to servers, which use it for
+        their own errors: a stdio server's "quota exceeded" was taken for a lost connection, the model told
+        the call may have taken effect, and the server restarted. Over stdio the SDK's is its "Connection
+        closed"; over HTTP it makes -32000 errors of its own for a stream that ended, and a server's cannot
+        be told from them.
+        """
+        from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST  # the SDK, lazily (see load_sdk)
+
+        if exc.code == INVALID_REQUEST:
+            return exc.message == "Session terminated" and self.server.transport != "stdio"
+        if exc.code != CONNECTION_CLOSED:
+            return False
+        return self.server.transport != "stdio" or (exc.message == "Connection closed" and exc.data is None)
 
     async def refresh(self, timeout: float) -> None:
         """List the tools again (``mm mcp test``), connecting if needed."""
@@ -637,9 +652,22 @@ def _is_transport_error(exc: BaseException) -> bool:
     )
 
 
+def _invalid(exc: Any) -> str:
+    """What a pydantic ValidationError says, made cheaply: its text lists every problem, and an answer of
+    100,000 bad content blocks had 1.2 M of them, a text of 232 MB that took the event loop seconds to make."""
+    count = exc.error_count()
+    return str(exc) if count <= 10 else f"{count:,} validation errors for {exc.title}"
+
+
 def describe(exc: BaseException) -> str:
-    """One line saying what went wrong, for a person and the model."""
+    """One line saying what went wrong, for a person and the model (cut at MAX_MESSAGE_CHARS)."""
+    return cut(_describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
     leaf = _leaf(exc)
+    if callable(getattr(leaf, "error_count", None)):  # pydantic's ValidationError: an answer mm cannot read
+        return f"the server's answer breaks the protocol: {_invalid(leaf)}"
     code = getattr(leaf, "code", None)
     if type(leaf).__name__ == "MCPError":
         return f"{leaf} (MCP error {code})"

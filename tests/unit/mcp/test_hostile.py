@@ -42,14 +42,21 @@ for line in sys.stdin:
         schema = {{"type": "object", "properties": {{}}}}
         send({{"jsonrpc": "2.0", "id": ident, "result": {{"tools": [{{"name": "go", "inputSchema": schema}}]}}}})
 {hostile}
+    elif method == "tools/call":
+{on_call}
     elif ident is not None:  # server/discover among them: the handshake falls back to initialize at once
         send({{"jsonrpc": "2.0", "id": ident, "error": {{"code": -32601, "message": "no " + method}}}})
 """
 
 
-def connection(tmp_path: Path, hostile: str, pool: mcp_pool.McpPool) -> mcp_pool.McpConnection:
+def connection(
+    tmp_path: Path, hostile: str, pool: mcp_pool.McpPool, on_call: str = "pass"
+) -> mcp_pool.McpConnection:
     script = tmp_path / "server.py"
-    script.write_text(SERVER.format(hostile=textwrap.indent(textwrap.dedent(hostile), " " * 8)))
+    code = {"hostile": hostile, "on_call": on_call}
+    script.write_text(
+        SERVER.format(**{k: textwrap.indent(textwrap.dedent(v), " " * 8) for k, v in code.items()})
+    )
     spec = McpServerSpec(command=sys.executable, args=[str(script)], connect_timeout=20)
     entry = ServerEntry(name="hostile", spec=spec, origin="mm.yaml", base_dir=tmp_path, default_cwd=tmp_path)
     return pool.connection(resolve(entry, environ={}))
@@ -105,6 +112,46 @@ async def test_a_server_that_closes_its_stdout_and_lives_on_is_dropped_with_that
             with pytest.raises(McpCallError) as raised:
                 await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
         assert (raised.value.kind, raised.value.message) == ("lost", stdio.CLOSED)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays(tmp_path: Path) -> None:
+    """-32000, the SDK's code for a closed connection, is also the first code JSON-RPC leaves to servers: a
+    server's "quota exceeded" with it was taken for a lost connection (the model told the call may have taken
+    effect) and the server restarted. An error's message went whole to the model, twice; and an answer of
+    20,000 bad content blocks was described by its 240,000 problems, 46 MB made on the event loop."""
+    on_call = """
+        name = message["params"]["name"]
+        if name == "quota":
+            error = {"code": -32000, "message": "quota exceeded"}
+        elif name == "verbose":
+            error = {"code": -32099, "message": "x" * 1_000_000}
+        if name == "bad":
+            send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text"}] * 20_000}})
+        else:
+            send({"jsonrpc": "2.0", "id": ident, "error": error})
+    """
+    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        conn = connection(tmp_path, "", pool, on_call)
+        raised = []
+        with trio.fail_after(30):  # a hang guard
+            await conn.ready(20)
+            pid = conn.pid
+            for name in ("quota", "verbose", "bad"):
+                with pytest.raises(McpCallError) as error:
+                    await conn.request("call_tool", name, {}, timeout=20, connect_timeout=20)
+                raised.append(error.value)
+        quota, verbose, bad = raised
+        assert (quota.kind, quota.code, quota.message) == ("remote", -32000, "quota exceeded")
+        assert (verbose.kind, verbose.code) == ("remote", -32099)
+        assert verbose.message == "x" * 2000 + " [… 998,000 more characters cut]"
+        assert (bad.kind, bad.message) == (
+            "invalid",
+            "the server's answer breaks the protocol: 240,000 validation errors for CallToolResult",
+        )
+        assert (conn.state, conn.pid, conn.attempts) == ("ready", pid, 1)  # never dropped
         nursery.cancel_scope.cancel()
 
 
