@@ -64,6 +64,9 @@ BACKOFF_MAX = 30.0
 # A connection that drops sooner than this after it was made counts as failing: the next attempt backs off. (A
 # server that exited right after its handshake was restarted at once, 30 times a second, as long as it was used.)
 STABLE_AFTER = 30.0
+# Seconds between two listings of a server's tools on its notifications/tools/list_changed: one that sent it
+# after each listing made the daemon read 8 MB listings four times a second, and was never closed for idleness.
+RELIST_GAP = 5.0
 # Pages of tools/list read at most (a server whose cursor never ends cannot hang a turn).
 MAX_PAGES = 100
 # Tools kept of one server's listing, and the characters of their descriptions and schemas together: the rest
@@ -333,20 +336,25 @@ class McpConnection:
         self._set("failed")
 
     async def _serve(self, client: Any) -> None:
+        """Serve until the connection breaks or is unused for IDLE_CLOSE; list the tools again when the server
+        says they changed, at most once in RELIST_GAP seconds."""
+        relist_at = -math.inf
         while not self._broken:
-            with trio.move_on_at(self.last_used + IDLE_CLOSE):
+            wake = self.last_used + IDLE_CLOSE
+            with trio.move_on_at(min(wake, relist_at) if self._relist else wake):
                 await self._poke.wait()
             self._poke = trio.Event()
             if self._broken:
                 return
-            if self._relist:
+            if not self._wanted():  # a server's notifications are no use of it
+                log.info("MCP server %s closed after %g s unused", self.server.name, IDLE_CLOSE)
+                return
+            if self._relist and trio.current_time() >= relist_at:
                 self._relist = False
                 with trio.fail_after(self.server.spec.connect_timeout):
                     self.tools, self.listing_cut = await _list_tools(client)
+                relist_at = trio.current_time() + RELIST_GAP
                 self._set("ready")
-            elif not self._wanted():
-                log.info("MCP server %s closed after %g s unused", self.server.name, IDLE_CLOSE)
-                return
 
     @contextlib.asynccontextmanager
     async def _client_context(self) -> AsyncIterator[Any]:

@@ -159,7 +159,11 @@ class _Client:
     server_capabilities = server_info = None
     protocol_version = "2025-11-25"
 
+    def __init__(self) -> None:
+        self.listed = 0
+
     async def list_tools(self, cursor: Any = None) -> Any:
+        self.listed += 1
         return SimpleNamespace(tools=[], next_cursor=None)
 
 
@@ -167,6 +171,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch, *, lives: float, times: int) -> mc
     """A connection whose server exits *lives* seconds after its handshake, the first *times* times it starts,
     and exits when mm closes the session, as a stdio server does once its stdin is closed."""
     crashes = [lives] * times
+    client = _Client()
 
     @contextlib.asynccontextmanager
     async def client_context(conn: mcp_pool.McpConnection) -> AsyncIterator[Any]:
@@ -182,7 +187,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch, *, lives: float, times: int) -> mc
             if crashes:
                 nursery.start_soon(exit_later, crashes.pop())
             try:
-                yield _Client()
+                yield client
             finally:
                 if not exited:
                     conn._exited(0)
@@ -227,4 +232,29 @@ async def test_a_server_that_lived_long_reconnects_at_once_and_an_idle_close_is_
         # Unused, it is closed after IDLE_CLOSE; the server exits as its stdin closes: that is no drop.
         await trio.sleep(mcp_pool.IDLE_CLOSE + 10)
         assert (conn.attempts, conn.drops, conn.state) == (2, 1, "idle")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_server_that_keeps_saying_its_tools_changed_is_listed_at_most_every_relist_gap(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: Any
+) -> None:
+    """notifications/tools/list_changed made mm list the tools at once, each time: a server that sent it after
+    each listing kept the daemon reading 8 MB listings four times a second, and a server that said it once a
+    second was never closed for idleness. Now once in RELIST_GAP seconds, and notifications are no use."""
+    conn = stand_in(monkeypatch, lives=0, times=0)
+    changed = SimpleNamespace(method="notifications/tools/list_changed")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.pool.run)
+        await conn.ready(5)
+        client = conn._client
+        for _ in range(60):
+            await conn._on_message(changed)
+            await trio.sleep(1)
+        # The connect's listing, then one at once and one each 5 s, the 60th second's included: 14 (one at each
+        # notification: 61).
+        assert client.listed <= 2 + 60 / mcp_pool.RELIST_GAP
+        for _ in range(int(mcp_pool.IDLE_CLOSE)):
+            await conn._on_message(changed)
+            await trio.sleep(1)
+        assert conn.state == "idle"  # closed IDLE_CLOSE after its last use, the notifications notwithstanding
         nursery.cancel_scope.cancel()
