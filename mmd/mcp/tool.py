@@ -578,11 +578,17 @@ def admit(tools: list[McpTool], taken: dict[str, str]) -> tuple[list[McpTool], l
     """
     taken = dict(taken)
     kept, warnings = [], []
+    mine: dict[str, McpTool] = {}  # the MCP tools kept, by name
     for tool in tools:
         owner = taken.get(tool.name)
         if owner is None:
             taken[tool.name] = f"the tool of MCP server {tool.server}"
+            mine[tool.name] = tool
             kept.append(tool)
+            continue
+        first = mine.get(tool.name)
+        if first is not None and first.server == tool.server:  # a prefix would not part them
+            warnings.append(_same_server_clash(first, tool))
             continue
         fix = (
             f"set prefix: true on the server to offer it as {exposed_name(tool.server, tool.remote_name, True)}, "
@@ -592,6 +598,17 @@ def admit(tools: list[McpTool], taken: dict[str, str]) -> tuple[list[McpTool], l
             f"MCP server {tool.server}: tool {tool.remote_name} is skipped: its name {tool.name} is taken by {owner} ({fix})"
         )
     return kept, warnings
+
+
+def _same_server_clash(first: McpTool, tool: McpTool) -> str:
+    """The warning for a server's tool whose name its own earlier tool has (a prefix gives both the same)."""
+    if first.remote_name == tool.remote_name:
+        return f"MCP server {tool.server} lists tool {tool.remote_name} twice: the first is kept"
+    return (
+        f"MCP server {tool.server}: tool {tool.remote_name} is skipped: it is offered as {tool.name}, as is its "
+        f"tool {first.remote_name} (a name keeps letters, digits, _ and -); name the one you want in tools.include, "
+        "or leave the other out with tools.exclude"
+    )
 
 
 def taken_names(tools: list[Any]) -> dict[str, str]:

@@ -256,6 +256,18 @@ def test_clashes_skip_the_mcp_tool_with_a_warning(tmp_path):
     ]
 
 
+def test_a_servers_own_tools_that_clash_are_not_told_to_take_a_prefix():
+    """Two tools of one server offered under one name (a.b and a_b are both a_b; a name listed twice) were
+    told "set prefix: true", which gives both the same prefix: the advice is the allowlist's."""
+    kept, warnings = admit([tool("a_b", remote="a.b"), tool("a_b"), tool("go"), tool("go")], taken_names([]))
+    assert [t.remote_name for t in kept] == ["a.b", "go"]
+    assert warnings == [
+        "MCP server seed: tool a_b is skipped: it is offered as a_b, as is its tool a.b (a name keeps letters, "
+        "digits, _ and -); name the one you want in tools.include, or leave the other out with tools.exclude",
+        "MCP server seed lists tool go twice: the first is kept",
+    ]
+
+
 # --- answers ------------------------------------------------------------------------------------
 
 
