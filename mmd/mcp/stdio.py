@@ -41,6 +41,10 @@ READ_SIZE = 65536
 # answers each in a task of its own, which waits until the server reads. A server that sent requests and never
 # read its stdin grew the daemon by 45 MB a second; past this many waiting, its connection is dropped.
 MAX_UNREAD_ANSWERS = 256
+# Items of a list at the top of a result (content blocks, tools, resources…) read at most. The SDK checks each
+# against its types on the event loop: 300,000 bad content blocks (5 MB, within MAX_VALUES) held every session
+# of the daemon 3 s; real answers list tens, a page of tools hundreds. Past it the answer is refused.
+MAX_RESULT_ITEMS = 10_000
 # JSON-RPC's code for an error inside the server (here: an answer mm cannot read).
 _INTERNAL_ERROR = -32603
 # The key in an error's data that says mm refused the server's answer (mmd/mcp/tool.py reads it).
@@ -235,25 +239,36 @@ def _parse(line: bytes, mcp_types: Any, session_message: Any) -> Any:
     Before the SDK's parser recurses into the line, or builds every value of it (the SDK's types keep
     fields they do not know: 20 M ``{}`` in a 64 MiB line were 7 GB kept), its nesting and its count of
     values are checked: a text of at most MAX_VALUES characters costs two ``count``s of the event loop.
+    Before the SDK checks a result's lists item by item, their length is (MAX_RESULT_ITEMS).
     """
     try:
         check_json(line, what="it is", max_depth=MAX_DOCUMENT_DEPTH)
     except (TooDeep, TooMany) as exc:
-        log.warning("an MCP server wrote a line that mm refused: %s", exc)
-        msgid = _top_level_id(line)
-        if msgid is None:
-            return None
-        # Answer the request now rather than let it wait for its timeout.
-        error = mcp_types.ErrorData(
-            code=_INTERNAL_ERROR, message=f"mm refused its answer: {exc}", data={REFUSED: True}
-        )
-        return session_message(mcp_types.JSONRPCError(jsonrpc="2.0", id=msgid, error=error))
+        return _refused(_top_level_id(line), str(exc), mcp_types, session_message)
     try:
-        return session_message(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
         # A server that logs to stdout breaks the protocol; skip the line rather than the connection.
         log.warning("an MCP server wrote a line that is not JSON-RPC: %.200r", line)
         return None
+    result = getattr(message, "result", None)
+    for key, value in result.items() if isinstance(result, dict) else ():
+        if isinstance(value, list) and len(value) > MAX_RESULT_ITEMS:
+            too_long = f"its {key} lists {len(value):,} items; the limit is {MAX_RESULT_ITEMS:,}"
+            return _refused(message.id, too_long, mcp_types, session_message)
+    return session_message(message)
+
+
+def _refused(msgid: Any, why: str, mcp_types: Any, session_message: Any) -> Any:
+    """An error answering request *msgid* now (rather than after its timeout) saying mm refused its answer;
+    None without an id."""
+    log.warning("an MCP server wrote a line that mm refused: %s", why)
+    if msgid is None:
+        return None
+    error = mcp_types.ErrorData(
+        code=_INTERNAL_ERROR, message=f"mm refused its answer: {why}", data={REFUSED: True}
+    )
+    return session_message(mcp_types.JSONRPCError(jsonrpc="2.0", id=msgid, error=error))
 
 
 def _top_level_id(line: bytes) -> int | str | None:

@@ -119,7 +119,7 @@ async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays
     """-32000, the SDK's code for a closed connection, is also the first code JSON-RPC leaves to servers: a
     server's "quota exceeded" with it was taken for a lost connection (the model told the call may have taken
     effect) and the server restarted. An error's message went whole to the model, twice; and an answer of
-    20,000 bad content blocks was described by its 240,000 problems, 46 MB made on the event loop."""
+    2,000 bad content blocks was described by its 24,000 problems, 4.6 MB made on the event loop."""
     on_call = """
         name = message["params"]["name"]
         if name == "quota":
@@ -127,7 +127,7 @@ async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays
         elif name == "verbose":
             error = {"code": -32099, "message": "x" * 1_000_000}
         if name == "bad":
-            send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text"}] * 20_000}})
+            send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text"}] * 2_000}})
         else:
             send({"jsonrpc": "2.0", "id": ident, "error": error})
     """
@@ -149,9 +149,34 @@ async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays
         assert verbose.message == "x" * 2000 + " [… 998,000 more characters cut]"
         assert (bad.kind, bad.message) == (
             "invalid",
-            "the server's answer breaks the protocol: 240,000 validation errors for CallToolResult",
+            "the server's answer breaks the protocol: 24,000 validation errors for CallToolResult",
         )
         assert (conn.state, conn.pid, conn.attempts) == ("ready", pid, 1)  # never dropped
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_answer_listing_more_items_than_mm_reads_is_refused_before_the_sdk_checks_each(
+    tmp_path: Path,
+) -> None:
+    """The SDK checks each content block against its types on the event loop: 300,000 bad ones (5 MB, within
+    the bound of values) held every session of the daemon 3 s, and were then told as 1.2 M problems. A list
+    at the top of a result longer than MAX_RESULT_ITEMS is refused in the transport, and the call answered."""
+    on_call = """
+        blocks = [{"type": "image"}] * 20_000
+        send({"jsonrpc": "2.0", "id": ident, "result": {"content": blocks}})
+    """
+    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        conn = connection(tmp_path, "", pool, on_call)
+        with trio.fail_after(30):  # a hang guard
+            with pytest.raises(McpCallError) as raised:
+                await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
+        assert (raised.value.kind, raised.value.data) == ("remote", {stdio.REFUSED: True})
+        assert (
+            raised.value.message
+            == "mm refused its answer: its content lists 20,000 items; the limit is 10,000"
+        )
         nursery.cancel_scope.cancel()
 
 
