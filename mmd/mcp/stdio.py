@@ -78,7 +78,7 @@ async def stdio_transport(
     given the file itself could fill the disk, its sandbox notwithstanding). ``on_start(pid)`` is
     called once it runs; ``on_exit(returncode)`` as soon as it exits, whoever
     asked (the server crashed, was killed, or the block ended); ``on_eof(reason)`` when mm stops reading a
-    server that runs on (it closed its stdout, or left MAX_UNREAD_ANSWERS answers unread). A ``sandbox``
+    server that runs on (it closed its stdout or stdin, or left MAX_UNREAD_ANSWERS answers unread). A ``sandbox``
     confines the server and all it starts (mmd/procs/supervisor.py).
 
     Errors: OSError or ValueError if the server cannot start.
@@ -110,7 +110,7 @@ async def stdio_transport(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read, proc, read_send, write_send, argv[0], on_eof)
             drains = Drains(nursery, stderr, proc.stderr)
-            nursery.start_soon(_write, proc, write_recv, read_send)
+            nursery.start_soon(_write, proc, write_recv, read_send, on_eof)
             nursery.start_soon(watcher)
             try:
                 yield read_recv, write_send
@@ -150,12 +150,7 @@ async def _read(
                 if lines.partial > MAX_LINE:
                     log.warning("%s: dropped a line longer than %d bytes", program, MAX_LINE)
                     lines.drop()
-            # Most often the server is exiting, which the watcher reports; one that closed its stdout and lives
-            # on was 'ready' until a call found it silent (and was told it may have taken effect).
-            with trio.move_on_after(STDIN_CLOSE_WAIT):
-                await proc.wait()
-            if proc.returncode is None:
-                on_eof(CLOSED)
+            await _gone(proc, on_eof, CLOSED)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass  # the session is gone, or the pipe: either way the stream is closed
 
@@ -163,6 +158,7 @@ async def _read(
 # Why mm stopped reading a server that is still running (on_eof's reasons).
 UNREAD = f"the server sent requests without reading mm's answers ({MAX_UNREAD_ANSWERS:,} waited)"
 CLOSED = "the server closed its stdout and went on running"
+STDIN_CLOSED = "the server closed its stdin and went on running"
 
 
 def _unread(message: Any, write_send: Any, mcp_types: Any) -> bool:
@@ -207,8 +203,9 @@ class _Lines:
         self._searched = 0
 
 
-async def _write(proc: Any, write_recv: Any, read_send: Any) -> None:
-    """The SDK's write stream to the server's stdin, one message a line."""
+async def _write(proc: Any, write_recv: Any, read_send: Any, on_eof: Callable[[str], None]) -> None:
+    """The SDK's write stream to the server's stdin, one message a line; ``on_eof(reason)`` when the server
+    closed its stdin and runs on."""
     import anyio  # lazily, as in stdio_transport
 
     try:
@@ -216,9 +213,23 @@ async def _write(proc: Any, write_recv: Any, read_send: Any) -> None:
             async for message in write_recv:
                 text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await proc.stdin.send_all(text.encode() + b"\n")
-    except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.ClosedResourceError, OSError):
-        # The server is gone: end the read side too, so a waiting request is answered.
-        await read_send.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.ClosedResourceError, OSError) as exc:
+        try:
+            if isinstance(exc, trio.BrokenResourceError):  # the server's end, not mm's, was closed
+                await _gone(proc, on_eof, STDIN_CLOSED)  # first: a waiting request is told why
+        finally:
+            # The server is gone: end the read side too, so a waiting request is answered.
+            await read_send.aclose()
+
+
+async def _gone(proc: Any, on_eof: Callable[[str], None], reason: str) -> None:
+    """``on_eof(reason)`` unless the server exits within a moment. Most often it is exiting, which the
+    watcher reports; one that closed a pipe and lived on was 'ready' until a call found it silent (and was
+    told it may have taken effect)."""
+    with trio.move_on_after(STDIN_CLOSE_WAIT):
+        await proc.wait()
+    if proc.returncode is None:
+        on_eof(reason)
 
 
 async def _close_stdin(proc: Any, grace: float, drains: Drains) -> None:

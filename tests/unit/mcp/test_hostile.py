@@ -115,6 +115,29 @@ async def test_a_server_that_closes_its_stdout_and_lives_on_is_dropped_with_that
         nursery.cancel_scope.cancel()
 
 
+async def test_a_server_that_closes_its_stdin_and_lives_on_is_dropped_with_that_reason(
+    tmp_path: Path,
+) -> None:
+    """mm's next write found the pipe closed and ended the read side alone: the connection looked 'ready' and
+    its next call was told the connection closed during call_tool. Now it drops, and a call says why."""
+    hostile = """
+        sys.stdin.readline()  # the call, which is never answered
+        os.close(0)
+        send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})  # mm's answer finds the pipe closed
+        time.sleep(60)
+    """
+    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        conn = connection(tmp_path, hostile, pool)
+        with trio.fail_after(30):  # a hang guard
+            await conn.ready(20)
+            with pytest.raises(McpCallError) as raised:
+                await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
+        assert (raised.value.kind, raised.value.message) == ("lost", stdio.STDIN_CLOSED)
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays(tmp_path: Path) -> None:
     """-32000, the SDK's code for a closed connection, is also the first code JSON-RPC leaves to servers: a
     server's "quota exceeded" with it was taken for a lost connection (the model told the call may have taken
