@@ -56,7 +56,13 @@ async def skills_list(daemon: Daemon, conn: Connection, p: SkillsList) -> Skills
     _, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, [])
     warnings = [*plan.trust_warnings(trust.untrusted, cwd), *warnings]
     with plan.path_errors():
-        dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=paths.home(), agent_skills=agent.skills)
+        dirs = skill_dirs(
+            cwd,
+            config_dir=paths.config_dir(),
+            home=paths.home(),
+            agent_skills=agent.skills,
+            agent_file=agent.path,
+        )
     return SkillsListed(
         agent=agent.path, skills=_skill_infos(skills), folders=[str(d.path) for d in dirs], warnings=warnings
     )

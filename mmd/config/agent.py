@@ -9,11 +9,13 @@ moved or shared as a whole.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
+from .. import paths
 from ..tools.builtin import BUILTIN_TOOLS
 from . import loader
 from .declared import DeclaredToolSpec
@@ -114,7 +116,44 @@ def powers(agent: AgentFile) -> list[str]:
         found.append("sandbox: off")
     if agent.sandbox.writable:
         found.append(f"sandbox.writable: {listing(agent.sandbox.writable)}")
+    found += [
+        f"skills: {folder}, outside the project: its skills go to your model and the file tools read it unasked"
+        for folder in outside_skills(agent.path, agent.skills, paths.config_dir())
+    ]
     return found
+
+
+def agent_project(agent_file: str | None, config_dir: Path) -> Path | None:
+    """The project an agent file's ``skills:`` belong to (the repository holding the file: its folder up
+    to ``.git``, else its folder), None when the file is the user's: none, or in the user's config folder.
+
+    A cloned repository's ``mm.yaml`` needs no trust to name skills, and a skill's text goes to the model
+    and its folder is one the file tools read without asking: ``skills: [~/work/other/.claude/skills]``
+    read another project's files unasked, ``skills: [./s]`` with ``s/x`` linked out the same."""
+    if agent_file is None:
+        return None
+    if Path(os.path.realpath(agent_file)).is_relative_to(os.path.realpath(config_dir)):
+        return None
+    return paths.project_root(Path(agent_file).parent)
+
+
+def outside_skills(agent_file: str | None, skills: Sequence[str], config_dir: Path) -> list[str]:
+    """The ``skills:`` folders of a project's agent file that lead out of its project (symbolic links
+    resolved), as they resolve: each is a power of the file, asked about before the file is used."""
+    root = agent_project(agent_file, config_dir)
+    if root is None:
+        return []
+    return [os.path.realpath(p) for p in skills if skills_confine(p, root) is None]
+
+
+def skills_confine(path: str, root: Path | None) -> Path | None:
+    """What an agent file's skills folder at *path* is confined to: *root* when it is inside (a link in it
+    that leads out is then no skill, as in the project's own folders); None when the file is the user's,
+    or the folder leads out (the file was trusted with it as a power: :func:`outside_skills`)."""
+    if root is None:
+        return None
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return root if os.path.commonpath([real, top]) == top else None
 
 
 def _tool_line(tool: DeclaredToolSpec) -> str:

@@ -3,7 +3,8 @@
 A cloned repository's agent file (``mm.yaml``, ``.mm/agent.yaml``), its ``.mcp.json`` and its Claude Code
 settings (under ``import: claude``) can name commands mm would run without asking anyone — hooks, MCP
 servers, declared tools, a ``scripted:`` model whose script would answer in place of the person's — and keys
-that loosen mm's guards (``yolo``, ``pass_env``, ``sandbox: off``, ``sandbox.writable``). Such a file is
+that loosen mm's guards (``yolo``, ``pass_env``, ``sandbox: off``, ``sandbox.writable``, a
+``skills:`` folder outside the project, which the file tools read unasked). Such a file is
 used only once the person trusted it (``mm trust``), and only as it was then: trust is kept by the file's
 path and the SHA-256 of its text, so a ``git pull`` or a sandboxed command that changes it makes it
 untrusted again. A file that names none of these is used as it is; a file the person names on the command

@@ -12,8 +12,11 @@ The user's skills come before the project's as in Claude Code (personal override
 repository cannot replace a skill the user wrote by shipping one of the same name. Nearest first, so a
 package of a monorepo can refine a skill of the whole repository. mm's folder before Claude's before the
 shared ``.agents``: the most specific to this tool first. A project's skills must stay inside the
-repository root once symlinks are resolved (``SkillDir.confine``); the user's and the agent file's may
-point anywhere, being the user's own.
+repository root once symlinks are resolved (``SkillDir.confine``); the user's may point anywhere, being the
+user's own. So may the agent file's when the file is in the user's config folder; any other agent file is
+its project's: each ``skills:`` folder inside its project is confined to it as the project's own are, and
+one that leads out of it is a power of the file (config/agent.py's ``outside_skills`` and ``powers``), used
+only once the person trusted the file (naming it with ``--agent`` does).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..config.agent import agent_project, skills_confine
 from ..paths import project_root
 from .skills import SkillDir
 
@@ -38,12 +42,15 @@ def skill_dirs(
     config_dir: Path,
     home: Path,
     agent_skills: Sequence[str] = (),
+    agent_file: str | None = None,
 ) -> list[SkillDir]:
-    """Every folder searched for skills in *cwd*, in priority order (see the module), each folder once."""
-    # The agent file's folders are made each time, never kept: skills: is no power, so a cloned repository's
-    # file names them unasked, and kept with each place they held up to 20,000 paths 32 times over (~300
-    # MiB). Its folders are few (config.agent.MAX_SKILL_FOLDERS), most often none.
-    named = [SkillDir(Path(p), "agent file") for p in agent_skills]
+    """Every folder searched for skills in *cwd*, in priority order (see the module), each folder once;
+    *agent_file*: the file *agent_skills* come from (a project's confines them: config.agent.agent_project)."""
+    # The agent file's folders are made each time, never kept: skills: inside the project is no power, so a
+    # cloned repository's file names them unasked, and kept with each place they held up to 20,000 paths 32
+    # times over (~300 MiB). Its folders are few (config.agent.MAX_SKILL_FOLDERS), most often none.
+    root = agent_project(agent_file, config_dir)
+    named = [SkillDir(Path(p), "agent file", confine=skills_confine(p, root)) for p in agent_skills]
     return _once([*named, *_candidates(cwd, project_root(cwd), config_dir, home)])
 
 

@@ -135,7 +135,13 @@ def build_tools(
     Errors: RPCError bad_path when *cwd* cannot be read (:func:`path_errors`).
     """
     with path_errors():
-        dirs = skill_dirs(cwd, config_dir=paths.config_dir(), home=paths.home(), agent_skills=agent.skills)
+        dirs = skill_dirs(
+            cwd,
+            config_dir=paths.config_dir(),
+            home=paths.home(),
+            agent_skills=agent.skills,
+            agent_file=agent.path,
+        )
         skills, warnings = load_skills(dirs)
     warnings = [*missing_configured(agent.path, agent.skills, agent.skills_lines), *warnings]
     base_dir = agent.base_dir or cwd

@@ -282,3 +282,25 @@ def test_the_cli_asks_naming_the_path_and_takes_a_folder(
     assert ("does not hold" in text) is bad_folder_first
     assert [(r["tool"], r["kind"], r["rule"]) for r in rules()] == [("outside:read", "path", str(outside))]
     assert_daemon_serves(mm_home)
+
+
+def test_a_clones_agent_file_cannot_make_another_folder_a_skill_folder(
+    mm_home: Path, scripted: Any, daemon: Any
+) -> None:
+    # Skill folders are read without asking, and skills: needs no trust: a cloned repository's mm.yaml
+    # named another project's skills, and the model read that project's files unasked. Now such a file
+    # waits for `mm trust` (the prompt goes without it), and the read asks: headless, exit 3.
+    other = mm_home / "other" / ".claude" / "skills"
+    (other / "deploy").mkdir(parents=True)
+    (other / "deploy" / "SKILL.md").write_text("---\nname: deploy\ndescription: Deploy prod.\n---\nSteps.\n")
+    (other / "deploy" / "creds.txt").write_text("the other project's secret\n")
+    work = mm_home / "work"
+    (work / "mm.yaml").write_text(f"skills: [{other}]\n")
+    server = scripted([call("read_file", path=str(other / "deploy" / "creds.txt"))])
+    result = run_mm("-p", "read it", cwd=work)
+    assert result.returncode == 3, result.stderr
+    said = " ".join(result.stderr.split())
+    assert f"{work / 'mm.yaml'} names what mm would run (skills: {other}, outside the project" in said
+    assert "Deploy prod." not in json.dumps(server.requests()[0]["body"])
+    assert "secret" not in tool_texts(server) and "secret" not in result.stdout
+    assert_daemon_serves(mm_home)

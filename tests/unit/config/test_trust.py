@@ -271,3 +271,28 @@ def test_a_projects_scripted_model_waits_for_trust_and_the_persons_model_answers
     named = Trust({}, named=cwd / "mm.yaml")
     resolved = plan.resolve(cwd, agent="mm.yaml", model=None, yolo=False, config_path=config, trust=named)
     assert resolved.model.script == cwd / ".mm" / "brain.json" and resolved.untrusted == []
+
+
+def test_a_projects_skills_folder_outside_it_waits_for_trust(tmp_path: Path, monkeypatch) -> None:
+    # skills: needs no trust, and a skill's text goes to the model, its folder read by the file tools
+    # unasked: a cloned repository's mm.yaml named another project's skills, or a folder linked out.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    repo, other = tmp_path / "repo", tmp_path / "other" / ".claude" / "skills"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "inside").mkdir()
+    other.mkdir(parents=True)
+    (repo / "linked").symlink_to(other)
+    path = repo / "mm.yaml"
+    path.write_text(f"skills: [./inside, ./no-such, {other}, ./linked]\n")
+    outside = f"skills: {other}, outside the project: its skills go to your model and the file tools read it unasked"
+    assert powers(load_agent_file(path)) == [outside, outside]
+    trust = Trust({})
+    assert not trust.admits(path, load_agent_file(path).digest, powers(load_agent_file(path)))
+
+    # A folder inside the repository is no power; nor is anything an agent file of your config folder names.
+    path.write_text("skills: [./inside, ./no-such]\n")
+    assert powers(load_agent_file(path)) == []
+    mine = tmp_path / "config" / "mm" / "agents" / "a.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(f"skills: [{other}]\n")
+    assert powers(load_agent_file(mine)) == []

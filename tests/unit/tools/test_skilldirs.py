@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mmd.config.agent import outside_skills
 from mmd.tools import skilldirs
 from mmd.tools.skilldirs import missing_configured, project_root, skill_dirs
 from mmd.tools.skills import MAX_FOLDERS, MAX_SKILL_BYTES, load_skills
@@ -269,3 +270,32 @@ def test_a_configured_folder_that_does_not_exist_is_named_with_its_line(tmp_path
         "folder of skill folders (each with a SKILL.md): create it, fix the path (relative paths start at the "
         "agent file's folder), or remove the entry",
     ]
+
+
+def test_a_project_agent_files_skills_folder_is_confined_as_the_projects_own(tmp_path: Path) -> None:
+    # The folder itself is inside, a skill in it links out: no skill, as in .claude/skills. The same folder
+    # from an agent file of the config folder (or none: the test's default) is the person's, and followed.
+    home, config, repo, cwd = tree(tmp_path)
+    secret = skill(tmp_path / "elsewhere" / "deploy", "deploy", "Another project's.")
+    (repo / "skills").mkdir()
+    (repo / "skills" / "deploy").symlink_to(secret)
+    agent_file = str(repo / "mm.yaml")
+    dirs = skill_dirs(
+        cwd, config_dir=config, home=home, agent_skills=(str(repo / "skills"),), agent_file=agent_file
+    )
+    catalogue, warnings = load_skills(dirs)
+    assert catalogue.names() == []
+    assert f"outside {os.path.realpath(repo)}: a project's skill must stay inside" in warnings[0]
+    # A folder leading out is a power of the file (config/agent.py): used only once it was trusted.
+    assert outside_skills(agent_file, [str(tmp_path / "elsewhere")], config) == [
+        os.path.realpath(tmp_path / "elsewhere")
+    ]
+    dirs = skill_dirs(
+        cwd, config_dir=config, home=home, agent_skills=(str(tmp_path / "elsewhere"),), agent_file=agent_file
+    )
+    assert load_skills(dirs)[0].names() == ["deploy"]
+    for mine in (str(config / "agents" / "a.yaml"), None):
+        dirs = skill_dirs(
+            cwd, config_dir=config, home=home, agent_skills=(str(repo / "skills"),), agent_file=mine
+        )
+        assert load_skills(dirs)[0].names() == ["deploy"]
