@@ -13,6 +13,7 @@ import trio
 
 from . import __version__, paths
 from .api import METHODS
+from .procs import environ
 from .rpc import trust, unix
 from .server import sdnotify
 from .server.daemon import Daemon
@@ -149,6 +150,19 @@ class _Ready:
         self.notifier.notify("READY=1", f"MAINPID={os.getpid()}")
 
 
+def _absolute_path() -> None:
+    """Only absolute folders in PATH, before any child starts (procs/environ.py: a cloned repository's
+    ``./bash`` was run for a ``.`` or an empty entry), saying which entries were left out."""
+    dropped = environ.keep_absolute_path()
+    if dropped:
+        logging.getLogger("mmd").warning(
+            "PATH entries left out, since mm starts programs in projects it does not trust and a relative "
+            "entry would find a project's own: %s (PATH is now %s)",
+            ", ".join(repr(d) for d in dropped),
+            os.environ["PATH"],
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     state_dir = args.state_dir or paths.state_dir()
@@ -159,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mmd: {exc}", file=sys.stderr)
         return 1
     _logging(state_dir, args.log_level)
+    _absolute_path()
     # Under systemd: the socket it bound for us (socket activation) and where to say "ready".
     notifier = sdnotify.Notifier.from_environ()
     try:

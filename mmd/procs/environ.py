@@ -133,3 +133,31 @@ def _daemon_kept() -> dict[str, str] | None:
     kept = {k: v for k, v in os.environ.items() if not is_secret(k)}
     _kept_cache = (dict(raw), len(_withheld), kept)
     return kept
+
+
+def absolute_path(value: str) -> tuple[str, list[str]]:
+    """The PATH *value* with only its absolute folders, in order, and the entries left out (an empty
+    entry, ``.``, ``bin``, ``./node_modules/.bin``). None left: the C library's default folders.
+
+    A relative entry names a folder of whatever folder a lookup starts from, and mm starts its children in
+    the project: with ``.`` or an empty entry (``PATH=/usr/bin:``, a trailing colon) in the daemon's PATH,
+    the ``bash`` of a bash call, the ``git`` of an undo snapshot, a hook's program, and each program a
+    child names in turn, were a cloned repository's own ``./bash``, ``./git``, ``./jq``, run with your
+    rights before you trusted anything of it."""
+    parts = value.split(os.pathsep)
+    kept = [p for p in parts if os.path.isabs(p)]
+    return os.pathsep.join(kept) or "/usr/bin:/bin", [p for p in parts if not os.path.isabs(p)]
+
+
+def keep_absolute_path() -> list[str]:
+    """Leave only the absolute folders in the daemon's own PATH (:func:`absolute_path`), which every lookup
+    of a program reads (posix_spawnp, Popen, shutil.which) and every child inherits; the entries left out.
+
+    Errors: none."""
+    value = os.environ.get("PATH")
+    if value is None:
+        return []
+    kept, dropped = absolute_path(value)
+    if dropped:
+        os.environ["PATH"] = kept
+    return dropped

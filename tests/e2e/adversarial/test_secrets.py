@@ -13,6 +13,7 @@ with ``pass_env`` the named ones appear everywhere, the others still nowhere.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -171,3 +172,29 @@ def test_pass_env_must_name_variables(mm_home: Path, secret_daemon: Any) -> None
         f"{work / 'bad.yaml'}:4: pass_env[1]: expected the name of an environment variable" in checked.stderr
     )
     assert_daemon_serves(mm_home)
+
+
+def test_a_relative_path_entry_finds_no_program_of_the_project(
+    mm_home: Path, scripted: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mm starts its children in the project: with "." or an empty entry in the daemon's PATH, the bash of a
+    # bash call (and an undo snapshot's git) was the cloned repository's own.
+    work = mm_home / "work"
+    marker = mm_home / "ran-the-projects-program"
+    for name in ("bash", "git"):
+        fake = work / name
+        fake.write_text(f"#!/bin/sh\necho {name} >> {marker}\necho fake\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f".{os.pathsep}{os.environ['PATH']}{os.pathsep}")
+    proc = start_mmd(mm_home)
+    try:
+        server = scripted([call("bash", {"command": "echo real-$((6 * 7))"}), {"text": "done"}])
+        result = run_mm("--yolo", "--output-format", "json", "-p", "go", cwd=work)
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists(), marker.read_text()
+        assert "real-42" in json.dumps(server.requests()[-1]["body"]["messages"])
+        log = (mm_home / "state" / "mm" / "mmd.log").read_text()
+        assert "PATH entries left out" in log and "'.', ''" in log
+        assert_daemon_serves(mm_home)
+    finally:
+        stop_daemon(proc)

@@ -804,3 +804,15 @@ async def test_a_cut_output_cancelled_leaves_no_spill_file(tmp_path: Path) -> No
             nursery.cancel_scope.cancel()
     assert not scope.cancelled_caught, "no spill file was made"
     assert not spill.exists()
+
+
+def test_only_absolute_folders_stay_in_the_daemons_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A relative entry is a folder of the project a child starts in: its ./bash ran for a bash call.
+    assert environ.absolute_path("/usr/bin:.::bin:/bin:./node_modules/.bin") == (
+        "/usr/bin:/bin",
+        [".", "", "bin", "./node_modules/.bin"],
+    )
+    assert environ.absolute_path(":.") == ("/usr/bin:/bin", ["", "."])  # never empty: that is "." again
+    monkeypatch.setenv("PATH", "/usr/bin:")
+    assert environ.keep_absolute_path() == [""] and os.environ["PATH"] == "/usr/bin"
+    assert environ.keep_absolute_path() == [] and os.environ["PATH"] == "/usr/bin"
