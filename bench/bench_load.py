@@ -94,6 +94,7 @@ class Home:
             (self.home / sub).mkdir(mode=0o700)
             self.env[var] = str(self.home / sub)
         self.env.pop("MM_SOCKET", None)
+        self.env["MM_DUMPABLE"] = "1"  # its descriptors are counted from outside (mmd/main.py)
         self.socket = self.home / "run" / "mm" / "mmd.sock"
         self.store = self.home / "state" / "mm" / "mm.db"
         self.work = self.home / "work"

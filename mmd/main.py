@@ -13,7 +13,7 @@ import trio
 
 from . import __version__, paths
 from .api import METHODS
-from .procs import environ
+from .procs import cspawn, environ
 from .rpc import trust, unix
 from .server import sdnotify
 from .server.daemon import Daemon
@@ -150,6 +150,24 @@ class _Ready:
         self.notifier.notify("READY=1", f"MAINPID={os.getpid()}")
 
 
+# prctl(2): a process that is not dumpable has its /proc/PID/environ, mem and fd readable by root alone.
+PR_SET_DUMPABLE = 4
+
+
+def _undumpable() -> None:
+    """Keep the daemon's environment (its API keys) and memory from its own children: each runs as the
+    person, confined or not (Landlock does not govern reading /proc), and a bash call's
+    ``cat /proc/$PPID/environ`` put every key of the daemon into the model's next request and the store.
+    A child's exec makes it dumpable again: its own environment is the cleaned one (procs/environ.py).
+    ``MM_DUMPABLE=1`` leaves it as it was, for a tool that measures the daemon from outside (its descriptors)."""
+    if os.environ.get("MM_DUMPABLE") == "1":
+        return
+    if cspawn.LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        logging.getLogger("mmd").warning(
+            "prctl(PR_SET_DUMPABLE, 0) failed: children may read the daemon's keys"
+        )
+
+
 def _absolute_path() -> None:
     """Only absolute folders in PATH, before any child starts (procs/environ.py: a cloned repository's
     ``./bash`` was run for a ``.`` or an empty entry), saying which entries were left out."""
@@ -174,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _logging(state_dir, args.log_level)
     _absolute_path()
+    _undumpable()
     # Under systemd: the socket it bound for us (socket activation) and where to say "ready".
     notifier = sdnotify.Notifier.from_environ()
     try:

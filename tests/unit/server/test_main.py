@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,23 @@ def test_a_log_on_a_full_disk_drops_its_lines_and_never_raises(
         with contextlib.suppress(OSError):
             handler.close()
     assert "No space left on device" in capsys.readouterr().err  # logging's own report of the lost lines
+
+
+@pytest.mark.parametrize(("dumpable", "expected"), [(None, "0"), ("1", "1")])
+def test_the_daemon_is_not_dumpable_so_no_child_reads_its_keys_in_proc(
+    dumpable: str | None, expected: str
+) -> None:
+    # A child runs as the person, confined or not: `cat /proc/$PPID/environ` in a bash call read every key
+    # of the daemon. Not dumpable, the daemon's /proc/PID/environ, mem and fd are root's alone. Checked in a
+    # process of its own (the flag is the whole process's), by prctl(PR_GET_DUMPABLE).
+    code = (
+        "import ctypes, os\n"
+        "from mmd import main\n"
+        "main._undumpable()\n"
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MM_DUMPABLE"}
+    if dumpable is not None:
+        env["MM_DUMPABLE"] = dumpable
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == expected
