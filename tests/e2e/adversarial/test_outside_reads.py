@@ -303,4 +303,8 @@ def test_a_clones_agent_file_cannot_make_another_folder_a_skill_folder(
     assert f"{work / 'mm.yaml'} names what mm would run (skills: {other}, outside the project" in said
     assert "Deploy prod." not in json.dumps(server.requests()[0]["body"])
     assert "secret" not in tool_texts(server) and "secret" not in result.stdout
+    # Trusted as it is, the file's folder is the person's choice: its skill is offered.
+    assert run_mm("trust", "--yes", cwd=work).returncode == 0
+    listed = run_mm("skills", "list", "--json", cwd=work)
+    assert [s["name"] for s in json.loads(listed.stdout)] == ["deploy"], listed.stderr
     assert_daemon_serves(mm_home)
