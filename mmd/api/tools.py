@@ -7,12 +7,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import paths
 from ..config.trust import everything
 from ..models.tokens import estimate
 from ..rpc.methods import SkillsList, Stats, ToolsCheck, ToolsList
 from ..rpc.results import SkillInfo, SkillsListed, ToolInfo, ToolsChecked, ToolsListed, ToolStat, ToolStats
-from ..tools.skilldirs import skill_dirs
 from ..tools.skills import Catalogue
 from ..turn import plan
 
@@ -56,13 +54,7 @@ async def skills_list(daemon: Daemon, conn: Connection, p: SkillsList) -> Skills
     _, skills, warnings = await trio.to_thread.run_sync(plan.build_tools, agent, cwd, [])
     warnings = [*plan.trust_warnings(trust.untrusted, cwd), *warnings]
     with plan.path_errors():
-        dirs = skill_dirs(
-            cwd,
-            config_dir=paths.config_dir(),
-            home=paths.home(),
-            agent_skills=agent.skills,
-            agent_file=agent.path,
-        )
+        dirs = plan.skill_folders(agent, cwd)
     return SkillsListed(
         agent=agent.path, skills=_skill_infos(skills), folders=[str(d.path) for d in dirs], warnings=warnings
     )

@@ -43,7 +43,7 @@ from ..tools.declared import declared_tools
 from ..tools.registry import Registry
 from ..tools.skillcmds import Commands
 from ..tools.skilldirs import missing_configured, skill_dirs
-from ..tools.skills import Catalogue, load_skills
+from ..tools.skills import Catalogue, SkillDir, load_skills
 from .budget import Budget
 
 DEFAULT_SYSTEM = (
@@ -122,6 +122,18 @@ def system_prompt(base: str | None, cwd: Path, skills_text: str) -> str:
     return "\n\n".join(parts)
 
 
+def skill_folders(agent: AgentFile, cwd: Path) -> list[SkillDir]:
+    """Every folder searched for skills in *cwd* under *agent*, in priority order (tools/skilldirs.py): the
+    turn's and ``mm skills list``'s. Errors: OSError where *cwd* cannot be read (see :func:`path_errors`)."""
+    return skill_dirs(
+        cwd,
+        config_dir=paths.config_dir(),
+        home=paths.home(),
+        agent_skills=agent.skills,
+        agent_file=agent.path,
+    )
+
+
 def build_tools(
     agent: AgentFile, cwd: Path, mcp_tools: list[McpTool] | None = None
 ) -> tuple[Registry, Catalogue, list[str]]:
@@ -135,14 +147,7 @@ def build_tools(
     Errors: RPCError bad_path when *cwd* cannot be read (:func:`path_errors`).
     """
     with path_errors():
-        dirs = skill_dirs(
-            cwd,
-            config_dir=paths.config_dir(),
-            home=paths.home(),
-            agent_skills=agent.skills,
-            agent_file=agent.path,
-        )
-        skills, warnings = load_skills(dirs)
+        skills, warnings = load_skills(skill_folders(agent, cwd))
     warnings = [*missing_configured(agent.path, agent.skills, agent.skills_lines), *warnings]
     base_dir = agent.base_dir or cwd
     tools = [

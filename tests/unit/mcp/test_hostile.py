@@ -94,15 +94,29 @@ async def test_a_server_that_sends_requests_and_never_reads_its_answers_is_dropp
         nursery.cancel_scope.cancel()
 
 
-async def test_a_server_that_closes_its_stdout_and_lives_on_is_dropped_with_that_reason(
-    tmp_path: Path,
+# Each stayed 'ready' until a call found the connection closed, and the call was told the connection closed
+# during call_tool. Stdout: mm read its end; stdin: mm's next write found the pipe closed and ended the read
+# side alone. Now the connection drops as soon as mm sees it, and a call says why.
+CLOSES_STDOUT = """
+    os.close(1)
+    time.sleep(60)
+"""
+CLOSES_STDIN = """
+    sys.stdin.readline()  # the call, which is never answered
+    os.close(0)
+    send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})  # mm's answer finds the pipe closed
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("hostile", "reason"),
+    [(CLOSES_STDOUT, stdio.CLOSED), (CLOSES_STDIN, stdio.STDIN_CLOSED)],
+    ids=["stdout", "stdin"],
+)
+async def test_a_server_that_closes_a_pipe_and_lives_on_is_dropped_with_that_reason(
+    tmp_path: Path, hostile: str, reason: str
 ) -> None:
-    """It stayed 'ready' until a call found the connection closed, and the call was told the connection
-    closed during call_tool; now the connection drops as soon as mm sees it, and a call says why."""
-    hostile = """
-        os.close(1)
-        time.sleep(60)
-    """
     pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
@@ -111,30 +125,7 @@ async def test_a_server_that_closes_its_stdout_and_lives_on_is_dropped_with_that
             await conn.ready(20)
             with pytest.raises(McpCallError) as raised:
                 await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
-        assert (raised.value.kind, raised.value.message) == ("lost", stdio.CLOSED)
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_server_that_closes_its_stdin_and_lives_on_is_dropped_with_that_reason(
-    tmp_path: Path,
-) -> None:
-    """mm's next write found the pipe closed and ended the read side alone: the connection looked 'ready' and
-    its next call was told the connection closed during call_tool. Now it drops, and a call says why."""
-    hostile = """
-        sys.stdin.readline()  # the call, which is never answered
-        os.close(0)
-        send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})  # mm's answer finds the pipe closed
-        time.sleep(60)
-    """
-    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        conn = connection(tmp_path, hostile, pool)
-        with trio.fail_after(30):  # a hang guard
-            await conn.ready(20)
-            with pytest.raises(McpCallError) as raised:
-                await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
-        assert (raised.value.kind, raised.value.message) == ("lost", stdio.STDIN_CLOSED)
+        assert (raised.value.kind, raised.value.message) == ("lost", reason)
         nursery.cancel_scope.cancel()
 
 
