@@ -49,9 +49,12 @@ for line in sys.stdin:
 """
 
 
-def connection(
-    tmp_path: Path, hostile: str, pool: mcp_pool.McpPool, on_call: str = "pass"
-) -> mcp_pool.McpConnection:
+@contextlib.asynccontextmanager
+async def served(
+    tmp_path: Path, hostile: str, on_call: str = "pass"
+) -> AsyncIterator[mcp_pool.McpConnection]:
+    """The connection of a daemon's pool (running) to the hostile server: *hostile* runs after its handshake,
+    *on_call* answers each tools/call. The pool's task is cancelled at the block's end."""
     script = tmp_path / "server.py"
     code = {"hostile": hostile, "on_call": on_call}
     script.write_text(
@@ -59,7 +62,11 @@ def connection(
     )
     spec = McpServerSpec(command=sys.executable, args=[str(script)], connect_timeout=20)
     entry = ServerEntry(name="hostile", spec=spec, origin="mm.yaml", base_dir=tmp_path, default_cwd=tmp_path)
-    return pool.connection(resolve(entry, environ={}))
+    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        yield pool.connection(resolve(entry, environ={}))
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_server_that_sends_requests_and_never_reads_its_answers_is_dropped(
@@ -81,17 +88,13 @@ async def test_a_server_that_sends_requests_and_never_reads_its_answers_is_dropp
     monkeypatch.setattr(
         mcp_pool.McpConnection, "_ended", lambda conn, *a: (ended(conn, *a), ends.append(conn.error))
     )
-    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        conn = connection(tmp_path, hostile, pool)
+    async with served(tmp_path, hostile) as conn:
         with trio.fail_after(30):  # a hang guard
             await conn.ready(20)
             while not ends:
                 await conn._changed.wait()
         # Without the bound the server wrote its pings, mm read them all, and the server exited (exit code 7).
         assert ends[0] == stdio.UNREAD
-        nursery.cancel_scope.cancel()
 
 
 # Each stayed 'ready' until a call found the connection closed, and the call was told the connection closed
@@ -117,16 +120,12 @@ CLOSES_STDIN = """
 async def test_a_server_that_closes_a_pipe_and_lives_on_is_dropped_with_that_reason(
     tmp_path: Path, hostile: str, reason: str
 ) -> None:
-    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        conn = connection(tmp_path, hostile, pool)
+    async with served(tmp_path, hostile) as conn:
         with trio.fail_after(30):  # a hang guard
             await conn.ready(20)
             with pytest.raises(McpCallError) as raised:
                 await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
         assert (raised.value.kind, raised.value.message) == ("lost", reason)
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays(tmp_path: Path) -> None:
@@ -145,10 +144,7 @@ async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays
         else:
             send({"jsonrpc": "2.0", "id": ident, "error": error})
     """
-    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        conn = connection(tmp_path, "", pool, on_call)
+    async with served(tmp_path, "", on_call) as conn:
         raised = []
         with trio.fail_after(30):  # a hang guard
             await conn.ready(20)
@@ -166,7 +162,6 @@ async def test_a_servers_errors_are_its_own_and_bounded_and_the_connection_stays
             "the server's answer breaks the protocol: 24,000 validation errors for CallToolResult",
         )
         assert (conn.state, conn.pid, conn.attempts) == ("ready", pid, 1)  # never dropped
-        nursery.cancel_scope.cancel()
 
 
 async def test_an_answer_listing_more_items_than_mm_reads_is_refused_before_the_sdk_checks_each(
@@ -179,10 +174,7 @@ async def test_an_answer_listing_more_items_than_mm_reads_is_refused_before_the_
         blocks = [{"type": "image"}] * 20_000
         send({"jsonrpc": "2.0", "id": ident, "result": {"content": blocks}})
     """
-    pool = mcp_pool.McpPool(log_dir=tmp_path, grace=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
-        conn = connection(tmp_path, "", pool, on_call)
+    async with served(tmp_path, "", on_call) as conn:
         with trio.fail_after(30):  # a hang guard
             with pytest.raises(McpCallError) as raised:
                 await conn.request("call_tool", "go", {}, timeout=20, connect_timeout=20)
@@ -191,7 +183,6 @@ async def test_an_answer_listing_more_items_than_mm_reads_is_refused_before_the_
             raised.value.message
             == "mm refused its answer: its content lists 20,000 items; the limit is 10,000"
         )
-        nursery.cancel_scope.cancel()
 
 
 class _Client:
